@@ -1,0 +1,30 @@
+# Two commands do all the set-up on a fresh machine:
+#   make demo   install everything, then run a scripted MCP session against the server
+#   make test   install everything, then run the test suite
+PYTHON ?= python3
+VENV   ?= .venv
+VPY    := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: install test test-fast demo serve doctor clean
+
+$(STAMP): pyproject.toml tools/setup.sh
+	PYTHON=$(PYTHON) VENV=$(VENV) bash tools/setup.sh
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(VPY) -m pytest -q -p no:cacheprovider
+
+demo: $(STAMP)
+	$(VPY) tools/demo.py
+
+serve: $(STAMP)
+	$(VENV)/bin/evokernel-mcp serve
+
+doctor: $(STAMP)
+	$(VENV)/bin/evokernel-mcp doctor
+
+clean:
+	rm -rf $(VENV) .evokernel .pytest_cache

@@ -1,0 +1,1 @@
+"""Thin MCP adapters: each module registers plain typed functions from the domain modules."""

@@ -1,0 +1,56 @@
+"""Shared test set-up: an isolated state dir, fixture paths, GPU markers."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "tests" / "fixtures"
+ROCM_FIXTURES = FIXTURES / "rocm"  # verbatim copy of shared/fixtures/rocm (see its SOURCES.md)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_state(tmp_path_factory):
+    home = tmp_path_factory.mktemp("evokernel_home")
+    os.environ["EVOKERNEL_HOME"] = str(home)
+    yield home
+
+
+def _have_cuda() -> bool:
+    if shutil.which("nvidia-smi") is None:
+        return False
+    try:
+        import torch
+
+        return torch.cuda.is_available() and torch.version.cuda is not None
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _have_rocm() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available() and torch.version.hip is not None
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    cuda, rocm = _have_cuda(), _have_rocm()
+    for item in items:
+        if "gpu" in item.keywords and not (cuda or rocm):
+            item.add_marker(pytest.mark.skip(reason="needs a GPU (run on the device machine)"))
+        if "cuda" in item.keywords and not cuda:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
+        if "rocm" in item.keywords and not rocm:
+            item.add_marker(pytest.mark.skip(reason="needs a ROCm GPU"))
+
+
+@pytest.fixture
+def rocm_fixtures() -> Path:
+    return ROCM_FIXTURES

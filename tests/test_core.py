@@ -1,0 +1,66 @@
+"""The spine: artifacts, subprocess helper, arch table, server registration."""
+
+from __future__ import annotations
+
+import sys
+
+import anyio
+import pytest
+
+from evokernel_mcp import artifacts
+from evokernel_mcp.arch import table
+from evokernel_mcp.errors import BadInput, NotFound, ToolNotFound, ToolTimeout
+from evokernel_mcp.subproc import run_async, run_sync
+
+
+def test_artifact_paging_by_lines():
+    text = "\n".join(f"line {i}" for i in range(250))
+    aid = artifacts.put("asm", {"kernel.s": text, "other.txt": "x"})
+    p1 = artifacts.read_artifact(aid, offset=0, limit=100)
+    assert p1.name == "kernel.s" and p1.total == 250 and p1.next_offset == 100
+    assert p1.text.splitlines()[0] == "line 0" and p1.text.splitlines()[-1] == "line 99"
+    p3 = artifacts.read_artifact(aid, offset=200, limit=100)
+    assert p3.next_offset is None and p3.text.splitlines()[-1] == "line 249"
+    assert artifacts.read_artifact(aid, name="other.txt").text == "x"
+
+
+def test_artifact_bad_ids_are_refused():
+    with pytest.raises(BadInput):
+        artifacts.read_artifact("../../etc/passwd")
+    with pytest.raises(NotFound):
+        artifacts.read_artifact("0123456789abcdef")
+    aid = artifacts.put("x", {"a.txt": "1"})
+    with pytest.raises(NotFound):
+        artifacts.read_artifact(aid, name="../meta.json")
+
+
+def test_run_sync_timeout_kills_group():
+    with pytest.raises(ToolTimeout):
+        run_sync([sys.executable, "-c", "import time; time.sleep(30)"], timeout_s=0.5)
+
+
+def test_run_sync_missing_tool():
+    with pytest.raises(ToolNotFound):
+        run_sync(["/nonexistent/tool-xyz"], timeout_s=5)
+
+
+def test_run_async_output_and_timeout():
+    async def main():
+        res = await run_async([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr)"],
+                              timeout_s=20)
+        assert res.returncode == 0 and res.stdout.strip() == "out" and res.stderr.strip() == "err"
+        with pytest.raises(ToolTimeout):
+            await run_async([sys.executable, "-c", "import time; time.sleep(30)"], timeout_s=0.5)
+
+    anyio.run(main)
+
+
+def test_arch_table_has_sources_for_core_facts():
+    for arch in ("gfx90a", "gfx942", "gfx950"):
+        f = table.fact(arch, "lds_per_cu_kib")
+        assert f.source and f.ref.endswith(f"{arch}.lds_per_cu_kib")
+    assert table.value("gfx950", "lds_per_cu_kib") == 160
+    assert table.value("gfx942", "lds_per_cu_kib") == 64
+    assert table.value("sm_90", "warp_size") == 32
+    with pytest.raises(BadInput):
+        table.fact("gfx000", "lds_per_cu_kib")
