@@ -60,3 +60,18 @@ class CompileResult(Model):
     compile_time_s: float | None = None
     kernels: list[KernelReport] = Field(default_factory=list)
     provenance: list[Provenance] = Field(default_factory=list)
+
+
+class BackendOutput(Model):
+    """What one compiler backend (triton / hip / cuda) hands back to compile_kernel before analysis."""
+
+    ok: bool
+    diagnostics: list[Diagnostic] = Field(default_factory=list)
+    toolchain: ToolchainInfo
+    asm: str | None = Field(default=None, description="AMDGCN assembly text (AMD) or PTX (NVIDIA).")
+    sass: str | None = Field(default=None, description="NVIDIA: SASS disassembly.")
+    binary: bytes | None = Field(default=None, description="HSACO / cubin bytes.")
+    files: dict[str, str] = Field(default_factory=dict, description="Extra text files for the artifact (IR, logs).")
+    resource_usage: dict[str, dict[str, int | str]] = Field(
+        default_factory=dict, description="Per kernel raw resource facts the backend read (e.g. ptxas -v).")
+    log: str = ""
