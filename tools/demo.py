@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""`make demo`: a scripted agent session against evokernel-mcp through the real MCP client (stdio).
+
+It walks the loop the server exists for: device facts -> docs -> compile -> verify -> benchmark ->
+profile, printing a readable summary of each structured result. Tools that cannot run on this
+machine (no GPU, no profiler) say so; the demo keeps going.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+import time
+
+import anyio
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+TRITON_AXPY = '''
+import triton
+import triton.language as tl
+
+@triton.jit
+def axpy_kernel(x_ptr, y_ptr, out_ptr, a, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m)
+    y = tl.load(y_ptr + offs, mask=m)
+    tl.store(out_ptr + offs, a * x + y, mask=m)
+'''
+
+RMSNORM_CANDIDATE = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rmsnorm(x_ptr, w_ptr, out_ptr, n_cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    m = cols < n_cols
+    x = tl.load(x_ptr + row * n_cols + cols, mask=m, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=m, other=0.0).to(tl.float32)
+    ms = tl.sum(x * x, axis=0) / n_cols
+    y = x * tl.rsqrt(ms + eps) * w
+    tl.store(out_ptr + row * n_cols + cols, y.to(out_ptr.dtype.element_ty), mask=m)
+
+
+def run(x, w):
+    x2 = x.reshape(-1, x.shape[-1]).contiguous()
+    out = torch.empty_like(x2)
+    _rmsnorm[(x2.shape[0],)](x2, w, out, x2.shape[1], 1e-6, BLOCK=triton.next_power_of_2(x2.shape[1]))
+    return out.reshape(x.shape)
+'''
+
+
+def hr(title: str) -> None:
+    print(f"\n=== {title} " + "=" * max(0, 70 - len(title)))
+
+
+def show(obj, width: int = 100) -> None:
+    text = json.dumps(obj, indent=1, default=str)
+    lines = text.splitlines()
+    for line in lines[:40]:
+        print(textwrap.shorten(line, width=width, placeholder=" ...") if len(line) > width else line)
+    if len(lines) > 40:
+        print(f"  ... ({len(lines) - 40} more lines)")
+
+
+async def call(client: Client, tools: set[str], name: str, args: dict):
+    if name not in tools:
+        print(f"[{name}] not available in this build")
+        return None
+    t0 = time.perf_counter()
+    r = await client.call_tool(name, args)
+    dt = time.perf_counter() - t0
+    if r.is_error:
+        print(f"[{name}] ({dt:.2f} s) tool error (reported to the agent as is_error): {r.content[0].text[:400]}")
+        return None
+    print(f"[{name}] ({dt:.2f} s)")
+    return r.structured_content
+
+
+def device_summary(rep: dict) -> None:
+    print(f"backend: {rep['backend']}")
+    for d in rep["devices"]:
+        print(f"  GPU {d['index']}: {d['name']} ({d['arch']}): {d.get('compute_units')} CUs/SMs, "
+              f"wave {d.get('wavefront_size')}, LDS/smem per workgroup {d.get('lds_bytes_per_workgroup')} B, "
+              f"L2 {d.get('l2_bytes')} B, max clock {d.get('max_clock_mhz')} MHz, "
+              f"memory {d.get('memory_bytes')} B, peak BW {d.get('peak_bandwidth_gbs')} GB/s")
+        for c in d.get("conflicts") or []:
+            print(f"    CONFLICT: {c}")
+    if not rep["devices"]:
+        print(f"  no GPU here; offline compile targets: {rep.get('offline_targets')}")
+    srcs = sorted({p['source'] for p in rep.get('provenance', [])})
+    print(f"  provenance sources: {', '.join(srcs)}")
+
+
+async def main() -> int:
+    env = dict(os.environ)
+    params = StdioServerParameters(command=sys.executable, args=["-m", "evokernel_mcp", "serve"], env=env)
+    async with Client(params) as client:
+        tools = {t.name for t in (await client.list_tools()).tools}
+        hr("tools")
+        print(", ".join(sorted(tools)))
+
+        hr("1. query_rocminfo: what am I optimizing for?")
+        rep = await call(client, tools, "query_rocminfo", {"refresh": True})
+        if rep:
+            device_summary(rep)
+
+        hr("2. docs: find one fact, with its source")
+        res = await call(client, tools, "search_docs", {"query": "LDS size gfx950", "top_k": 3})
+        if res:
+            for r in res["results"]:
+                print(f"  {r['score']:.2f}  {r['path']}#{r['anchor']}: {r['title']}")
+            top = res["results"][0] if res["results"] else None
+            if top:
+                page = await call(client, tools, "read_doc", {"path": top["path"], "anchor": top["anchor"]})
+                if page:
+                    print(textwrap.indent(page["text"][:800], "  | "))
+
+        hr("3. compile_kernel: what did the compiler make of it? (Triton -> gfx950, no GPU needed)")
+        comp = await call(client, tools, "compile_kernel", {
+            "source": TRITON_AXPY, "language": "triton", "kernel": "axpy_kernel", "target": "gfx950",
+            "signature": {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "a": "fp32", "n": "i32"},
+            "constexprs": {"BLOCK": 1024}, "options": {"num_warps": 4},
+        })
+        if comp:
+            print(f"  ok={comp['ok']} toolchain={comp['toolchain']} cached={comp['cached']} artifact={comp['artifact_id']}")
+            for k in comp["kernels"]:
+                occ = k.get("occupancy") or {}
+                print(f"  {k['name']}: VGPR {k.get('vgpr_count')} SGPR {k.get('sgpr_count')} LDS {k.get('lds_bytes')} B, "
+                      f"spills {k.get('vgpr_spill_count')}; occupancy {occ.get('waves_per_simd')} waves/SIMD "
+                      f"(limited by {occ.get('limiter')})")
+                if k.get("isa_summary"):
+                    print(f"  ISA classes: {k['isa_summary'].get('classes')}")
+            again = await call(client, tools, "compile_kernel", {
+                "source": TRITON_AXPY, "language": "triton", "kernel": "axpy_kernel", "target": "gfx950",
+                "signature": {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "a": "fp32", "n": "i32"},
+                "constexprs": {"BLOCK": 1024}, "options": {"num_warps": 4},
+            })
+            if again:
+                print(f"  second compile cached={again['cached']}")
+            if comp.get("artifact_id"):
+                page = await call(client, tools, "read_artifact", {"artifact_id": comp["artifact_id"], "limit": 8})
+                if page:
+                    print(textwrap.indent(page["text"], "  | "))
+
+        hr("4. tasks")
+        tasks = await call(client, tools, "list_tasks", {})
+        if tasks:
+            show(tasks)
+
+        hr("5. verify_vs_pytorch: a Triton RMSNorm candidate (CPU: TRITON_INTERPRET=1)")
+        ver = await call(client, tools, "verify_vs_pytorch", {
+            "task": "rmsnorm", "candidate": RMSNORM_CANDIDATE, "shapes": ["small"], "seeds": 2, "wait_s": 120,
+        })
+        if ver:
+            print(f"  passed={ver.get('passed')} device={ver.get('device')}")
+            for c in ver.get("cases", []):
+                print(f"  {c['shape']} seed {c['seed']}: passed={c['passed']} max_abs={c['max_abs_err']} "
+                      f"rel_l2={c['rel_l2_err']} unwritten={c['unwritten_count']} deterministic={c['deterministic']}")
+
+        hr("6. benchmark vs PyTorch")
+        bench = await call(client, tools, "benchmark", {
+            "task": "rmsnorm", "candidate": RMSNORM_CANDIDATE, "shapes": ["small"], "min_reps": 5,
+            "max_time_s": 2.0, "wait_s": 120,
+        })
+        if bench:
+            for r in bench.get("results", []):
+                c, b = r.get("candidate") or {}, r.get("baseline") or {}
+                print(f"  {r['shape']}: candidate median {c.get('median_ms')} ms, PyTorch {b.get('median_ms')} ms, "
+                      f"speedup {r.get('speedup')} noise={r.get('noise')} flags={r.get('flags')}")
+
+        hr("7. profile_pmc (needs rocprofv3 or ncu and a GPU)")
+        prof = await call(client, tools, "profile_pmc", {
+            "task": "rmsnorm", "candidate": RMSNORM_CANDIDATE, "preset": "memory", "wait_s": 120,
+        })
+        if prof:
+            for f in prof.get("findings", []):
+                print(f"  finding: {f['text']}")
+    print("\ndemo finished")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(anyio.run(main))
