@@ -1,0 +1,67 @@
+"""Result models of list_docs / search_docs / read_doc."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from evokernel_mcp.models import Model
+
+
+class DocSectionInfo(Model):
+    anchor: str = Field(description="GitHub-style slug; pass to read_doc(path, anchor).")
+    title: str
+    level: int = Field(description="Heading level: 1 = page title, 2 = section, 3 = subsection ...")
+    tokens: int = Field(description="Estimated tokens (chars/4) of read_doc(path, anchor): this heading "
+                        "up to the next heading of the same or higher level, subsections included.")
+
+
+class DocInfo(Model):
+    path: str = Field(description="Doc path for read_doc, e.g. 'gpu_arch/lds.md'.")
+    title: str
+    description: str = Field(description="First paragraph of the page, shortened.")
+    kind: Literal["markdown", "source"] = Field(description="'source': a kernel source file, read whole.")
+    uri: str = Field(description="MCP resource URI of the page.")
+    size_bytes: int
+    tokens: int = Field(description="Estimated tokens of the whole page (chars/4).")
+    sections: list[DocSectionInfo] = Field(default_factory=list)
+
+
+class DocList(Model):
+    docs: list[DocInfo]
+
+
+class SearchHit(Model):
+    path: str
+    anchor: str | None = Field(description="Section anchor; pass with path to read_doc. Null: the page top.")
+    title: str = Field(description="Section heading (page title for the page top).")
+    page_title: str
+    snippet: str = Field(description="The lines of the section that best match the query, shortened.")
+    score: float = Field(description="BM25 score (higher is better; comparable within one query only).")
+    tokens: int = Field(description="Estimated tokens of read_doc(path, anchor).")
+
+
+class SearchResults(Model):
+    query: str
+    results: list[SearchHit] = Field(description="Best first.")
+
+
+class Citation(Model):
+    id: str = Field(description="Citation key as used in the text, e.g. 'S1'.")
+    text: str = Field(description="The source as listed at the end of the page.")
+
+
+class DocText(Model):
+    path: str
+    anchor: str | None
+    title: str
+    text: str
+    source: str = Field(description="File the text came from (resources/...); the documents it cites are "
+                        "in citations.")
+    citations: list[Citation] = Field(default_factory=list, description="Sources cited ([S<n>]) in this text.")
+    tokens: int = Field(description="Estimated tokens of text.")
+    truncated: bool = Field(default=False, description="True when the page was too large to return whole: "
+                            "text is the page's top part; read one of sections by anchor.")
+    sections: list[DocSectionInfo] = Field(default_factory=list, description="Sections inside the returned "
+                                           "text (or, when truncated, all sections of the page).")
