@@ -86,7 +86,9 @@ def _doctor(as_json: bool) -> int:
             print(f"  [{d.get('index')}] {d.get('name')} ({d.get('arch')}): {d.get('compute_units')} CUs/SMs, "
                   f"LDS/smem per workgroup {d.get('lds_bytes_per_workgroup')} B")
         if not devices["devices"]:
-            print(f"  no GPU found; offline compile targets: {', '.join(devices.get('offline_targets') or [])}")
+            targets = devices.get("offline_targets") or []
+            names = [t["target"] + ("" if t.get("available") else " (no compiler here)") for t in targets]
+            print(f"  no GPU found; offline compile targets: {', '.join(names)}")
     else:
         print(f"  {devices}")
     print("Toolchains")

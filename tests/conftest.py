@@ -32,6 +32,8 @@ def _have_cuda() -> bool:
 
 
 def _have_rocm() -> bool:
+    if not (os.path.exists("/dev/kfd") or shutil.which("rocminfo")):
+        return False
     try:
         import torch
 
