@@ -16,7 +16,8 @@ _NUMBER = re.compile(r"(?<![A-Za-z_\d.])\d+(?:[.,]\d+)*")
 _LIST_MARK = re.compile(r"^\s*(?:\d+[.)]|[-*+])\s+")
 _INLINE_CODE = re.compile(r"`[^`]*`")
 _LINK_URL = re.compile(r"\]\([^)]*\)")
-_MARKERS = re.compile(r"\[S\d+[^\]]*\]|\[measured:[^\]]*\]|\(unsourced\)", re.I)
+# "(unsourced)" may carry a qualifier: "(unsourced guidance)", "(unsourced: not re-read)".
+_MARKERS = re.compile(r"\[S\d+[^\]]*\]|\[measured:[^\]]*\]|\(unsourced\b[^)]*\)", re.I)
 _SOURCES_HEAD = re.compile(r"^(sources|references|citations)\b", re.I)
 
 
