@@ -188,6 +188,11 @@ def discover() -> DeviceReport:
         found.notes.append("No GPU found on this machine: device facts below are absent; compile offline for one "
                            "of offline_targets and read per-arch facts with search_docs/read_doc.")
     now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    probed = ", ".join(t.name for t in found.tools) or "no GPU tool answered"
+    found.provenance.insert(0, Provenance(field="backend", source="discovery",
+                                          detail=f"tools that answered: {probed}; see notes for what was tried"))
+    found.provenance.append(Provenance(field="offline_targets", source="compiler probes",
+                                       detail="clang -print-supported-cpus, nvcc --list-gpu-arch, triton package"))
     return DeviceReport(backend=backend, devices=found.devices, offline_targets=offline_targets(),
                         provenance=found.provenance, tools=found.tools, notes=found.notes, collected_at=now)
 
