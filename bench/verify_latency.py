@@ -1,0 +1,98 @@
+"""verify_vs_pytorch latency through a real MCP client talking to a stdio server subprocess.
+
+    PYTHONPATH=. python3 bench/verify_latency.py [--task vector_add] [--shapes small] [--reps 20]
+
+Measures (1) cold start: server spawn + initialize + the first verify (which starts the worker:
+torch/triton import, first kernel compile), and (2) warm verify round trip: median/min/max of --reps
+repeated calls (same candidate, seeds=1). Writes bench/results/verify_latency_<device>_<date>.md
+(and a copy under $OUT when set) with device, date and versions. Target (GPU): warm < 0.5 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import anyio
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+CANDIDATE = (REPO / "tests" / "verify" / "candidates" / "vadd_triton.py")
+
+
+async def measure(task: str, shapes: list[str], reps: int, candidate: str) -> dict:
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
+    params = StdioServerParameters(command=sys.executable, args=["-m", "evokernel_mcp", "serve"], env=env,
+                                   cwd=str(REPO))
+    args = {"task": task, "candidate": candidate, "shapes": shapes, "seeds": 1, "wait_s": 300, "timeout_s": 300}
+    t0 = time.perf_counter()
+    async with Client(params) as c:
+        t_init = time.perf_counter() - t0
+        r = await c.call_tool("verify_vs_pytorch", args)
+        t_first = time.perf_counter() - t0
+        if r.is_error or not r.structured_content.get("passed"):
+            raise SystemExit(f"first verify did not pass: {r.structured_content or r.content}")
+        first = r.structured_content
+        warm = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            r = await c.call_tool("verify_vs_pytorch", args)
+            warm.append(time.perf_counter() - t)
+            assert not r.is_error and r.structured_content["passed"], r
+    return {"init_s": t_init, "cold_s": t_first, "warm": warm, "result": first}
+
+
+def write_report(m: dict, task: str, shapes: list[str]) -> Path:
+    res = m["result"]
+    device = res.get("device") or "unknown"
+    name = (res.get("device_name") or device).replace(" ", "_").replace("/", "_")
+    now = dt.datetime.now()
+    w = sorted(m["warm"])
+    vers = res.get("versions", {})
+    lines = [
+        f"# verify_vs_pytorch latency ({now.isoformat(timespec='seconds')})", "",
+        f"- host: {platform.node()}; CPUs: {os.cpu_count()}; device: {device} ({res.get('device_name')})",
+        f"- versions: python {platform.python_version()}, torch {vers.get('torch')}, triton {vers.get('triton')}, "
+        f"cuda {vers.get('cuda')}, hip {vers.get('hip')}",
+        f"- path: MCP Client -> stdio server subprocess -> job manager -> worker; task {task}, shapes {shapes}, "
+        "seeds=1 (candidate run twice + reference native and float64)", "",
+        "| measure | seconds |", "|---|---|",
+        f"| server spawn + initialize | {m['init_s']:.3f} |",
+        f"| cold: spawn + initialize + first verify (worker start, imports, first compile) | {m['cold_s']:.3f} |",
+        f"| warm verify round trip, median of {len(w)} | {statistics.median(w):.4f} |",
+        f"| warm min / max | {w[0]:.4f} / {w[-1]:.4f} |", "",
+        f"Target on the GPU machine: warm median < 0.5 s -> {'MET' if statistics.median(w) < 0.5 else 'NOT MET'}.",
+    ]
+    out = REPO / "bench" / "results" / f"verify_latency_{name}_{now.date().isoformat()}.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], out.name).write_text(out.read_text())
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--task", default="vector_add")
+    ap.add_argument("--shapes", nargs="+", default=["small"])
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--candidate", type=Path, default=CANDIDATE)
+    a = ap.parse_args()
+    m = anyio.run(measure, a.task, a.shapes, a.reps, a.candidate.read_text())
+    path = write_report(m, a.task, a.shapes)
+    print(path.read_text())
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""Loading references and candidates, and making inputs. Runs INSIDE a worker (or a profiler's small
+runner script): it imports user code. Never imported by the server at tool-call time.
+
+- A reference is KernelBench-form source (class Model, get_inputs, optional get_init_inputs); a
+  shipped task carries it as reference_source plus input specs per shape set (tasks.py).
+- A candidate is source defining `run(*inputs)` or `class ModelNew(nn.Module)` (built with the
+  reference's init inputs, same seed, and the reference's weights copied when the names match).
+Sources are written to a file in the scratch dir and imported from there (Triton's @jit needs a file).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from evokernel_mcp.tasks import Task, eval_expr
+
+
+class CandidateError(Exception):
+    """The candidate source cannot be loaded (syntax error, missing entry point, import failure)."""
+
+
+def torch_dtype(name: str):
+    import torch
+
+    return getattr(torch, name)
+
+
+def load_module(source: str, stem: str, directory: str | Path) -> ModuleType:
+    """Write source to <directory>/<stem>_<hash>.py and import it as a fresh module."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:10]
+    name = f"evk_{stem}_{digest}"
+    path = Path(directory) / f"{name}.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return mod
+
+
+def load_candidate_module(source: str, directory: str | Path) -> ModuleType:
+    try:
+        mod = load_module(source, "candidate", directory)
+    except SyntaxError as e:
+        raise CandidateError(f"candidate has a syntax error at line {e.lineno}: {e.msg}") from e
+    except Exception as e:  # noqa: BLE001 - import-time failure of user code
+        raise CandidateError(f"importing the candidate failed: {type(e).__name__}: {e}") from e
+    if not (callable(getattr(mod, "run", None)) or isinstance(getattr(mod, "ModelNew", None), type)):
+        raise CandidateError("candidate must define run(*inputs) or class ModelNew(nn.Module)")
+    return mod
+
+
+def init_inputs(task: Task, ref_mod: ModuleType) -> list[Any]:
+    if task.kind == "task":
+        return list(task.init_inputs)
+    fn = getattr(ref_mod, "get_init_inputs", None)
+    return list(fn()) if fn is not None else []
+
+
+def _spec_tensor(spec, shape: list[int], dims: dict[str, int], gen, dtype):
+    import torch
+
+    if spec.dist == "randint":
+        lo, hi = int(spec.low if spec.low is not None else 0), int(spec.high if spec.high is not None else 100)
+        return torch.randint(lo, hi, shape, generator=gen, dtype=dtype)
+    if spec.dist == "uniform":
+        lo = spec.low if spec.low is not None else -1.0
+        hi = spec.high if spec.high is not None else 1.0
+        t = torch.rand(shape, generator=gen, dtype=torch.float32) * (hi - lo) + lo
+    else:
+        std = float(eval_expr(spec.std, dims))
+        t = torch.randn(shape, generator=gen, dtype=torch.float32) * std + spec.mean
+    return t.to(dtype)
+
+
+def make_inputs(task: Task, shape_set: str, seed: int, device: str, ref_mod: ModuleType | None = None) -> list[Any]:
+    """Fresh random inputs for one shape set and seed (never zeros), on `device`.
+
+    Spec tasks: drawn on the CPU from a generator seeded with (seed, input index), so the inputs are
+    the same on every device. KernelBench files: torch.manual_seed(seed), then the file's get_inputs()."""
+    import torch
+
+    if task.kind == "kernelbench" or not task.inputs:
+        if ref_mod is None:
+            raise ValueError("a KernelBench task needs its loaded reference module to make inputs")
+        torch.manual_seed(seed)
+        raw = list(ref_mod.get_inputs())
+    else:
+        ss = task.shape_set(shape_set)
+        raw = []
+        for i, spec in enumerate(task.inputs):
+            gen = torch.Generator().manual_seed(seed * 1009 + i)
+            raw.append(_spec_tensor(spec, ss.input_shapes[spec.name], ss.dims, gen, torch_dtype(spec.dtype)))
+    return [t.to(device) if isinstance(t, torch.Tensor) else t for t in raw]
+
+
+def build_reference(task: Task, ref_mod: ModuleType, seed: int, device: str):
+    import torch
+
+    torch.manual_seed(seed)
+    model = ref_mod.Model(*init_inputs(task, ref_mod))
+    return model.to(device).eval()
+
+
+def build_candidate(cand_mod: ModuleType, task: Task, ref_mod: ModuleType, ref_model, seed: int,
+                    device: str) -> Callable[..., Any]:
+    """The candidate as a callable taking the reference's inputs."""
+    import torch
+
+    if callable(getattr(cand_mod, "run", None)):
+        return cand_mod.run
+    torch.manual_seed(seed)
+    try:
+        model = cand_mod.ModelNew(*init_inputs(task, ref_mod))
+    except Exception as e:  # noqa: BLE001
+        raise CandidateError(f"ModelNew(*init_inputs) failed: {type(e).__name__}: {e}") from e
+    ref_state = ref_model.state_dict()
+    if ref_state and set(ref_state) == set(model.state_dict()):
+        model.load_state_dict(ref_state)
+    return model.to(device).eval()

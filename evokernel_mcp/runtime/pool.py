@@ -1,0 +1,284 @@
+"""WorkerPool: one long-lived worker process per device; ops run one at a time per device.
+
+Devices: `EVOKERNEL_DEVICES` ("cpu" or "cuda:0,cuda:1" or "rocm:0") if set, else NVIDIA GPUs from
+/proc/driver/nvidia/gpus, AMD GPUs from the KFD topology, else one "cpu" device (torch CPU, Triton
+with TRITON_INTERPRET=1). A worker is pinned with CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES.
+
+Failure handling (the only place it lives): an op that passes its time limit, a worker that dies
+(segfault, os._exit, abort from a GPU memory fault), a fatal error event (CUDA/HIP error, OOM) or a
+cancelled call: the worker's process group is killed, the reply says what happened with the
+device's own message, and the next call starts a new worker. The server never mutates os.environ.
+
+All methods must be awaited in one event loop (the JobManager's runtime loop).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from evokernel_mcp.models import ErrorInfo
+from evokernel_mcp.paths import REPO_DIR, sub_state_dir
+from evokernel_mcp.runtime import protocol
+from evokernel_mcp.runtime.protocol import WorkerReply
+
+log = logging.getLogger(__name__)
+
+ProgressFn = Callable[[float, float, str], Awaitable[None] | None]
+START_TIMEOUT_S = float(os.environ.get("EVOKERNEL_WORKER_START_TIMEOUT_S", "180"))
+MAX_LINE = 256 * 1024 * 1024
+
+
+def discover_devices() -> list[str]:
+    """Device ids for the pool (see module doc). Cheap: no torch import in the server."""
+    env = os.environ.get("EVOKERNEL_DEVICES", "").strip()
+    if env:
+        return [d.strip() for d in env.split(",") if d.strip()]
+    nv = Path("/proc/driver/nvidia/gpus")
+    if nv.is_dir() and any(nv.iterdir()):
+        return [f"cuda:{i}" for i in range(len(list(nv.iterdir())))]
+    nodes = Path("/sys/class/kfd/kfd/topology/nodes")
+    if Path("/dev/kfd").exists() and nodes.is_dir():
+        gpus = 0
+        for node in nodes.iterdir():
+            props = node / "properties"
+            try:
+                text = props.read_text()
+            except OSError:
+                continue
+            if any(line.startswith("simd_count") and line.split()[-1] != "0" for line in text.splitlines()):
+                gpus += 1
+        if gpus:
+            return [f"rocm:{i}" for i in range(gpus)]
+    return ["cpu"]
+
+
+def worker_env(device: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_DIR), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    kind, _, index = device.partition(":")
+    if kind == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    elif kind == "cuda":
+        env["CUDA_VISIBLE_DEVICES"] = index or "0"
+    elif kind == "rocm":
+        env["HIP_VISIBLE_DEVICES"] = index or "0"
+    else:
+        raise ValueError(f"bad device id {device!r}: use 'cpu', 'cuda:N' or 'rocm:N'")
+    return env
+
+
+class _Worker:
+    def __init__(self, device: str, proc: anyio.abc.Process, log_path: Path):
+        self.device, self.proc, self.log_path = device, proc, log_path
+        self.reader = BufferedByteReceiveStream(proc.stdout)
+        self.info: dict[str, Any] = {}
+        self.pid = proc.pid
+
+    async def next_event(self) -> dict[str, Any]:
+        line = await self.reader.receive_until(b"\n", MAX_LINE)
+        return protocol.decode_event(line)
+
+    def log_tail(self, n: int = 4000) -> str:
+        try:
+            return protocol.tail(self.log_path.read_text(errors="replace"), n)
+        except OSError:
+            return ""
+
+    async def kill(self) -> None:
+        with anyio.CancelScope(shield=True):
+            for sig in (signal.SIGKILL,):
+                try:
+                    os.killpg(self.pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            with anyio.move_on_after(10):
+                await self.proc.wait()
+            await self.proc.aclose()
+
+
+class WorkerPool:
+    """One worker process per device. `call` runs an op on a device's worker and never raises for a
+    candidate's misbehaviour: it returns a WorkerReply with ok=False and an ErrorInfo instead."""
+
+    def __init__(self, devices: list[str] | None = None):
+        self.devices = devices or discover_devices()
+        self._workers: dict[str, _Worker] = {}
+        self._locks: dict[str, anyio.Lock] = {}
+        self._next_id = 0
+        self.restarts: dict[str, int] = {}
+
+    @property
+    def default_device(self) -> str:
+        return self.devices[0]
+
+    def check_device(self, device: str | None) -> str:
+        dev = device or self.default_device
+        if dev not in self.devices:
+            from evokernel_mcp.errors import BadInput
+
+            raise BadInput(f"unknown device {dev!r}; this server has: {', '.join(self.devices)}")
+        return dev
+
+    def _lock(self, device: str) -> anyio.Lock:
+        return self._locks.setdefault(device, anyio.Lock())
+
+    async def _start(self, device: str) -> _Worker:
+        logs = sub_state_dir("workers")
+        log_path = logs / f"{device.replace(':', '')}-{int(time.time())}-{secrets.token_hex(3)}.stderr.log"
+        with open(log_path, "wb") as err:
+            proc = await anyio.open_process(
+                [sys.executable, "-m", "evokernel_mcp.runtime.worker", "--device", device],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=worker_env(device),
+                cwd=str(logs), start_new_session=True)
+        w = _Worker(device, proc, log_path)
+        try:
+            with anyio.fail_after(START_TIMEOUT_S):
+                ev = await w.next_event()
+            if ev["event"] != "ready":
+                raise protocol.DecodeError(f"expected ready, got {ev['event']}")
+        except BaseException as e:
+            await w.kill()
+            if isinstance(e, Exception):
+                raise RuntimeError(f"worker for {device} failed to start: {e!r}\n{w.log_tail()}") from e
+            raise
+        w.info = ev.get("info", {})
+        log.info("worker %s started for %s: %s", w.pid, device, w.info)
+        return w
+
+    async def ensure_worker(self, device: str) -> _Worker:
+        w = self._workers.get(device)
+        if w is None or w.proc.returncode is not None:
+            w = self._workers[device] = await self._start(device)
+        return w
+
+    async def _drop(self, device: str) -> None:
+        w = self._workers.pop(device, None)
+        if w is not None:
+            self.restarts[device] = self.restarts.get(device, 0) + 1
+            await w.kill()
+
+    async def call(self, device: str, op: str, payload: dict, *, timeout_s: float,
+                   on_progress: ProgressFn | None = None, scratch_dir: str | Path | None = None) -> WorkerReply:
+        """Run `op` (runtime/ops.py name or "module:function") with `payload` on `device`'s worker.
+
+        timeout_s limits the op itself (not the worker's cold start). Returns a WorkerReply; errors of
+        kind timeout/crash/gpu_fault/oom mean the worker was killed and will be replaced. Cancelling
+        the caller kills the worker (its state mid-op is unknown) and re-raises the cancellation."""
+        device = self.check_device(device)
+        scratch = Path(scratch_dir) if scratch_dir else sub_state_dir("scratch") / secrets.token_hex(6)
+        scratch.mkdir(parents=True, exist_ok=True)
+        async with self._lock(device):
+            try:
+                w = await self.ensure_worker(device)
+            except RuntimeError as e:
+                return WorkerReply(ok=False, device=device, error=ErrorInfo(
+                    kind="internal", message=f"could not start the worker for {device}", detail=str(e)))
+            self._next_id += 1
+            req = {"id": self._next_id, "op": op, "payload": payload, "scratch": str(scratch)}
+            return await self._exchange(w, req, timeout_s, on_progress, scratch)
+
+    async def _exchange(self, w: _Worker, req: dict, timeout_s: float, on_progress: ProgressFn | None,
+                        scratch: Path) -> WorkerReply:
+        t0 = time.perf_counter()
+        base = {"device": w.device, "worker_pid": w.pid, "worker_info": w.info}
+        try:
+            with anyio.fail_after(timeout_s):
+                await w.proc.stdin.send(protocol.encode(req))
+                while True:
+                    ev = await w.next_event()
+                    if ev["event"] == "progress" and on_progress is not None:
+                        res = on_progress(ev.get("done", 0), ev.get("total", 0), ev.get("message", ""))
+                        if res is not None:
+                            await res
+                    elif ev["event"] in ("result", "error"):
+                        break
+        except TimeoutError:
+            await self._drop(w.device)
+            out, err = _read_capture(scratch)
+            return WorkerReply(ok=False, stdout=out, stderr=err, worker_replaced=True, **base,
+                               duration_s=time.perf_counter() - t0, error=ErrorInfo(
+                                   kind="timeout", message=f"{req['op']} did not finish within {timeout_s:g} s; "
+                                   "the worker was killed and is replaced", detail=protocol.tail(err, 2000) or None))
+        except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, anyio.ClosedResourceError,
+                anyio.DelimiterNotFound, protocol.DecodeError, OSError) as e:
+            return await self._lost(w, req, scratch, t0, base, e)
+        except BaseException:
+            await self._drop(w.device)  # cancelled mid-op: the worker's state is unknown
+            raise
+        out, err = ev.get("stdout", ""), ev.get("stderr", "")
+        dur = ev.get("duration_s", time.perf_counter() - t0)
+        if ev["event"] == "result":
+            return WorkerReply(ok=True, result=ev.get("result") or {}, stdout=out, stderr=err, duration_s=dur, **base)
+        fatal = bool(ev.get("fatal"))
+        if fatal:
+            await self._drop(w.device)
+        return WorkerReply(ok=False, error=ErrorInfo(**ev["error"]), stdout=out, stderr=err, duration_s=dur,
+                           worker_replaced=fatal, **base)
+
+    async def _lost(self, w: _Worker, req: dict, scratch: Path, t0: float, base: dict, e: BaseException) -> WorkerReply:
+        with anyio.move_on_after(5):
+            await w.proc.wait()
+        rc = w.proc.returncode
+        await self._drop(w.device)
+        out, err = _read_capture(scratch)
+        device_msg = protocol.tail(err + "\n" + w.log_tail(), 3000).strip()
+        if rc is not None and rc < 0:
+            try:
+                how = f"was killed by {signal.Signals(-rc).name}"
+            except ValueError:
+                how = f"was killed by signal {-rc}"
+        elif rc is not None:
+            how = f"exited with code {rc}"
+        else:
+            how = f"stopped speaking the protocol ({e!r})"
+        kind = protocol.classify_text(device_msg) or "crash"
+        msg = f"the worker running {req['op']} {how}; it is replaced before the next job"
+        if device_msg:
+            msg += ". Device/worker message: " + _key_line(device_msg)
+        return WorkerReply(ok=False, stdout=out, stderr=err, worker_replaced=True, duration_s=time.perf_counter() - t0,
+                           error=ErrorInfo(kind=kind, message=msg, detail=device_msg or None), **base)
+
+    async def aclose(self) -> None:
+        for device in list(self._workers):
+            w = self._workers.pop(device)
+            with anyio.CancelScope(shield=True):
+                try:
+                    await w.proc.stdin.aclose()
+                except Exception:  # noqa: BLE001
+                    pass
+                with anyio.move_on_after(2):
+                    await w.proc.wait()
+                await w.kill()
+
+
+def _read_capture(scratch: Path) -> tuple[str, str]:
+    out = []
+    for name in ("stdout.txt", "stderr.txt"):
+        try:
+            out.append(protocol.tail((scratch / name).read_text(errors="replace")))
+        except OSError:
+            out.append("")
+    return out[0], out[1]
+
+
+def _key_line(text: str) -> str:
+    """The line of a crash log that says what happened (a fault/error line), else the last line."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for ln in lines:
+        if protocol.classify_text(ln) or "fatal" in ln.lower() or "error" in ln.lower():
+            return ln[:500]
+    return lines[-1][:500] if lines else ""

@@ -1,0 +1,103 @@
+"""Messages between the server (pool.py) and a worker process (worker.py): JSON lines.
+
+Server -> worker (the worker's stdin), one request per line:
+    {"id": int, "op": str, "payload": {...}, "scratch": "/path"}
+Worker -> server (a private dup of the worker's original stdout; fd 1 itself is re-pointed to
+stderr in the worker, so a candidate's print() can never forge a message), a closed set of events:
+    {"event": "ready",    "pid": int, "device": str, "info": {...}}
+    {"event": "progress", "id": int, "done": float, "total": float, "message": str}
+    {"event": "result",   "id": int, "result": {...}, "stdout": str, "stderr": str}
+    {"event": "error",    "id": int, "error": ErrorInfo, "fatal": bool, "stdout": str, "stderr": str}
+EOF, a line that is not JSON, or an unknown event means the worker is down: the in-flight call gets
+a failed reply (kind "crash") and the pool starts a new worker before the next call.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Literal
+
+from pydantic import Field
+
+from evokernel_mcp.models import ErrorInfo, Model
+
+EVENTS = ("ready", "progress", "result", "error")
+OUTPUT_TAIL_CHARS = 8000
+
+
+class WorkerReply(Model):
+    """What one op on a worker produced: a result dict, or an error (the candidate hung, crashed,
+    faulted, raised). stdout/stderr are the candidate's captured output (tails, truncated)."""
+
+    ok: bool
+    result: dict[str, Any] | None = None
+    error: ErrorInfo | None = None
+    stdout: str = ""
+    stderr: str = ""
+    device: str = Field(description="Pool device id the op ran on ('cpu', 'cuda:0', 'rocm:0').")
+    worker_pid: int | None = None
+    worker_replaced: bool = Field(default=False, description="The worker was killed/lost after this op.")
+    duration_s: float | None = Field(default=None, description="Wall time of the op inside the call, seconds.")
+    worker_info: dict[str, Any] = Field(default_factory=dict, description="torch/triton versions, device name.")
+
+
+class DecodeError(Exception):
+    """A line from the worker is not a protocol event (the worker is considered down)."""
+
+
+def _clean(obj: Any) -> Any:
+    """Replace non-finite floats by strings so every message is strict JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def encode(msg: dict[str, Any]) -> bytes:
+    return (json.dumps(_clean(msg), separators=(",", ":"), default=str) + "\n").encode()
+
+
+def decode_event(line: bytes) -> dict[str, Any]:
+    """One worker line -> event dict; DecodeError for anything outside the closed set."""
+    try:
+        msg = json.loads(line)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise DecodeError(f"not JSON: {line[:200]!r}") from e
+    if not isinstance(msg, dict) or msg.get("event") not in EVENTS:
+        raise DecodeError(f"unknown event: {str(msg)[:200]}")
+    return msg
+
+
+def decode_request(line: bytes) -> dict[str, Any]:
+    msg = json.loads(line)
+    if not isinstance(msg, dict) or not {"id", "op", "payload"} <= msg.keys():
+        raise DecodeError(f"bad request: {str(msg)[:200]}")
+    return msg
+
+
+def tail(text: str, n: int = OUTPUT_TAIL_CHARS) -> str:
+    return text if len(text) <= n else f"...[{len(text) - n} chars cut]...\n" + text[-n:]
+
+
+ErrorKind = Literal["timeout", "crash", "exception", "gpu_fault", "oom", "cancelled", "internal"]
+
+_GPU_FAULT_MARKERS = (
+    "illegal memory access", "illegal address", "memory access fault", "hsa_status_error",
+    "cuda error", "hip error", "hiperror", "device-side assert", "unspecified launch failure",
+    "misaligned address", "an illegal instruction", "gpu coredump", "page not present",
+)
+_OOM_MARKERS = ("out of memory", "outofmemoryerror", "hipErrorOutOfMemory".lower(), "cuda_error_out_of_memory")
+
+
+def classify_text(text: str) -> ErrorKind | None:
+    """'oom' / 'gpu_fault' when a message carries the device's words for them, else None."""
+    low = text.lower()
+    if any(m in low for m in _OOM_MARKERS):
+        return "oom"
+    if any(m in low for m in _GPU_FAULT_MARKERS):
+        return "gpu_fault"
+    return None

@@ -1,0 +1,222 @@
+"""verify_vs_pytorch: is the candidate the same function as the PyTorch reference, on fresh random
+inputs, for each shape set (small -> full) and several seeds?
+
+Server side (verify_vs_pytorch): validate, build the payload, run it as a worker job (wait_s / job id).
+Worker side (worker_verify, op "verify"): per shape set and seed: fresh inputs; the reference in
+float64 (inputs upcast, on the same device) and natively (its dtype, shape, and PyTorch's own error
+as a yardstick); the candidate twice (runs A and B, fresh input copies, poisoned allocations; see
+verify_compare.py); then compare, count unwritten/NaN/Inf, check bitwise determinism and inputs.
+"""
+
+from __future__ import annotations
+
+import ast
+import platform
+import traceback
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import Context
+from pydantic import Field
+
+from evokernel_mcp.errors import BadInput
+from evokernel_mcp.models import ErrorInfo, Model, Provenance
+from evokernel_mcp.runtime import protocol
+from evokernel_mcp.tasks import Task, load_task, task_from_reference
+from evokernel_mcp.verify_compare import DEFAULT_TOLERANCES, PRESET_OF_DTYPE
+
+Preset = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
+
+
+class ToleranceArg(Model):
+    """Override the default tolerance: a dtype preset, and/or explicit atol/rtol (these win)."""
+
+    preset: Preset | None = Field(default=None, description="Use this dtype's defaults (e.g. 'tf32' for an fp32 task "
+                                  "whose candidate uses TF32 matrix math).")
+    atol: float | None = Field(default=None, ge=0)
+    rtol: float | None = Field(default=None, ge=0)
+
+
+class VerifyCase(Model):
+    shape: str = Field(description="Shape-set name.")
+    seed: int
+    passed: bool
+    max_abs_err: float | None = None
+    max_rel_err: float | None = Field(default=None, description="max |out-ref| / (|ref| + atol) over finite outputs.")
+    rel_l2_err: float | None = Field(default=None, description="||out-ref|| / ||ref|| over finite outputs.")
+    calc_diff: float | None = Field(default=None, description="1 - 2*sum(out*ref)/sum(out^2+ref^2); 0 = identical.")
+    mismatches: int = 0
+    first_mismatch_index: list[int] | None = None
+    mismatch_indices: list[list[int]] = Field(default_factory=list, description="First (up to 10) mismatching indices.")
+    mismatch_examples: list[dict[str, Any]] = Field(default_factory=list)
+    nan_count: int = 0
+    inf_count: int = 0
+    unwritten_count: int = Field(default=0, description="Output elements the candidate never wrote (poison survived).")
+    numel: int | None = None
+    deterministic: bool | None = Field(default=None, description="Two runs on the same inputs were bitwise equal.")
+    inputs_mutated: bool | None = None
+    torch_max_abs_err: float | None = Field(default=None, description="PyTorch's own native-dtype error vs float64.")
+    atol: float | None = None
+    rtol: float | None = None
+    note: str | None = None
+
+
+class VerifyResult(Model):
+    passed: bool | None = Field(description="All cases passed; null while the job is still running (see job_id).")
+    state: Literal["queued", "running", "done", "failed", "cancelled"] = "done"
+    cases: list[VerifyCase] = Field(default_factory=list)
+    task: str | None = None
+    device: str | None = None
+    device_name: str | None = None
+    reference_precision: str | None = None
+    error: ErrorInfo | None = Field(default=None, description="Why the candidate did not finish (crash, hang, raise).")
+    stdout: str = ""
+    stderr: str = ""
+    job_id: str | None = Field(default=None, description="Set when not finished within wait_s: call job_result(job_id).")
+    message: str | None = None
+    versions: dict[str, Any] = Field(default_factory=dict)
+    provenance: list[Provenance] = Field(default_factory=list)
+
+
+# ---------------------------------------------------------------- server side
+def resolve_tolerance(arg: ToleranceArg | None) -> dict[str, float | str] | None:
+    if arg is None:
+        return None
+    out: dict[str, float | str] = {}
+    if arg.preset:
+        out["atol"], out["rtol"] = DEFAULT_TOLERANCES[arg.preset]
+    if arg.atol is not None:
+        out["atol"] = arg.atol
+    if arg.rtol is not None:
+        out["rtol"] = arg.rtol
+    if set(out) != {"atol", "rtol"}:
+        raise BadInput("tolerance needs a preset, or both atol and rtol (e.g. {'atol': 0.01, 'rtol': 0.01})")
+    return out
+
+
+def _load(task: str | None, reference: str | None) -> Task:
+    if (task is None) == (reference is None):
+        raise BadInput("pass exactly one of task (a name from list_tasks, or a path) and reference (KernelBench source)")
+    return load_task(task) if task is not None else task_from_reference(reference)
+
+
+def _check_candidate(candidate: str) -> None:
+    try:
+        tree = ast.parse(candidate)
+    except SyntaxError as e:
+        raise BadInput(f"candidate does not parse: line {e.lineno}: {e.msg}") from None
+    names = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    names |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    if not names & {"run", "ModelNew"}:
+        raise BadInput("candidate must define run(*inputs) (same inputs as the reference's forward) or "
+                       "class ModelNew(nn.Module)")
+
+
+def build_payload(task: Task, candidate: str, shapes: list[str] | None, seeds: int | list[int],
+                  tolerance: ToleranceArg | None, stop_on_first_failure: bool) -> dict[str, Any]:
+    _check_candidate(candidate)
+    names = shapes or task.shape_names()
+    for n in names:
+        task.shape_set(n)  # BadInput for unknown names
+    order = [s for s in task.shape_names() if s in names]  # cascade: small -> full
+    seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    if not seed_list:
+        raise BadInput("seeds must be a count >= 1 or a non-empty list")
+    return {"task": task.model_dump(), "candidate": candidate, "shapes": order, "seeds": seed_list,
+            "tolerance": resolve_tolerance(tolerance), "stop_on_first_failure": stop_on_first_failure}
+
+
+def result_from_reply(reply: protocol.WorkerReply, task_name: str) -> VerifyResult:
+    """Build the VerifyResult of a finished worker op (ok or not)."""
+    r = reply.result or {}
+    err = reply.error or (ErrorInfo(**r["error"]) if r.get("error") else None)
+    cases = [VerifyCase(**c) for c in r.get("cases", [])]
+    passed = bool(cases) and err is None and all(c.passed for c in cases)
+    dev = reply.device
+    prov = [Provenance(field="cases", source="measured", detail=f"worker on {dev} "
+                       f"({reply.worker_info.get('device_name', '?')}), reference {r.get('reference_precision')}")]
+    return VerifyResult(
+        passed=passed, cases=cases, task=task_name, device=dev, device_name=reply.worker_info.get("device_name"),
+        reference_precision=r.get("reference_precision"), error=err, stdout=reply.stdout, stderr=reply.stderr,
+        versions={k: v for k, v in reply.worker_info.items() if k in ("torch", "triton", "hip", "cuda", "python")},
+        provenance=prov)
+
+
+async def verify_vs_pytorch(
+    candidate: Annotated[str, Field(description="Python source defining run(*inputs) (Triton kernels + launcher) or "
+                                    "class ModelNew(nn.Module).")],
+    task: Annotated[str | None, Field(description="Shipped task name (list_tasks), task folder, or KernelBench .py path.")] = None,
+    reference: Annotated[str | None, Field(description="KernelBench-form reference source (instead of task).")] = None,
+    shapes: Annotated[list[str] | None, Field(description="Shape-set names; default all, run small -> full.")] = None,
+    seeds: Annotated[int | list[int], Field(description="Number of seeds (0..n-1) or explicit seeds.")] = 3,
+    tolerance: Annotated[ToleranceArg | None, Field(description="Override the per-dtype defaults.")] = None,
+    timeout_s: Annotated[float, Field(gt=0, le=3600, description="Hard limit for the whole check, seconds.")] = 300,
+    wait_s: Annotated[float, Field(ge=0, le=600, description="Return a job_id if not done by then, seconds.")] = 50,
+    stop_on_first_failure: Annotated[bool, Field(description="Cascade: stop at the first failing case.")] = False,
+    device: Annotated[str | None, Field(description="Pool device ('cpu', 'cuda:0', 'rocm:0'); default the first.")] = None,
+    ctx: Context | None = None,
+) -> VerifyResult:
+    """Check that a candidate kernel computes the same function as the PyTorch reference.
+
+    Call after compile_kernel and before benchmark. Runs in an isolated worker on fresh random inputs
+    per shape set and seed; reports per case max abs/rel error, mismatches with indices, NaN/Inf,
+    unwritten outputs, determinism and input mutation. If not done within wait_s, returns job_id:
+    then call job_result(job_id, wait_s)."""
+    from evokernel_mcp.runtime.submit import run_worker_job
+
+    t = _load(task, reference)
+    payload = build_payload(t, candidate, shapes, seeds, tolerance, stop_on_first_failure)
+    outcome = await run_worker_job(kind="verify", op="verify", payload=payload, device=device, timeout_s=timeout_s,
+                                   wait_s=wait_s, ctx=ctx, build=lambda reply, _j: result_from_reply(reply, t.name))
+    if outcome.state == "done" and outcome.result is not None:
+        return outcome.result  # type: ignore[return-value]
+    if outcome.finished:
+        return VerifyResult(passed=False, state=outcome.state, task=t.name, device=outcome.device, error=outcome.error)
+    return VerifyResult(passed=None, state=outcome.state, task=t.name, device=outcome.device, job_id=outcome.job_id,
+                        message=f"Not finished within wait_s={wait_s:g} s. Call job_result('{outcome.job_id}', wait_s) "
+                        "to fetch the result, job_status to look, cancel_job to stop it.")
+
+
+# ---------------------------------------------------------------- worker side
+def worker_verify(payload: dict[str, Any], progress) -> dict[str, Any]:
+    """Op "verify" (inside the worker). Returns {cases, error?, reference_precision}."""
+    import torch
+
+    from evokernel_mcp import candidate as cand
+    from evokernel_mcp.verify_case import run_case
+
+    task = Task(**payload["task"])
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    ref_mod = cand.load_module(task.reference_source, "reference", ".")
+    out: dict[str, Any] = {"cases": [], "reference_precision": f"float64 on {device} (inputs upcast)",
+                           "platform": platform.machine()}
+    try:
+        cand_mod = cand.load_candidate_module(payload["candidate"], ".")
+    except cand.CandidateError as e:
+        out["error"] = {"kind": "bad_candidate", "message": str(e), "detail": _user_tb(e)}
+        return out
+    total = len(payload["shapes"]) * len(payload["seeds"])
+    for shape in payload["shapes"]:
+        for seed in payload["seeds"]:
+            progress(len(out["cases"]), total, f"verify {task.name} {shape} seed {seed}")
+            try:
+                case = run_case(task, ref_mod, cand_mod, shape, seed, device, payload.get("tolerance"))
+            except cand.CandidateError as e:
+                out["error"] = {"kind": "bad_candidate", "message": str(e), "detail": _user_tb(e)}
+                return out
+            except Exception as e:  # noqa: BLE001
+                if protocol.classify_text(f"{type(e).__name__}: {e}"):
+                    raise  # CUDA/HIP error or OOM: the worker must be replaced (worker.py)
+                out["error"] = {"kind": "exception", "detail": _user_tb(e),
+                                "message": f"candidate raised {type(e).__name__}: {e} (shape set {shape!r}, "
+                                           f"seed {seed})"[:2000]}
+                return out
+            out["cases"].append(case)
+            if payload.get("stop_on_first_failure") and not case["passed"]:
+                return out
+    progress(total, total, "verify done")
+    return out
+
+
+def _user_tb(e: BaseException) -> str:
+    return protocol.tail("".join(traceback.format_exception(type(e), e, e.__traceback__)), 4000)
+

@@ -1,0 +1,75 @@
+"""Shipped tasks and the task loader: FLOP/byte arithmetic, KernelBench files, fresh random inputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evokernel_mcp.errors import BadInput, NotFound
+from evokernel_mcp.tasks import eval_expr, get_task, list_tasks, load_task
+
+KB = Path(__file__).resolve().parents[1] / "verify" / "candidates" / "kb_problem.py"
+
+
+def test_shipped_tasks_are_listed_with_shape_sets_small_to_full():
+    names = {t.name: t for t in list_tasks().tasks}
+    assert {"conv3d_depthwise", "rmsnorm", "softmax", "fused_mlp", "vector_add"} <= set(names)
+    for t in names.values():
+        assert t.shape_sets[0] == "small" and t.shape_sets[-1] == "full" and t.full_flops and t.full_bytes
+
+
+def test_flagship_conv3d_shapes_and_flops():
+    t = get_task("conv3d_depthwise")
+    full = t.shape_set("full")
+    assert full.input_shapes == {"x": [1, 512, 61, 45, 80], "weight": [512, 1, 3, 5, 5]}
+    assert full.flops == 1 * 512 * 59 * 45 * 80 * 75 * 2 == 16_312_320_000
+    assert round(full.flops / 1e9, 2) == 16.31
+    assert full.bytes == 2 * (512 * 61 * 45 * 80 + 512 * 75 + 512 * 59 * 45 * 80)
+    assert "bf16" in t.task_md and "class Model" in t.reference_source
+
+
+def test_expressions_are_safe_and_checked():
+    assert eval_expr("2*N*(D-KD+1)", {"N": 3, "D": 5, "KD": 3}) == 18
+    assert eval_expr("K**-0.5", {"K": 4}) == 0.5
+    with pytest.raises(BadInput, match="unknown symbol"):
+        eval_expr("2*Q", {"N": 1})
+    with pytest.raises(BadInput, match="unsupported"):
+        eval_expr("__import__('os').system('true')", {})
+
+
+def test_kernelbench_file_loads_unchanged():
+    t = load_task(str(KB))
+    assert t.kind == "kernelbench" and t.shape_names() == ["default"] and t.reference_source == KB.read_text()
+
+
+def test_missing_and_malformed_tasks(tmp_path):
+    with pytest.raises(NotFound, match="list_tasks"):
+        get_task("no_such_task")
+    bad = tmp_path / "bad.py"
+    bad.write_text("def get_inputs(): return []\n")
+    with pytest.raises(BadInput, match="Model"):
+        load_task(str(bad))
+    d = tmp_path / "t"
+    d.mkdir()
+    (d / "task.yaml").write_text("name: t\ninputs: [{name: x}]\n")
+    with pytest.raises(BadInput, match="malformed"):
+        load_task(str(d))
+
+
+def test_make_inputs_fresh_random_never_zero_and_seeded():
+    import torch
+
+    from evokernel_mcp.candidate import make_inputs
+
+    t = get_task("fused_mlp")
+    a = make_inputs(t, "small", 0, "cpu")
+    b = make_inputs(t, "small", 0, "cpu")
+    c = make_inputs(t, "small", 1, "cpu")
+    assert [x.shape for x in a] == [torch.Size([16, 32]), torch.Size([32, 64]), torch.Size([64]), torch.Size([64, 32])]
+    assert all(x.dtype == torch.bfloat16 for x in a)
+    assert all(torch.equal(x, y) for x, y in zip(a, b)) and not torch.equal(a[0], c[0])
+    assert all(int((x == 0).sum()) < x.numel() // 100 + 1 for x in a)
+    assert abs(float(a[1].float().std()) - 32 ** -0.5) < 0.05
+    w = make_inputs(get_task("rmsnorm"), "small", 3, "cpu")[1]
+    assert float(w.min()) >= 0.5 and float(w.max()) <= 1.5
