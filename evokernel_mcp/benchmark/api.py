@@ -1,0 +1,257 @@
+"""benchmark and measure_ceilings: server side. Validate, run the worker op as a job on the device
+(exclusive: one job per device at a time), then turn the raw times into statistics, speedup, roofline
+and flags HERE, in the server, where candidate code never runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import Context
+from pydantic import Field
+
+from evokernel_mcp.benchmark import roofline as rl
+from evokernel_mcp.benchmark import stats
+from evokernel_mcp.benchmark.models import (
+    BenchmarkResult, Ceilings, ClockReadings, Clocks, ShapeResult, TimingInfo, TimingStats,
+)
+from evokernel_mcp.benchmark.timing import TimingOptions
+from evokernel_mcp.errors import BadInput, EvoError
+from evokernel_mcp.models import ErrorInfo, Provenance
+from evokernel_mcp.runtime.protocol import WorkerReply
+from evokernel_mcp.tasks import Task
+
+log = logging.getLogger(__name__)
+SPEEDUP_FLAG_X = 10.0
+CEILINGS_OP = "evokernel_mcp.benchmark.ceilings:worker_ceilings"
+
+
+def _stats_of(run: dict[str, Any], confidence: float) -> TimingStats:
+    return stats.summarize(run["times_ms"], confidence)
+
+
+def _info(run: dict[str, Any] | None) -> TimingInfo | None:
+    if not run:
+        return None
+    keys = ("stop_reason", "warmup_calls", "copies", "flush_bytes", "event_overhead_ms", "host_timing")
+    return TimingInfo(**{k: run.get(k) for k in keys if run.get(k) is not None},
+                      overhead_subtracted=bool(run.get("overhead_subtracted")))
+
+
+def _peaks(info: dict[str, Any], dtype: str | None, unit: str) -> tuple[rl.Peak | None, rl.Peak | None]:
+    arch = info.get("arch")
+    if not arch or not dtype:
+        return None, None
+    try:
+        product = rl.resolve_product(arch, info.get("name"))
+        return rl.datasheet_peaks(arch, product, dtype, unit)
+    except (BadInput, KeyError):
+        return None, None  # an arch the table does not know: no datasheet peaks
+
+
+def _flags(sr: ShapeResult, cand: dict[str, Any], host: bool) -> list[str]:
+    flags = []
+    if sr.speedup is not None and sr.speedup > SPEEDUP_FLAG_X:
+        flags.append(f"speedup {sr.speedup:.1f}x > {SPEEDUP_FLAG_X:g}x: a person must confirm it (check the "
+                     "candidate computes the full problem and is not caching results)")
+    for key, what in (("check_timed", "the last timed run's output"), ("check_fresh", "the output on fresh inputs")):
+        chk = cand.get(key) or {}
+        if not chk.get("passed"):
+            flags.append(f"{what} does NOT match the reference ({chk.get('mismatches')} mismatches, "
+                         f"{chk.get('note') or 'see check_detail'}): the timing is of a wrong kernel")
+    if sr.fraction_of_roofline is not None and sr.fraction_of_roofline > 1.05 and not host:
+        flags.append(f"faster than the roofline bound ({sr.fraction_of_roofline:.2f}x): the byte/FLOP counts, the "
+                     "peaks or the candidate's work are wrong")
+    if host:
+        flags.append("host timing on the CPU path (no GPU): not device time; use for plumbing only")
+    return flags
+
+
+def shape_result(raw: dict[str, Any], task: Task, info: dict[str, Any], ceil: Ceilings | None, unit: str,
+                 confidence: float) -> ShapeResult:
+    """One shape set's ShapeResult from the worker's raw times and checks."""
+    host = bool(raw["candidate"].get("host_timing"))
+    c = _stats_of(raw["candidate"], confidence)
+    b = _stats_of(raw["baseline"], confidence) if raw.get("baseline") else None
+    ss = task.shape_set(raw["shape"])
+    bw, tf = _peaks(info, raw.get("output_dtype") or (task.inputs[0].dtype if task.inputs else None), unit)
+    dtype = rl.norm_dtype(raw.get("output_dtype") or "fp32")
+    ceil_gbs = ceil.copy_gbs if ceil and not host else None
+    ceil_tf = ceil.matmul_tflops.get(dtype) if ceil and not host and unit == "matrix" else None
+    kw = dict(peak_gbs=bw.value if bw else None, peak_tflops=tf.value if tf else None,
+              ceil_gbs=ceil_gbs, ceil_tflops=ceil_tf)
+    roof = rl.compute_roofline(c.median_ms, ss.bytes, ss.flops, **kw) if c.median_ms > 0 else None
+    base_roof = rl.compute_roofline(b.median_ms, ss.bytes, ss.flops, **kw) if b and b.median_ms > 0 else None
+    sp = stats.speedup(c, b) if b and c.median_ms > 0 else None
+    sr = ShapeResult(
+        shape=raw["shape"], candidate=c, baseline=b, speedup=sp.speedup if sp else None,
+        speedup_ci=sp.speedup_ci if sp else None, noise=sp.noise if sp else None,
+        achieved_gbs=roof.achieved_gbs if roof else None, achieved_tflops=roof.achieved_tflops if roof else None,
+        roofline_ms=roof.roofline_ms if roof else None,
+        fraction_of_roofline=roof.fraction_of_roofline if roof else None, roofline=roof, baseline_roofline=base_roof,
+        candidate_timing=_info(raw["candidate"]), baseline_timing=_info(raw.get("baseline")),
+        correct_after_timing=bool((raw.get("check_timed") or {}).get("passed"))
+        and bool((raw.get("check_fresh") or {}).get("passed")),
+        check_detail=str({"timed": raw.get("check_timed"), "fresh": raw.get("check_fresh")})[:1500])
+    sr.flags = _flags(sr, raw, host)
+    return sr
+
+
+def _provenance(info: dict[str, Any], raws: list[dict], ceil: Ceilings | None, unit: str, dtype: str | None,
+                task: Task) -> list[Provenance]:
+    dev = f"{info.get('name')} ({info.get('arch') or 'cpu'})"
+    method = raws[0]["candidate"]["method"] if raws else "n/a"
+    prov = [Provenance(field="results[].candidate, results[].baseline", source="measured",
+                       detail=f"{dev}: {method}; statistics computed in the server from raw times")]
+    prov.append(Provenance(field="results[].roofline.bytes/flops", source=f"task.yaml of {task.name}",
+                           detail=f"bytes = {task.bytes_expr}; flops = {task.flops_expr}"))
+    bw, tf = _peaks(info, dtype, unit)
+    prov += [p.provenance for p in (bw, tf) if p is not None]
+    if ceil is not None:
+        prov += ceil.provenance
+    return prov
+
+
+def result_from_reply(reply: WorkerReply, task: Task, unit: str, confidence: float) -> BenchmarkResult:
+    """BenchmarkResult of a finished worker op (ok or not)."""
+    r = reply.result or {}
+    info = r.get("device_info") or {"name": reply.worker_info.get("device_name")}
+    err = reply.error or (ErrorInfo(**{k: v for k, v in r["error"].items() if k in ("kind", "message", "detail")})
+                          if r.get("error") else None)
+    ceil = None
+    if isinstance(r.get("ceilings"), dict) and "device" in r["ceilings"]:
+        ceil = Ceilings(**r["ceilings"])
+    results = []
+    for raw in r.get("shapes", []):
+        try:
+            results.append(shape_result(raw, task, info, ceil, unit, confidence))
+        except EvoError as e:
+            err = err or ErrorInfo(kind="internal", message=f"shape {raw.get('shape')}: {e}")
+    dtype = next((x.get("output_dtype") for x in r.get("shapes", []) if x.get("output_dtype")), None)
+    clocks = None
+    if r.get("clocks_before") or r.get("clocks_after"):
+        clocks = ClockReadings(before=Clocks(**r["clocks_before"]) if r.get("clocks_before") else None,
+                               after=Clocks(**r["clocks_after"]) if r.get("clocks_after") else None)
+    versions = {k: (str(info[k]) if info.get(k) is not None else None)
+                for k in ("torch", "triton", "cuda", "hip", "python") if k in info}
+    if ceil is not None:
+        versions["driver"] = ceil.driver
+    raws = r.get("shapes", [])
+    return BenchmarkResult(
+        results=results, device=f"{reply.device}: {info.get('name')}", clocks=clocks, versions=versions,
+        state="done" if err is None else "failed", error=err, stdout=reply.stdout or None,
+        stderr=reply.stderr or None, timing_method=raws[0]["candidate"]["method"] if raws else None,
+        provenance=_provenance(info, raws, ceil, unit, dtype, task))
+
+
+def _load(task: str | None, reference: str | None) -> Task:
+    from evokernel_mcp.verify import _load as load
+
+    return load(task, reference)
+
+
+def _check_source(source: str, what: str) -> None:
+    from evokernel_mcp.verify import _check_candidate
+
+    try:
+        _check_candidate(source)
+    except BadInput as e:
+        raise BadInput(f"{what}: {e}") from None
+
+
+def build_payload(t: Task, candidate: str, baseline: str, shapes: list[str] | None, opt: TimingOptions,
+                  seed: int) -> dict[str, Any]:
+    _check_source(candidate, "candidate")
+    if baseline != "pytorch":
+        _check_source(baseline, "baseline")
+    names = shapes or t.shape_names()
+    if not names:
+        raise BadInput("shapes is empty: name at least one shape set (see get_task)")
+    for n in names:
+        t.shape_set(n)
+    order = [s for s in t.shape_names() if s in names]
+    return {"task": t.model_dump(), "candidate": candidate, "baseline": baseline, "shapes": order,
+            "options": dataclasses.asdict(opt), "seed": seed, "ceilings": True}
+
+
+async def benchmark(
+    candidate: Annotated[str, Field(description="Python source defining run(*inputs) or class ModelNew(nn.Module); "
+                                    "verify it first with verify_vs_pytorch.")],
+    task: Annotated[str | None, Field(
+        description="Shipped task name (list_tasks), task folder, or KernelBench .py path.")] = None,
+    reference: Annotated[str | None, Field(description="KernelBench-form reference source (instead of task).")] = None,
+    baseline: Annotated[str, Field(
+        description="'pytorch' (the reference) or a second candidate's source.")] = "pytorch",
+    shapes: Annotated[list[str] | None, Field(description="Shape-set names; default all (small -> full).")] = None,
+    cold_cache: Annotated[bool, Field(description="Flush L2 (+ Infinity Cache) before every timed launch.")] = True,
+    min_reps: Annotated[int, Field(ge=1, le=100000, description="Timed repetitions at least.")] = 20,
+    max_time_s: Annotated[float, Field(gt=0, le=120, description="Stop adding repetitions after this many "
+                                       "seconds per measured series (candidate and baseline each, per shape).")] = 2.0,
+    target_rel_ci: Annotated[float, Field(gt=0, le=1, description="Stop when the median's CI half-width is "
+                                          "below this fraction of the median (0.005 = +/-0.5 %).")] = 0.005,
+    use_graph: Annotated[bool, Field(description="Time CUDA/HIP graph replays (launch-bound callables).")] = False,
+    subtract_event_overhead: Annotated[bool, Field(
+        description="Subtract the measured cost of an empty event pair from every time (tiny kernels).")] = False,
+    compute_unit: Annotated[Literal["matrix", "vector"], Field(
+        description="Which FLOP peak bounds the roofline: matrix units (MFMA / tensor cores) or vector ALUs "
+        "(e.g. depthwise convolution, elementwise).")] = "matrix",
+    seed: Annotated[int, Field(ge=0, description="Seed of the timed inputs (the check uses another).")] = 0,
+    timeout_s: Annotated[float, Field(gt=0, le=3600, description="Hard limit for the whole job, seconds.")] = 600,
+    wait_s: Annotated[float, Field(ge=0, le=600, description="Return a job_id if not done by then, seconds.")] = 50,
+    device: Annotated[str | None, Field(
+        description="Pool device ('cpu', 'cuda:0', 'rocm:0'); default the first.")] = None,
+    ctx: Context | None = None,
+) -> BenchmarkResult:
+    """Time a verified candidate against PyTorch (or a second candidate) and against the hardware's limit.
+
+    Call after verify_vs_pytorch passes. Per shape set: median/min/mean/p10/p90/std and the median's
+    confidence interval (ms of device time, cold L2 by default), speedup with its interval and a noise
+    verdict, achieved GB/s and TFLOP/s, the roofline-bound time and the fraction of it reached, flags
+    for a person (speedup > 10x, output wrong after timing). The device is held exclusively while
+    timing. If not done within wait_s, returns job_id: then call job_result(job_id, wait_s)."""
+    from evokernel_mcp.runtime.submit import run_worker_job
+
+    opt = TimingOptions(cold_cache=cold_cache, min_reps=min_reps, max_time_s=max_time_s,
+                        target_rel_ci=target_rel_ci, use_graph=use_graph, max_reps=max(20000, min_reps),
+                        subtract_overhead=subtract_event_overhead)
+    t = _load(task, reference)
+    payload = build_payload(t, candidate, baseline, shapes, opt, seed)
+    outcome = await run_worker_job(
+        kind="benchmark", op="benchmark", payload=payload, device=device, timeout_s=timeout_s, wait_s=wait_s,
+        ctx=ctx, build=lambda reply, _j: result_from_reply(reply, t, compute_unit, opt.confidence))
+    if outcome.state == "done" and outcome.result is not None:
+        return outcome.result  # type: ignore[return-value]
+    if outcome.finished:
+        return BenchmarkResult(state=outcome.state, device=outcome.device, error=outcome.error)
+    return BenchmarkResult(state=outcome.state, device=outcome.device, job_id=outcome.job_id,
+                           message=f"Not finished within wait_s={wait_s:g} s. Call job_result('{outcome.job_id}', "
+                           "wait_s) to fetch the result, job_status to look, cancel_job to stop it.")
+
+
+async def measure_ceilings(
+    refresh: Annotated[bool, Field(description="Measure again even if cached for this device/driver/torch.")] = False,
+    device: Annotated[str | None, Field(description="Pool device; default the first.")] = None,
+    timeout_s: Annotated[float, Field(gt=0, le=1800)] = 300,
+    wait_s: Annotated[float, Field(ge=0, le=600)] = 50,
+    ctx: Context | None = None,
+) -> Ceilings:
+    """Measure the device's real ceilings once: device-to-device copy bandwidth (GB/s, read + write bytes)
+    and matmul TFLOP/s for bf16/fp16/fp32 on random data. Cached per device + driver + torch version;
+    benchmark uses them for roofline_ms and the fraction of measured ceilings. Cheap when cached."""
+    from evokernel_mcp.runtime.submit import run_worker_job
+
+    def build(reply: WorkerReply, _j) -> Ceilings:
+        if not reply.ok or not reply.result:
+            msg = reply.error.message if reply.error else "no result"
+            raise EvoError(f"measuring the ceilings failed on {reply.device}: {msg}")
+        return Ceilings(**reply.result)
+
+    outcome = await run_worker_job(kind="measure_ceilings", op=CEILINGS_OP, payload={"refresh": refresh},
+                                   device=device, timeout_s=timeout_s, wait_s=wait_s, ctx=ctx, build=build)
+    if outcome.state == "done" and outcome.result is not None:
+        return outcome.result  # type: ignore[return-value]
+    if outcome.finished:
+        raise EvoError(outcome.error.message if outcome.error else f"measure_ceilings {outcome.state}")
+    raise EvoError(f"measure_ceilings is still running as {outcome.job_id}: call job_result('{outcome.job_id}', "
+                   "wait_s) for the result")

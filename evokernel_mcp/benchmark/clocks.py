@@ -1,0 +1,104 @@
+"""Clocks read before and after a benchmark: nvidia-smi (CUDA) or amd-smi (ROCm). None when unavailable.
+
+Runner: `read_clocks(backend, index)` (subprocess only, through subproc.run_sync); parsers are pure.
+- nvidia-smi: `nvidia-smi --query-gpu=clocks.sm,clocks.mem --format=csv,noheader,nounits -i N` prints one
+  line per GPU, fields separated by ', ' (values in MHz; '[N/A]' when unsupported).
+- amd-smi: `amd-smi metric --clock -g N` text form (tests/fixtures/rocm/amd-smi/metric_clock_text_*.txt):
+  per clock domain `GFX_k:` / `MEM_0:` blocks with `CLK: <v> MHz`. The SM clock is the mean over GFX_k.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+
+from evokernel_mcp.benchmark.models import Clocks
+from evokernel_mcp.errors import EvoError, ParseError
+from evokernel_mcp.subproc import resolve_executable, run_sync
+
+log = logging.getLogger(__name__)
+NVSMI_ARGS = ["--query-gpu=clocks.sm,clocks.mem", "--format=csv,noheader,nounits"]
+
+
+def _num(text: str) -> float | None:
+    m = re.search(r"-?\d+(?:\.\d+)?", text)
+    return float(m.group(0)) if m else None
+
+
+def parse_nvidia_smi_clocks(text: str) -> Clocks:
+    """First non-empty line 'sm, mem' (MHz) -> Clocks; ParseError when it is not two fields."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        raise ParseError("nvidia-smi", "line 1", message="empty output")
+    parts = [p.strip() for p in lines[0].split(",")]
+    if len(parts) != 2:
+        raise ParseError("nvidia-smi", "line 1", message=f"expected 'sm, mem', got {lines[0]!r}")
+    return Clocks(sm_mhz=_num(parts[0]), mem_mhz=_num(parts[1]), source="nvidia-smi")
+
+
+def parse_amd_smi_clock_text(text: str) -> Clocks:
+    """`amd-smi metric --clock` text -> Clocks (mean of GFX_k CLK, MEM_0 CLK)."""
+    gfx, mem, domain = [], None, None
+    for ln in text.splitlines():
+        s = ln.strip()
+        m = re.fullmatch(r"([A-Z]+_\d+):", s)
+        if m:
+            domain = m.group(1)
+            continue
+        m = re.fullmatch(r"CLK:\s*(\S+)(?:\s*MHz)?", s)
+        if m and domain:
+            v = _num(m.group(1))
+            if domain.startswith("GFX_") and v is not None:
+                gfx.append(v)
+            elif domain == "MEM_0":
+                mem = v
+    if not gfx and mem is None:
+        raise ParseError("amd-smi", "CLOCK section", message="no GFX_k or MEM_0 'CLK:' lines")
+    return Clocks(sm_mhz=sum(gfx) / len(gfx) if gfx else None, mem_mhz=mem, source="amd-smi")
+
+
+def _physical_index(env_var: str, index: int) -> str:
+    vis = os.environ.get(env_var, "")
+    ids = [v.strip() for v in vis.split(",") if v.strip()]
+    return ids[index] if index < len(ids) else str(index)
+
+
+def read_clocks(backend: str, index: int = 0, timeout_s: float = 10.0) -> Clocks | None:
+    """Live clocks of one device; None when the tool is missing or its output cannot be read."""
+    try:
+        if backend == "cuda":
+            exe = resolve_executable("nvidia-smi")
+            if exe is None:
+                return None
+            res = run_sync([exe, *NVSMI_ARGS, "-i", _physical_index("CUDA_VISIBLE_DEVICES", index)],
+                           timeout_s=timeout_s)
+            return parse_nvidia_smi_clocks(res.stdout) if res.returncode == 0 else None
+        if backend == "rocm":
+            exe = resolve_executable("amd-smi", env_var="AMD_SMI")
+            if exe is None:
+                return None
+            gpu = _physical_index("HIP_VISIBLE_DEVICES", index)
+            res = run_sync([exe, "metric", "--clock", "-g", gpu], timeout_s=timeout_s)
+            return parse_amd_smi_clock_text(res.stdout) if res.returncode == 0 else None
+    except (EvoError, OSError) as e:
+        log.info("clocks unavailable: %s", e)
+    return None
+
+
+def driver_version(backend: str, timeout_s: float = 10.0) -> str | None:
+    """GPU driver version: nvidia-smi's driver_version, or the amdgpu module version; None if unknown."""
+    try:
+        if backend == "cuda":
+            exe = resolve_executable("nvidia-smi")
+            if exe is None:
+                return None
+            res = run_sync([exe, "--query-gpu=driver_version", "--format=csv,noheader"], timeout_s=timeout_s)
+            line = next((ln.strip() for ln in res.stdout.splitlines() if ln.strip()), "")
+            return line or None
+        if backend == "rocm":
+            with open("/sys/module/amdgpu/version", encoding="utf-8") as f:
+                return f.read().strip() or None
+    except (EvoError, OSError) as e:
+        log.info("driver version unavailable: %s", e)
+    return None

@@ -1,0 +1,127 @@
+"""Result models of benchmark and measure_ceilings (names fixed by shared/API.md; more fields may be added)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from evokernel_mcp.models import ErrorInfo, Model, Provenance
+
+
+class TimingStats(Model):
+    """Summary of one series of timed repetitions (all in milliseconds of device time, or host time on CPU)."""
+
+    median_ms: float
+    min_ms: float
+    mean_ms: float
+    p10_ms: float = Field(description="10th percentile (linear interpolation).")
+    p90_ms: float = Field(description="90th percentile (linear interpolation).")
+    std_ms: float = Field(description="Sample standard deviation (n-1); 0 for a single repetition.")
+    ci_median_ms: tuple[float, float] = Field(
+        description="Confidence interval of the median [lo, hi] by binomial order statistics "
+        "(distribution-free); [min, max] when there are too few repetitions to reach the confidence.")
+    reps: int = Field(description="Timed repetitions (warm-up excluded).")
+    confidence: float = Field(default=0.95, description="Coverage of ci_median_ms.")
+    rel_ci: float = Field(description="Half-width of ci_median_ms over the median (0.01 = +/-1 %).")
+
+
+class Speedup(Model):
+    speedup: float = Field(description="baseline median / candidate median (> 1: the candidate is faster).")
+    speedup_ci: tuple[float, float] = Field(
+        description="Conservative interval: [baseline CI lo / candidate CI hi, baseline CI hi / candidate CI lo].")
+    noise: bool = Field(description="True when the two medians' intervals overlap: no difference was shown.")
+
+
+class Roofline(Model):
+    """How far a time is from what the silicon allows, for one shape set."""
+
+    bytes: float | None = Field(default=None, description="Minimum bytes moved (task.yaml).")
+    flops: float | None = Field(default=None, description="Floating-point operations (task.yaml).")
+    achieved_gbs: float | None = Field(default=None, description="bytes / median time, in GB/s (1e9).")
+    achieved_tflops: float | None = Field(default=None, description="flops / median time, in TFLOP/s (1e12).")
+    fraction_of_peak_bandwidth: float | None = Field(default=None, description="achieved / arch-table peak.")
+    fraction_of_peak_tflops: float | None = Field(default=None, description="achieved / arch-table peak (dtype).")
+    fraction_of_measured_bandwidth: float | None = Field(default=None, description="achieved / measured copy ceiling.")
+    fraction_of_measured_tflops: float | None = Field(default=None, description="achieved / measured matmul ceiling.")
+    roofline_ms: float | None = Field(
+        default=None, description="max(bytes/bandwidth, flops/peak) with measured ceilings where known, else "
+        "arch-table peaks (see provenance).")
+    roofline_datasheet_ms: float | None = Field(default=None, description="The same bound from arch-table peaks only.")
+    bound: str | None = Field(default=None, description="'memory' or 'compute': the larger term of the bound.")
+    fraction_of_roofline: float | None = Field(
+        default=None, description="roofline_ms / median_ms (1.0 = at the bound; 0.25 = 4x slower than the bound).")
+    gap_ms: float | None = Field(default=None, description="median_ms - roofline_ms.")
+
+
+class TimingInfo(Model):
+    """How one series was taken (for a person checking the method)."""
+
+    stop_reason: str | None = Field(default=None, description="target_rel_ci, max_time_s or max_reps.")
+    warmup_calls: int | None = None
+    copies: int | None = Field(default=None, description="Input sets rotated among.")
+    flush_bytes: int | None = Field(default=None, description="Bytes read by the cache flush before each launch.")
+    event_overhead_ms: float | None = Field(
+        default=None, description="Median of an empty event pair after a flush (included in the times unless "
+        "subtract_event_overhead).")
+    overhead_subtracted: bool = False
+    host_timing: bool = False
+
+
+class ShapeResult(Model):
+    shape: str
+    candidate: TimingStats
+    baseline: TimingStats | None = None
+    speedup: float | None = None
+    speedup_ci: tuple[float, float] | None = None
+    achieved_gbs: float | None = None
+    achieved_tflops: float | None = None
+    roofline_ms: float | None = None
+    fraction_of_roofline: float | None = None
+    noise: bool | None = Field(default=None, description="Speedup not shown: the medians' intervals overlap.")
+    flags: list[str] = Field(default_factory=list, description="Things a person must look at (e.g. speedup > 10x).")
+    roofline: Roofline | None = Field(default=None, description="All roofline numbers for the candidate.")
+    baseline_roofline: Roofline | None = None
+    candidate_timing: TimingInfo | None = None
+    baseline_timing: TimingInfo | None = None
+    correct_after_timing: bool | None = Field(
+        default=None, description="The candidate's output on fresh inputs matched the reference after timing.")
+    check_detail: str | None = None
+
+
+class Clocks(Model):
+    sm_mhz: float | None = None
+    mem_mhz: float | None = None
+    source: str | None = Field(default=None, description="nvidia-smi / amd-smi; None when unavailable.")
+
+
+class ClockReadings(Model):
+    before: Clocks | None = None
+    after: Clocks | None = None
+
+
+class BenchmarkResult(Model):
+    results: list[ShapeResult] = Field(default_factory=list)
+    device: str | None = None
+    clocks: ClockReadings | None = Field(default=None, description="Clocks read before and after; None if unavailable.")
+    versions: dict[str, str | None] = Field(default_factory=dict)
+    job_id: str | None = Field(default=None, description="Set when the job did not finish within wait_s.")
+    state: Literal["queued", "running", "done", "failed", "cancelled"] = "done"
+    message: str | None = None
+    timing_method: str | None = Field(default=None, description="How the times were taken (events, flush, host).")
+    error: ErrorInfo | None = None
+    stdout: str | None = None
+    stderr: str | None = None
+    provenance: list[Provenance] = Field(default_factory=list)
+
+
+class Ceilings(Model):
+    device: str
+    driver: str | None = None
+    torch_version: str | None = None
+    copy_gbs: float | None = Field(default=None, description="Device-to-device copy, read + write bytes, GB/s.")
+    matmul_tflops: dict[str, float] = Field(default_factory=dict, description="dtype -> TFLOP/s, random data.")
+    measured_at: str | None = None
+    cached: bool = False
+    host_timing: bool = Field(default=False, description="True on the CPU path (no GPU): host numbers.")
+    provenance: list[Provenance] = Field(default_factory=list)

@@ -1,0 +1,328 @@
+"""The in-worker timing loop (our code, never the candidate's). Returns raw times; the server does the stats.
+
+GPU method (CUDA and HIP through torch):
+- warm-up calls first (compilation, autotuning, allocator and handle creation stay out of the numbers);
+- cold cache: before every timed launch, a READ-ONLY pass over a buffer of max(2 x (L2 + Infinity Cache),
+  256 MiB). The buffer is written once at set-up, so the caches then hold clean lines of an unrelated
+  buffer and the previous repetition's dirty lines are written back during the flush, not during the timed
+  launch (triton.testing.do_bench's zero-fill flush leaves dirty lines whose write-back the next kernel
+  pays: +42 % on an 8 us kernel). Inputs are rotated among several copies when they would fit in cache;
+- events tightly around the launch only (start recorded after the flush, end right after the launch);
+- each batch of repetitions is queued behind a GPU sleep long enough that the host stays ahead of the
+  device, so no host launch latency falls between the start event and the kernel;
+- repetitions until the median's relative CI reaches target_rel_ci or max_time_s has passed (at least
+  min_reps, at most max_reps); optional CUDA/HIP graph replay for launch-bound callables;
+- the bare cost of an empty event pair (after a flush) is measured and reported, not subtracted unless
+  asked (subtract_overhead).
+CPU path (no GPU): time.perf_counter_ns around each call, labelled host timing, no cache flush.
+
+Timer functions are bound when this module is imported (before any candidate is loaded), so a candidate
+that patches torch.cuda.Event or time.perf_counter_ns later does not change our clock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from evokernel_mcp.benchmark.stats import rel_ci_of
+from evokernel_mcp.errors import BadInput
+
+_perf_ns = time.perf_counter_ns
+_monotonic = time.monotonic
+MIN_FLUSH_BYTES = 256 << 20
+MAX_COPIES = 16
+_event_api: dict[str, Any] = {}
+
+
+def _bind_event_api() -> dict[str, Any]:
+    """torch.cuda.Event and its methods, bound once (called at worker start, before candidates load)."""
+    if not _event_api:
+        import torch
+
+        ev = torch.cuda.Event
+        _event_api.update(Event=ev, record=ev.record, elapsed=ev.elapsed_time, sync=torch.cuda.synchronize)
+    return _event_api
+
+
+@dataclass(frozen=True)
+class TimingOptions:
+    cold_cache: bool = True
+    min_reps: int = 10
+    max_reps: int = 20000
+    max_time_s: float = 2.0
+    target_rel_ci: float = 0.005
+    confidence: float = 0.95
+    warmup_ms: float = 25.0
+    use_graph: bool = False
+    subtract_overhead: bool = False
+
+    def __post_init__(self) -> None:
+        if self.min_reps < 1:
+            raise BadInput(f"min_reps = {self.min_reps}: at least 1 timed repetition is needed")
+        if self.max_reps < self.min_reps:
+            raise BadInput(f"max_reps = {self.max_reps} is below min_reps = {self.min_reps}")
+        if not self.max_time_s > 0:
+            raise BadInput(f"max_time_s = {self.max_time_s}: a time limit must be > 0 s")
+        if not self.target_rel_ci > 0:
+            raise BadInput(f"target_rel_ci = {self.target_rel_ci}: must be > 0 (e.g. 0.005 for +/-0.5 %)")
+        if not 0 < self.confidence < 1:
+            raise BadInput(f"confidence = {self.confidence}: must be between 0 and 1")
+        if self.warmup_ms < 0:
+            raise BadInput(f"warmup_ms = {self.warmup_ms}: must be >= 0")
+
+
+@dataclass
+class TimingRun:
+    times_ms: list[float]
+    method: str
+    host_timing: bool
+    warmup_calls: int
+    copies: int
+    stop_reason: str
+    flush_bytes: int | None = None
+    event_overhead_ms: float | None = None
+    overhead_subtracted: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        keys = ("times_ms", "method", "host_timing", "warmup_calls", "copies", "stop_reason", "flush_bytes",
+                "event_overhead_ms", "overhead_subtracted", "extra")
+        return {k: getattr(self, k) for k in keys}
+
+
+def _stop(times: Sequence[float], opt: TimingOptions, t0: float) -> str | None:
+    n = len(times)
+    if n < opt.min_reps:
+        return None
+    if n >= opt.max_reps:
+        return "max_reps"
+    if _monotonic() - t0 >= opt.max_time_s:
+        return "max_time_s"
+    if rel_ci_of(times, opt.confidence) <= opt.target_rel_ci:
+        return "target_rel_ci"
+    return None
+
+
+def _next_batch(done: int, opt: TimingOptions, per_rep_s: float, t0: float) -> int:
+    if done < opt.min_reps:
+        return opt.min_reps - done
+    left_s = max(opt.max_time_s - (_monotonic() - t0), 0.0)
+    want = int(left_s / max(per_rep_s, 1e-7) / 4) if per_rep_s > 0 else 16
+    return max(1, min(want, max(done // 2, 8), opt.max_reps - done, 2000))
+
+
+# ----------------------------------------------------------------------------------------- CPU (host)
+def time_host(fn: Callable[..., Any], arg_sets: Sequence[tuple], opt: TimingOptions,
+              progress: Callable[[float, str], None] | None = None) -> TimingRun:
+    """Host wall-clock timing (no GPU): perf_counter_ns around each call."""
+    if not arg_sets:
+        raise BadInput("no input sets to time with")
+    warm, w0 = 0, _perf_ns()
+    while warm < 1 or (_perf_ns() - w0) / 1e6 < opt.warmup_ms and warm < 100:
+        fn(*arg_sets[warm % len(arg_sets)])
+        warm += 1
+    times: list[float] = []
+    t0 = _monotonic()
+    while True:
+        i = len(times)
+        a = arg_sets[i % len(arg_sets)]
+        s = _perf_ns()
+        fn(*a)
+        times.append((_perf_ns() - s) / 1e6)
+        reason = _stop(times, opt, t0) if len(times) >= opt.min_reps else None
+        if reason:
+            break
+        if progress and len(times) % 50 == 0:
+            progress(min(len(times) / max(opt.min_reps, 1), 1.0), f"{len(times)} reps")
+    return TimingRun(times, "host wall clock (time.perf_counter_ns) around each call; no cache flush; "
+                     "CPU path: NOT device time", True, warm, len(arg_sets), reason)
+
+
+# ----------------------------------------------------------------------------------------- GPU
+def cache_bytes(device: Any) -> tuple[int, int, str]:
+    """(L2 bytes, Infinity Cache / MALL bytes, where they came from) for a torch device."""
+    import torch
+
+    props = torch.cuda.get_device_properties(device)
+    l2 = int(getattr(props, "L2_cache_size", 0) or 0)
+    mall, src = 0, "torch.cuda.get_device_properties(L2_cache_size)"
+    arch = (getattr(props, "gcnArchName", "") or "").split(":")[0]
+    if arch.startswith("gfx"):
+        try:
+            from evokernel_mcp.arch import table
+            from evokernel_mcp.benchmark.roofline import resolve_product
+
+            product = resolve_product(arch, props.name)
+            f = table.product_fact(arch, product, "infinity_cache_mib") if product else None
+            if f is not None:
+                mall = int(float(f.value) * (1 << 20))
+                src += f"; MALL from {f.ref}"
+        except Exception:  # noqa: BLE001 - an arch the table does not know: no MALL term, keep the floor
+            pass
+    return l2, mall, src
+
+
+class CacheFlusher:
+    """Evicts L2 (+ MALL) with a read-only pass over a buffer written once, so the caches hold clean lines."""
+
+    def __init__(self, device: Any, nbytes: int | None = None) -> None:
+        import torch
+
+        l2, mall, self.source = cache_bytes(device)
+        self.nbytes = int(nbytes or max(2 * (l2 + mall), MIN_FLUSH_BYTES))
+        self.buf = torch.ones(self.nbytes // 4, dtype=torch.float32, device=device)  # the only write pass
+        self.sink = torch.empty((), dtype=torch.float32, device=device)
+        self.flush()  # evicts the dirty lines left by the fill itself
+
+    def flush(self) -> None:
+        import torch
+
+        torch.sum(self.buf, dim=0, out=self.sink)
+
+
+def _sleep_cycles_per_ms(api: dict[str, Any]) -> float | None:
+    """Calibrate torch.cuda._sleep (cycles) against events; None when this torch build has no _sleep."""
+    import torch
+
+    if not callable(getattr(torch.cuda, "_sleep", None)):
+        return None
+    s, e = api["Event"](enable_timing=True), api["Event"](enable_timing=True)
+    torch.cuda._sleep(1000)
+    api["record"](s)
+    torch.cuda._sleep(2_000_000)
+    api["record"](e)
+    api["sync"]()
+    ms = api["elapsed"](s, e)
+    return 2_000_000 / ms if ms > 0 else 1.5e6
+
+
+def _make_graphs(fn: Callable[..., Any], arg_sets: Sequence[tuple]) -> list[Callable[[], Any]]:
+    import torch
+
+    calls = []
+    for a in arg_sets:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                fn(*a)
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn(*a)
+        calls.append(g.replay)
+    return calls
+
+
+def time_device(fn: Callable[..., Any], arg_sets: Sequence[tuple], opt: TimingOptions, device: Any = None,
+                progress: Callable[[float, str], None] | None = None, flusher: CacheFlusher | None = None) -> TimingRun:
+    """Device-event timing of fn(*args) with the method in the module docstring."""
+    import torch
+
+    if not arg_sets:
+        raise BadInput("no input sets to time with")
+    api = _bind_event_api()
+    device = device if device is not None else torch.device("cuda", torch.cuda.current_device())
+    if opt.cold_cache and flusher is None:
+        flusher = CacheFlusher(device)
+    calls = [(lambda a=a: fn(*a)) for a in arg_sets]
+    warm, w0 = _warm_up(calls, opt, api)
+    if opt.use_graph:
+        calls = _make_graphs(fn, arg_sets)
+    api["sync"]()
+    host_per_rep_s = w0
+    cycles_per_ms = _sleep_cycles_per_ms(api)
+    overhead = _event_overhead_ms(flusher, api, 50)
+    times: list[float] = []
+    t0 = _monotonic()
+    reason = None
+    per_rep_s = host_per_rep_s
+    while reason is None:
+        n = _next_batch(len(times), opt, per_rep_s, t0)
+        b0 = _monotonic()
+        times += _timed_batch(calls, len(times), n, flusher, api, cycles_per_ms, host_per_rep_s)
+        per_rep_s = (_monotonic() - b0) / n
+        reason = _stop(times, opt, t0)
+        if progress:
+            progress(min(len(times) / opt.min_reps, 1.0), f"{len(times)} reps, {_monotonic() - t0:.1f} s")
+    if opt.subtract_overhead and overhead:
+        times = [max(t - overhead, 0.0) for t in times]
+    method = ("device events (torch.cuda.Event) around each launch"
+              + (", CUDA/HIP graph replay" if opt.use_graph else "")
+              + (f"; cold cache: read-only pass over {flusher.nbytes >> 20} MiB before each launch"
+                 if flusher else "; warm cache (no flush)")
+              + f"; {len(arg_sets)} rotated input set(s)"
+              + ("; batches queued behind a GPU sleep (host ahead of device)" if cycles_per_ms else
+                 "; no GPU sleep available: host launch gaps may be included")
+              + ("; empty-event overhead subtracted" if opt.subtract_overhead else ""))
+    return TimingRun(times, method, False, warm, len(arg_sets), reason,
+                     flush_bytes=flusher.nbytes if flusher else None, event_overhead_ms=overhead,
+                     overhead_subtracted=bool(opt.subtract_overhead and overhead),
+                     extra={"flush_size_source": flusher.source if flusher else None,
+                            "host_enqueue_us_per_rep": host_per_rep_s * 1e6})
+
+
+def _warm_up(calls: Sequence[Callable[[], Any]], opt: TimingOptions, api: dict[str, Any]) -> tuple[int, float]:
+    """Run until warmup_ms of wall time (at least 2 calls); returns (calls, host seconds per call)."""
+    api["sync"]()
+    calls[0]()
+    api["sync"]()
+    n, w0 = 1, _perf_ns()
+    while n < 2 or ((_perf_ns() - w0) / 1e6 < opt.warmup_ms and n < 1000):
+        calls[n % len(calls)]()
+        n += 1
+    api["sync"]()
+    # host cost of one enqueue, measured without waiting for the device
+    h0 = _perf_ns()
+    for i in range(5):
+        calls[i % len(calls)]()
+    host = (_perf_ns() - h0) / 5 / 1e9
+    api["sync"]()
+    return n + 5, host
+
+
+def _event_overhead_ms(flusher: CacheFlusher | None, api: dict[str, Any], n: int) -> float:
+    ev = api["Event"]
+    pairs = [(ev(enable_timing=True), ev(enable_timing=True)) for _ in range(n)]
+    for s, e in pairs:
+        if flusher:
+            flusher.flush()
+        api["record"](s)
+        api["record"](e)
+    api["sync"]()
+    vals = sorted(api["elapsed"](s, e) for s, e in pairs)
+    return vals[len(vals) // 2]
+
+
+def _timed_batch(calls: Sequence[Callable[[], Any]], start: int, n: int, flusher: CacheFlusher | None,
+                 api: dict[str, Any], cycles_per_ms: float | None, host_per_rep_s: float) -> list[float]:
+    import torch
+
+    ev = api["Event"]
+    starts = [ev(enable_timing=True) for _ in range(n)]
+    ends = [ev(enable_timing=True) for _ in range(n)]
+    # keep the device busy while the host queues the batch (host ahead => no launch gap inside a timing)
+    if cycles_per_ms:
+        cushion_ms = min(max(2 * n * (host_per_rep_s + 20e-6) * 1e3, 0.2), 200.0)
+        torch.cuda._sleep(int(cushion_ms * cycles_per_ms))
+    for i in range(n):
+        if flusher:
+            flusher.flush()
+        api["record"](starts[i])
+        calls[(start + i) % len(calls)]()
+        api["record"](ends[i])
+    api["sync"]()
+    return [api["elapsed"](s, e) for s, e in zip(starts, ends)]
+
+
+def copies_for(input_bytes: int, cache_total: int, memory_free: int | None = None) -> int:
+    """How many input copies to rotate among: enough to exceed 2x the caches, at most MAX_COPIES, within memory."""
+    if input_bytes <= 0:
+        return 1
+    k = min(MAX_COPIES, max(1, -(-2 * cache_total // input_bytes)))
+    if memory_free is not None:
+        k = max(1, min(k, int(memory_free * 0.5 // input_bytes)))
+    return int(k)

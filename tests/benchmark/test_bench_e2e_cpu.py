@@ -1,0 +1,85 @@
+"""benchmark end to end on the CPU path (worker with TRITON_INTERPRET=1): a correct Triton candidate vs the
+PyTorch reference, a wrong one flagged after timing, refusals, and the same through the MCP client."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client
+
+from evokernel_mcp.benchmark.api import benchmark
+from evokernel_mcp.errors import BadInput
+
+HERE = Path(__file__).resolve().parent
+GOOD = (HERE / "candidates" / "vector_add_triton.py").read_text()
+OFF_BY_ONE = GOOD.replace("tl.load(y_ptr + offs, mask=mask)", "tl.load(y_ptr + offs, mask=mask) + 1.0")
+FAST = {"shapes": ["small"], "max_time_s": 1e-6, "wait_s": 240, "timeout_s": 240}
+
+
+def _consistent(s, reps):
+    assert s.reps == reps
+    assert s.min_ms <= s.p10_ms <= s.median_ms <= s.p90_ms
+    assert s.ci_median_ms[0] <= s.median_ms <= s.ci_median_ms[1]
+    assert s.std_ms >= 0 and s.mean_ms > 0
+
+
+def test_cpu_harness_correct_candidate_vs_reference():
+    res = anyio.run(lambda: benchmark(candidate=GOOD, task="vector_add", min_reps=6, **FAST))
+    assert res.error is None and res.state == "done" and len(res.results) == 1
+    r = res.results[0]
+    assert r.shape == "small"
+    _consistent(r.candidate, 6)
+    _consistent(r.baseline, 6)
+    assert r.speedup == pytest.approx(r.baseline.median_ms / r.candidate.median_ms)
+    assert r.speedup_ci[0] <= r.speedup <= r.speedup_ci[1]
+    assert r.correct_after_timing is True
+    assert r.achieved_gbs == pytest.approx(12000 / (r.candidate.median_ms * 1e-3) / 1e9)
+    assert any("host timing" in f for f in r.flags) and "host wall clock" in res.timing_method
+    assert res.versions["torch"] and res.device.startswith("cpu")
+    assert any(p.source == "measured" for p in res.provenance)
+
+
+def test_cpu_harness_flags_wrong_candidate_after_timing():
+    res = anyio.run(lambda: benchmark(candidate=OFF_BY_ONE, task="vector_add", min_reps=3, **FAST))
+    r = res.results[0]
+    assert r.correct_after_timing is False
+    assert any("does NOT match the reference" in f for f in r.flags)
+
+
+def test_impossible_requests_refused_before_any_job():
+    with pytest.raises(BadInput, match="min_reps"):
+        anyio.run(lambda: benchmark(candidate=GOOD, task="vector_add", min_reps=0))
+    with pytest.raises(BadInput, match="max_time_s"):
+        anyio.run(lambda: benchmark(candidate=GOOD, task="vector_add", max_time_s=-1.0))
+    with pytest.raises(BadInput, match="exactly one"):
+        anyio.run(lambda: benchmark(candidate=GOOD))
+
+
+def test_mcp_client_benchmark_job_id_and_refusals():
+    from evokernel_mcp.server import build_server
+
+    async def main():
+        async with Client(build_server()) as client:
+            r = await client.call_tool("benchmark", {"candidate": GOOD, "task": "vector_add", "min_reps": 4, **FAST})
+            assert not r.is_error, r.content
+            sc = r.structured_content
+            assert sc["results"][0]["candidate"]["reps"] == 4 and sc["results"][0]["baseline"]["reps"] == 4
+            assert sc["results"][0]["correct_after_timing"] is True
+            r = await client.call_tool("benchmark", {"candidate": GOOD, "task": "vector_add", "min_reps": 0})
+            assert r.is_error and "min_reps" in r.content[0].text
+            r = await client.call_tool("benchmark", {"candidate": GOOD, "task": "vector_add", "max_time_s": -2})
+            assert r.is_error and "max_time_s" in r.content[0].text
+            r = await client.call_tool("benchmark", {"candidate": GOOD, "task": "vector_add", "min_reps": 3,
+                                                     **{**FAST, "wait_s": 0}})
+            assert not r.is_error and r.structured_content["job_id"], r.content
+            job = r.structured_content["job_id"]
+            r = await client.call_tool("job_result", {"job_id": job, "wait_s": 240})
+            assert not r.is_error, r.content
+            assert "results" in str(r.structured_content) and "median_ms" in str(r.structured_content)
+            r = await client.call_tool("measure_ceilings", {})
+            assert not r.is_error, r.content
+            assert r.structured_content["copy_gbs"] > 0 and r.structured_content["host_timing"] is True
+
+    anyio.run(main)

@@ -1,0 +1,126 @@
+"""Server-side assembly of a benchmark result from raw worker times (no worker, no GPU), the host timing
+loop, and the refusal of impossible requests."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from evokernel_mcp.benchmark import api, timing
+from evokernel_mcp.benchmark.models import Ceilings
+from evokernel_mcp.errors import BadInput
+from evokernel_mcp.runtime.protocol import WorkerReply
+from evokernel_mcp.tasks import load_task
+
+H200 = {"backend": "cuda", "name": "NVIDIA H200", "arch": "sm_90", "torch": "2.11.0", "triton": "3.6.0",
+        "cuda": "13.0", "python": "3.12.3"}
+OK = {"passed": True, "mismatches": 0}
+
+
+def _run(median, n=200, spread=0.01, seed=0):
+    rng = random.Random(seed)
+    return {"times_ms": [median * (1 + rng.uniform(-spread, spread)) for _ in range(n)], "method": "device events",
+            "host_timing": False, "warmup_calls": 3, "copies": 1, "stop_reason": "target_rel_ci"}
+
+
+def _raw(shape, cand_ms, base_ms, check_timed=OK, check_fresh=OK):
+    return {"shape": shape, "candidate": _run(cand_ms), "baseline": _run(base_ms, seed=1), "check_timed": check_timed,
+            "check_fresh": check_fresh, "output_dtype": "bfloat16"}
+
+
+def test_conv3d_full_result_on_h200_with_ceilings():
+    task = load_task("conv3d_depthwise")
+    ceil = Ceilings(device="NVIDIA H200", copy_gbs=4300.0, matmul_tflops={"bf16": 788.0})
+    raw = _raw("full", 0.5, 1.0)
+    sr = api.shape_result(raw, task, H200, ceil, "matrix", 0.95)
+    ss = task.shape_set("full")
+    assert sr.speedup == pytest.approx(2.0, rel=0.02) and not sr.noise
+    assert sr.speedup_ci[0] < sr.speedup < sr.speedup_ci[1]
+    assert sr.achieved_gbs == pytest.approx(ss.bytes / (sr.candidate.median_ms * 1e-3) / 1e9)
+    r = sr.roofline
+    assert r.fraction_of_peak_bandwidth == pytest.approx(r.achieved_gbs / 4800.0)
+    assert r.fraction_of_measured_bandwidth == pytest.approx(r.achieved_gbs / 4300.0)
+    assert r.roofline_ms == pytest.approx(max(ss.bytes / 4300e9, ss.flops / 788e12) * 1e3)
+    assert sr.fraction_of_roofline == pytest.approx(sr.roofline_ms / sr.candidate.median_ms)
+    assert sr.correct_after_timing and sr.flags == []
+
+
+def test_flags_big_speedup_and_wrong_output():
+    task = load_task("conv3d_depthwise")
+    bad = {"passed": False, "mismatches": 12, "note": "first mismatch at [0, 1]"}
+    sr = api.shape_result(_raw("full", 0.05, 1.0, check_fresh=bad), task, H200, None, "vector", 0.95)
+    assert sr.speedup > 10
+    assert any("> 10x" in f for f in sr.flags)
+    assert any("fresh inputs does NOT match" in f for f in sr.flags)
+    assert sr.correct_after_timing is False
+
+
+def test_noise_verdict_when_intervals_overlap():
+    task = load_task("vector_add")
+    sr = api.shape_result(_raw("full", 1.0, 1.001), task, H200, None, "vector", 0.95)
+    assert sr.noise is True
+
+
+def test_result_from_reply_carries_device_clocks_versions_provenance():
+    task = load_task("vector_add")
+    reply = WorkerReply(ok=True, device="cuda:0", result={
+        "device_info": H200, "shapes": [_raw("full", 1.0, 1.2)],
+        "clocks_before": {"sm_mhz": 1980.0, "mem_mhz": 3201.0, "source": "nvidia-smi"},
+        "clocks_after": {"sm_mhz": 1965.0, "mem_mhz": 3201.0, "source": "nvidia-smi"},
+        "ceilings": Ceilings(device="NVIDIA H200", driver="580.159.04", copy_gbs=4300.0).model_dump(mode="json")})
+    res = api.result_from_reply(reply, task, "vector", 0.95)
+    assert res.state == "done" and res.error is None and res.device == "cuda:0: NVIDIA H200"
+    assert res.clocks.before.sm_mhz == 1980.0 and res.clocks.after.sm_mhz == 1965.0
+    assert res.versions["torch"] == "2.11.0" and res.versions["driver"] == "580.159.04"
+    sources = " ".join(p.source for p in res.provenance)
+    assert "arch.yaml#sm_90.products.H200_SXM" in sources and "task.yaml" in sources
+
+
+def test_result_from_failed_reply_reports_error():
+    from evokernel_mcp.models import ErrorInfo
+
+    reply = WorkerReply(ok=False, device="cpu", error=ErrorInfo(kind="timeout", message="killed"))
+    res = api.result_from_reply(reply, load_task("vector_add"), "matrix", 0.95)
+    assert res.state == "failed" and res.error.kind == "timeout" and res.results == []
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"min_reps": 0}, "min_reps"), ({"max_time_s": -1.0}, "max_time_s"), ({"max_time_s": 0.0}, "max_time_s"),
+    ({"target_rel_ci": 0.0}, "target_rel_ci"), ({"min_reps": 10, "max_reps": 5}, "max_reps"),
+    ({"warmup_ms": -1.0}, "warmup_ms"),
+])
+def test_impossible_timing_options_refused(kw, match):
+    with pytest.raises(BadInput, match=match):
+        timing.TimingOptions(**kw)
+
+
+def test_payload_refuses_unknown_shape_and_bad_sources():
+    task = load_task("vector_add")
+    opt = timing.TimingOptions()
+    good = "def run(x, y):\n    return x + y\n"
+    with pytest.raises(BadInput, match="no shape set"):
+        api.build_payload(task, good, "pytorch", ["huge"], opt, 0)
+    with pytest.raises(BadInput, match="candidate"):
+        api.build_payload(task, "def nope(:\n", "pytorch", None, opt, 0)
+    with pytest.raises(BadInput, match="baseline"):
+        api.build_payload(task, good, "x = 1\n", None, opt, 0)
+    p = api.build_payload(task, good, "pytorch", ["full", "small"], opt, 0)
+    assert p["shapes"] == ["small", "full"] and p["options"]["min_reps"] == opt.min_reps
+
+
+def test_host_timing_loop_reps_and_stop_reasons():
+    calls = []
+    run = timing.time_host(lambda a: calls.append(a), [(1,), (2,)], timing.TimingOptions(min_reps=7, max_time_s=1e-6,
+                                                                                        warmup_ms=0))
+    assert len(run.times_ms) == 7 and run.stop_reason == "max_time_s" and run.host_timing
+    assert set(calls) == {1, 2}  # inputs rotated
+    run = timing.time_host(lambda: None, [()], timing.TimingOptions(min_reps=3, max_reps=3, warmup_ms=0))
+    assert len(run.times_ms) == 3 and run.stop_reason == "max_reps"
+
+
+def test_copies_for_rotation():
+    assert timing.copies_for(1 << 30, 60 << 20) == 1  # big inputs: no copies
+    assert timing.copies_for(10 << 20, 60 << 20) == 12  # 2 x 60 MiB / 10 MiB
+    assert timing.copies_for(1 << 10, 60 << 20) == timing.MAX_COPIES
+    assert timing.copies_for(10 << 20, 60 << 20, memory_free=40 << 20) == 2
