@@ -1,0 +1,192 @@
+"""profile_pmc and thread_trace: typed tool functions. Each checks its inputs and the profiler up front
+(clear errors before any job), then runs the pipeline (collect.py) as a job alone on its device."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import Context
+from pydantic import Field
+
+from evokernel_mcp.errors import BadInput, EvoError, ToolNotFound
+from evokernel_mcp.profile import collect, ncu, presets, rocprofv3
+from evokernel_mcp.profile.derived import DeviceSpec
+from evokernel_mcp.profile.models import PmcResult, TraceResult
+from evokernel_mcp.profile.rocprof_parsers import parse_rocprofv3_list_avail
+from evokernel_mcp.subproc import resolve_executable, run_sync
+
+Preset = Literal["overview", "memory", "compute", "lds", "occupancy"]
+
+
+def _backend(device: str | None) -> str:
+    if device and device.startswith("rocm"):
+        return "rocm"
+    if device and device.startswith("cuda"):
+        return "cuda"
+    if resolve_executable("rocprofv3", env_var="ROCPROFV3"):
+        return "rocm"
+    if resolve_executable("ncu", env_var="NCU"):
+        return "cuda"
+    raise ToolNotFound("rocprofv3 or ncu", hint="No profiler found. AMD: " + rocprofv3.INSTALL_HINT + " NVIDIA: "
+                       + ncu.INSTALL_HINT)
+
+
+def _table_spec(arch: str, vendor: str) -> DeviceSpec:
+    from evokernel_mcp.arch import table
+
+    prod = os.environ.get("EVOKERNEL_PRODUCT") or table.DEFAULT_PRODUCT.get(arch)
+    def pf(key):
+        f = table.product_fact(arch, prod, key) if prod else None
+        return f.value if f else None
+    bw = pf("hbm_bandwidth_tb_s")
+    tf = pf("peak_tflops") or {}
+    cus = pf("cus") if vendor == "amd" else pf("sms")
+    waves = table.value(arch, "max_waves_per_cu") if vendor == "amd" and table.has(arch, "max_waves_per_cu") else None
+    return DeviceSpec(arch=arch, vendor=vendor, compute_units=cus, max_waves_per_cu=waves,
+                      peak_gbs=bw * 1000 if bw else None,
+                      peak_tflops={k: float(v) for k, v in tf.items() if isinstance(v, (int, float))},
+                      source=f"resources/gpu_arch/arch.yaml#{arch}.products.{prod}")
+
+
+def _list_avail(exe: str):
+    try:
+        res = run_sync([exe, "--list-avail"], timeout_s=60, tool="rocprofv3")
+    except EvoError:
+        return None
+    if res.returncode != 0:
+        return None
+    try:
+        return parse_rocprofv3_list_avail(res.stdout + "\n" + res.stderr, "rocprofv3 --list-avail")
+    except EvoError:
+        return None
+
+
+def _spec(task, reference, candidate, warmup, iters, shape=None) -> dict[str, Any]:
+    if not candidate.strip():
+        raise BadInput("candidate is empty: pass Python source defining run(*inputs) or class ModelNew.")
+    if bool(task) == bool(reference):
+        raise BadInput("pass exactly one of task (a shipped task name) or reference (KernelBench source).")
+    return {"task": task, "reference": reference, "candidate": candidate, "warmup": warmup, "iters": iters,
+            "shape": shape}
+
+
+async def _as_job(kind: str, device: str | None, fn, timeout_s: float, wait_s: float, ctx: Any, model):
+    from evokernel_mcp.app import get_app
+    from evokernel_mcp.runtime.submit import wait_job
+
+    mgr = get_app().jobs
+    job_id = await mgr.submit(kind=kind, device=device, fn=fn, timeout_s=timeout_s)
+    out = await wait_job(job_id, wait_s, ctx=ctx, jobs=mgr)
+    if out.state == "done":
+        out.result.job_id = job_id
+        return out.result
+    if out.state in ("failed", "cancelled"):
+        err = out.error
+        raise EvoError(f"{kind} job {job_id} {out.state}: {err.message if err else 'no detail'}")
+    return model(state=out.state, job_id=job_id, device=out.device,
+                 message=f"Not finished within wait_s={wait_s:g} s. Call job_result('{job_id}', wait_s) to fetch the "
+                 "result, job_status to look, cancel_job to stop it.")
+
+
+def _launch(jctx, spec, device, timeout_s) -> collect.Launch:
+    return collect.Launch(spec=spec, env=collect.child_env(device or jctx.device), workdir=jctx.scratch_dir,
+                          timeout_s=timeout_s)
+
+
+async def profile_pmc(
+    candidate: Annotated[str, Field(description="Candidate source: run(*inputs) or class ModelNew.")],
+    task: Annotated[str | None, Field(description="Shipped task name (or pass reference).")] = None,
+    reference: Annotated[str | None, Field(description="KernelBench reference source (or pass task).")] = None,
+    shape: Annotated[str | None, Field(description="Shape-set name of the task; default its largest (last).")] = None,
+    preset: Annotated[Preset | None, Field(description="Counter set; default 'overview' when counters is empty.")] = None,
+    counters: Annotated[list[str] | None, Field(description="Explicit counter/metric names instead of a preset.")] = None,
+    kernel_filter: Annotated[str | None, Field(description="Regex on kernel names to profile (default: all).")] = None,
+    arch: Annotated[str | None, Field(description="AMD arch for offline counter validation when no device "
+                                      "listing is available (gfx90a/gfx942/gfx950).")] = None,
+    device: Annotated[str | None, Field(description="Device id ('rocm:0', 'cuda:0'); default: the first.")] = None,
+    warmup: Annotated[int, Field(ge=0, le=20, description="Unprofiled launches first (compilation, caches).")] = 1,
+    iters: Annotated[int, Field(ge=1, le=20, description="Profiled launches.")] = 2,
+    max_dispatches: Annotated[int, Field(ge=1, le=50, description="Dispatches shown; all are in the artifact.")] = 3,
+    wait_s: Annotated[float, Field(ge=0, le=600, description="Seconds to wait before returning a job_id.")] = 120,
+    timeout_s: Annotated[float, Field(ge=10, le=3600, description="Hard limit for the profiler run.")] = 600,
+    ctx: Context | None = None,
+) -> PmcResult:
+    """Read hardware counters of the candidate's kernels (rocprofv3 on AMD, ncu on NVIDIA) and explain the
+    bottleneck. Call after benchmark, when you need to know WHY it is slow: returns per dispatch the raw
+    counters, derived metrics with formulas (DRAM GB/s, L2 hit %, VALU/MFMA busy %, bank-conflict %,
+    occupancy) and findings such as 'memory-bound: DRAM 87% of peak'. Raw files: read_artifact(artifact_id)."""
+    spec = _spec(task, reference, candidate, warmup, iters, shape)
+    if preset and counters:
+        raise BadInput("pass preset OR counters, not both.")
+    backend = _backend(device)
+    preset = None if counters else (preset or "overview")
+    if backend == "rocm":
+        exe = resolve_executable("rocprofv3", env_var="ROCPROFV3")
+        if exe is None:
+            raise ToolNotFound("rocprofv3", env_var="ROCPROFV3", hint=rocprofv3.INSTALL_HINT)
+        avail = _list_avail(exe)
+        the_arch = arch or (avail.arch if avail else None)
+        if the_arch not in presets.AMD_ARCHES:
+            raise BadInput(f"cannot tell the AMD arch (got {the_arch!r}); pass arch='gfx942' (or gfx90a/gfx950).")
+        names = presets.preset_counters(preset, the_arch) if preset else counters
+        names = presets.validate_counters(names, the_arch, avail)
+        passes = presets.split_passes(names, the_arch, avail)
+        dspec = _table_spec(the_arch, "amd")
+
+        async def fn(jctx):
+            return await collect.pmc_rocm(_launch(jctx, spec, device, timeout_s), passes, kernel_filter, dspec,
+                                          max_dispatches, names, preset)
+    else:
+        if resolve_executable("ncu", env_var="NCU") is None:
+            raise ToolNotFound("ncu", env_var="NCU", hint=ncu.INSTALL_HINT)
+        metrics = presets.ncu_metrics(preset, counters)
+        dspec = _table_spec("sm_90", "nvidia")
+
+        async def fn(jctx):
+            return await collect.pmc_cuda(_launch(jctx, spec, device, timeout_s), metrics, kernel_filter, dspec,
+                                          max_dispatches, preset)
+    return await _as_job("profile", device, fn, timeout_s + 60, wait_s, ctx, PmcResult)
+
+
+async def thread_trace(
+    candidate: Annotated[str, Field(description="Candidate source: run(*inputs) or class ModelNew.")],
+    task: Annotated[str | None, Field(description="Shipped task name (or pass reference).")] = None,
+    reference: Annotated[str | None, Field(description="KernelBench reference source (or pass task).")] = None,
+    kernel_filter: Annotated[str | None, Field(description="Regex selecting the kernel to trace (recommended).")] = None,
+    shape: Annotated[str | None, Field(description="Shape-set name of the task; default its largest (last).")] = None,
+    top_n: Annotated[int, Field(ge=1, le=100, description="Hot instructions returned.")] = 20,
+    device: Annotated[str | None, Field(description="Device id ('rocm:0', 'cuda:0'); default: the first.")] = None,
+    warmup: Annotated[int, Field(ge=0, le=20, description="Untraced launches first.")] = 1,
+    att_target_cu: Annotated[int, Field(ge=0, description="AMD: CU whose waves are traced.")] = 1,
+    att_shader_engine_mask: Annotated[str, Field(description="AMD: SEs traced (hex mask).")] = "0x1",
+    att_simd_select: Annotated[str, Field(description="AMD: SIMD mask (gfx9).")] = "0xF",
+    att_buffer_size: Annotated[str, Field(description="AMD: trace buffer size in bytes (hex).")] = "0x6000000",
+    att_library_path: Annotated[str | None, Field(description="AMD: dir of librocprof-trace-decoder.so.")] = None,
+    wait_s: Annotated[float, Field(ge=0, le=600)] = 120,
+    timeout_s: Annotated[float, Field(ge=10, le=3600)] = 600,
+    ctx: Context | None = None,
+) -> TraceResult:
+    """Trace one dispatch at instruction level (AMD: rocprofv3 ATT; NVIDIA: ncu SASS warp-stall sampling) and
+    show where the cycles go: fraction of cycles per instruction class (VALU FMA, conversions, LDS, VMEM,
+    waitcnt, NOP, MFMA ...), the top_n hot instructions with neighbours and source lines, and stall reasons.
+    Call after profile_pmc names the bottleneck. Full per-instruction table: read_artifact(artifact_id)."""
+    spec = _spec(task, reference, candidate, warmup, 1, shape)
+    backend = _backend(device)
+    if backend == "rocm":
+        if resolve_executable("rocprofv3", env_var="ROCPROFV3") is None:
+            raise ToolNotFound("rocprofv3", env_var="ROCPROFV3", hint=rocprofv3.INSTALL_HINT)
+        rocprofv3.find_att_library(att_library_path)  # clear error before any job
+
+        async def fn(jctx):
+            return await collect.trace_rocm(_launch(jctx, spec, device, timeout_s), kernel_filter, top_n,
+                                            target_cu=att_target_cu, se_mask=att_shader_engine_mask,
+                                            simd_select=att_simd_select, buffer_size=att_buffer_size,
+                                            att_library_path=att_library_path)
+    else:
+        if resolve_executable("ncu", env_var="NCU") is None:
+            raise ToolNotFound("ncu", env_var="NCU", hint=ncu.INSTALL_HINT)
+
+        async def fn(jctx):
+            return await collect.trace_cuda(_launch(jctx, spec, device, timeout_s), kernel_filter, top_n)
+    return await _as_job("trace", device, fn, timeout_s + 60, wait_s, ctx, TraceResult)

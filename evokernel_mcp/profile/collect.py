@@ -1,0 +1,244 @@
+"""The profiling pipelines, as plain async functions over a work directory (no job system here):
+run the profiler on the runner child, parse its files, derive, summarize. api.py wraps them in jobs."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from evokernel_mcp import artifacts
+from evokernel_mcp.errors import ParseError
+from evokernel_mcp.models import Provenance
+from evokernel_mcp.profile import ncu, rocprofv3
+from evokernel_mcp.profile.derived import DeviceSpec, derive
+from evokernel_mcp.profile.findings import findings_for
+from evokernel_mcp.profile.models import (
+    CounterDispatch, PmcDispatch, PmcResult, ToolInfo, TraceInstruction, TraceResult,
+)
+from evokernel_mcp.profile.ncu_parsers import parse_ncu_raw_csv, parse_ncu_source_csv
+from evokernel_mcp.profile.rocprof_parsers import (
+    parse_att_code_json, parse_att_filenames, parse_att_stats_csv, parse_att_wave, parse_rocprofv3_agent_info,
+)
+from evokernel_mcp.profile.trace import classify_amd, classify_sass, summarize
+
+log = logging.getLogger(__name__)
+MAX_WAVE_FILES = 64
+MAX_RESULT_CHARS = 14_000  # ~3,500 tokens
+
+
+@dataclass
+class Launch:
+    """What the runner child gets: the spec, and how to start it."""
+
+    spec: dict
+    env: dict[str, str]
+    workdir: Path
+    timeout_s: float
+
+    def child(self) -> list[str]:
+        path = self.workdir / "spec.json"
+        path.write_text(json.dumps({"module_dir": str(self.workdir / "modules"), **self.spec}), encoding="utf-8")
+        return [sys.executable, "-m", "evokernel_mcp.profile.runner", "--spec", str(path)]
+
+
+def iteration_range(spec: dict) -> str:
+    w, n = int(spec.get("warmup", 1)), int(spec.get("iters", 1))
+    return f"[{w + 1}-{w + n}]"
+
+
+def _pmc_dispatches(raw: list[CounterDispatch], spec: DeviceSpec, max_dispatches: int) -> list[PmcDispatch]:
+    out = []
+    for d in raw[:max_dispatches]:
+        out.append(PmcDispatch(kernel=d.kernel, dispatch_id=d.dispatch_id, duration_ns=d.duration_ns,
+                               grid_size=d.grid_size or None, workgroup_size=d.workgroup_size or None,
+                               counters=d.counters, derived=derive(d.counters, d.duration_ns, spec)))
+    return out
+
+
+def _pmc_table(ds: list[PmcDispatch]) -> str:
+    return "\n".join(json.dumps(d.model_dump(mode="json")) for d in ds) + "\n"
+
+
+def _amd_spec(base: DeviceSpec, out_dir: Path) -> DeviceSpec:
+    """Refine the table spec with the run's agent_info CSV (measured: CUs, XCCs, wave slots)."""
+    ai = sorted(out_dir.rglob("*_agent_info.csv"))
+    if not ai:
+        return base
+    gpus = [a for a in parse_rocprofv3_agent_info(ai[0].read_text(), ai[0].name) if a.agent_type == "GPU"]
+    if not gpus:
+        return base
+    g = gpus[0]
+    peak = base.peak_gbs
+    if peak and base.compute_units and g.cu_count and g.cu_count != base.compute_units:
+        peak = peak * g.cu_count / base.compute_units  # e.g. one MI250X GCD = half the package
+    return DeviceSpec(arch=g.name, vendor="amd", compute_units=g.cu_count, num_xcc=g.num_xcc,
+                      simds_per_cu=max(1, g.simd_count // max(g.cu_count, 1)), max_waves_per_cu=g.max_waves_per_cu,
+                      peak_gbs=peak, peak_tflops=base.peak_tflops,
+                      source=f"agent_info.csv ({g.name}, {g.cu_count} CUs) + {base.source}")
+
+
+async def pmc_rocm(launch: Launch, passes: list[list[str]], kernel_regex: str | None, spec: DeviceSpec,
+                   max_dispatches: int, counters: list[str], preset: str | None) -> PmcResult:
+    exe, ver = rocprofv3.find_rocprofv3()
+    out_dir = launch.workdir / "rocprof"
+    inp = launch.workdir / "pmc_input.txt"
+    inp.write_text(rocprofv3.input_file_text(passes), encoding="utf-8")
+    argv = rocprofv3.counter_argv(exe, inp, out_dir, kernel_regex, iteration_range(launch.spec), launch.child())
+    stderr = await rocprofv3.run(argv, timeout_s=launch.timeout_s, env=launch.env, cwd=launch.workdir)
+    raw_passes, trace = rocprofv3.read_counter_passes(out_dir)
+    merged = rocprofv3.merge_passes(raw_passes, trace)
+    spec = _amd_spec(spec, out_dir)
+    ds = _pmc_dispatches(merged, spec, max_dispatches)
+    files = rocprofv3.collect_files(out_dir) | {"pmc_input.txt": inp.read_text(), "rocprofv3_stderr.txt": stderr[-200_000:],
+                                               "dispatches.jsonl": _pmc_table(_pmc_dispatches(merged, spec, 10_000))}
+    return _pmc_result("rocprofv3", exe, ver, argv, spec, ds, len(merged), files, counters, passes, preset)
+
+
+async def pmc_cuda(launch: Launch, metrics: list[str], kernel_regex: str | None, spec: DeviceSpec,
+                   max_dispatches: int, preset: str | None) -> PmcResult:
+    exe, ver = ncu.find_ncu()
+    report = launch.workdir / "pmc.ncu-rep"
+    n = int(launch.spec.get("iters", 1)) * 8  # several kernels per launch are possible
+    argv = ncu.metrics_argv(exe, report, metrics, kernel_regex, n, launch.child())
+    log_text = await ncu.run(argv, timeout_s=launch.timeout_s, env=launch.env, cwd=launch.workdir)
+    if not report.exists():
+        raise ParseError("ncu", str(report), version=ver, message="no report written: no kernel matched the filter "
+                         f"in the profiled iterations.\nncu output tail:\n{log_text[-2000:]}")
+    raw = await ncu.run(ncu.raw_export_argv(exe, report), timeout_s=120, env=launch.env, cwd=launch.workdir)
+    parsed = parse_ncu_raw_csv(raw, "ncu_raw.csv")
+    ds = _pmc_dispatches(parsed, spec, max_dispatches)
+    files = {"ncu_raw.csv": raw, "ncu_log.txt": log_text[-200_000:],
+             "dispatches.jsonl": _pmc_table(_pmc_dispatches(parsed, spec, 10_000)),
+             "pmc.ncu-rep": report.read_bytes()}
+    # ncu schedules its own replay passes: passes=[] (the metric list is counters_requested)
+    return _pmc_result("ncu", exe, ver, argv, spec, ds, len(parsed), files, metrics, [], preset)
+
+
+def short_argv(argv: list) -> list[str]:
+    """The command line with long lists (metric names, pmc lines) elided; the full one is in the artifact."""
+    return [a if len(str(a)) <= 160 else f"{str(a)[:60]}...({str(a).count(',') + 1} items)" for a in map(str, argv)]
+
+
+def _pmc_result(tool, exe, ver, argv, spec, ds, total, files, counters, passes, preset) -> PmcResult:
+    bound, found = findings_for(ds)
+    files = dict(files) | {"command.txt": " ".join(map(str, argv)) + "\n"}
+    aid = artifacts.put("profile_pmc", files, detail=f"{tool} {ver or ''} raw outputs; dispatches.jsonl = full table")
+    notes = [] if len(ds) == total else [f"showing {len(ds)} of {total} dispatches; all are in artifact "
+                                         f"{aid} (dispatches.jsonl)"]
+    prov = [Provenance(field="dispatches[].counters", source=tool, detail=f"{ver or 'version unknown'}; measured"),
+            Provenance(field="dispatches[].duration_ns", source=tool,
+                       detail="End_Timestamp - Start_Timestamp" if tool == "rocprofv3" else "gpu__time_duration.sum"),
+            Provenance(field="dispatches[].derived", source="evokernel_mcp.profile.derived",
+                       detail=f"formulas per value; peaks from {spec.source}"),
+            Provenance(field="findings", source="evokernel_mcp.profile.findings", detail="rules on derived metrics")]
+    res = PmcResult(tool={"name": tool, "version": ver, "path": exe, "command": short_argv(argv)},
+                    arch=spec.arch, preset=preset, counters_requested=list(counters), passes=passes, dispatches=ds,
+                    dispatches_total=total, bound=bound, findings=found, notes=notes, artifact_id=aid,
+                    provenance=prov)
+    while len(res.dispatches) > 1 and len(res.model_dump_json()) > MAX_RESULT_CHARS:  # keep the default output small
+        res.dispatches = res.dispatches[:-1]
+        res.notes = [f"showing {len(res.dispatches)} of {total} dispatches (output budget); all are in artifact "
+                     f"{aid} (dispatches.jsonl)"]
+    return res
+
+
+def _full_table(rows: list[TraceInstruction], vendor: str) -> str:
+    cls = classify_amd if vendor == "amd" else classify_sass
+    head = "index,class,hits,cycles,stall_cycles,source,instruction\n"
+    return head + "".join(f'{r.index},{cls(r.instruction)},{r.hits},{r.cycles:g},{r.stall_cycles if r.stall_cycles is not None else ""},'
+                          f'"{r.source or ""}","{r.instruction}"\n' for r in rows if not r.is_label)
+
+
+def read_att_dir(ui: Path) -> tuple[list[TraceInstruction], str, list[str]]:
+    """Per-instruction rows from one decoder output dir: the 7.0 stats CSV beside it, else code.json; stall
+    cycles summed from the wave files when the decoder reports none."""
+    notes = []
+    stats = ui.parent / f"stats_{ui.name}.csv"
+    if stats.is_file():
+        rows = parse_att_stats_csv(stats.read_text(), stats.name)
+        for i, r in enumerate(rows):
+            r.index = i
+    else:
+        rows = parse_att_code_json((ui / "code.json").read_text(), "code.json")
+    labels = [r.instruction.lstrip("; ").strip() for r in rows if r.is_label]
+    if all(r.stall_cycles is None for r in rows) and (ui / "filenames.json").is_file():
+        meta = parse_att_filenames((ui / "filenames.json").read_text(), "filenames.json")
+        stall: dict[int, float] = {}
+        present = [w for w in meta["waves"] if (ui / w[4]).is_file()][:MAX_WAVE_FILES]
+        for w in present:
+            wave = parse_att_wave((ui / w[4]).read_text(), w[4])
+            for _t, _cat, st, _dur, line in wave.instructions:
+                stall[line] = stall.get(line, 0.0) + st
+        if present:
+            for r in rows:
+                r.stall_cycles = stall.get(r.index, 0.0)
+            notes.append(f"stall_cycles summed from {len(present)} of {len(meta['waves'])} traced wave files "
+                         "(code.json of this decoder version has no Stall column); cycles/hits cover all waves.")
+    return rows, (labels[0] if labels else ui.name), notes
+
+
+def trace_result(rows, vendor, kernel, tool, exe, ver, argv, top_n, files, notes) -> TraceResult:
+    breakdown, hot, stall, src, total = summarize(rows, vendor, top_n)
+    files = dict(files) | {"instructions.csv": _full_table(rows, vendor)}
+    aid = artifacts.put("thread_trace", files, detail=f"{tool} {ver or ''}; instructions.csv = full table")
+    unit = "latency cycles summed over traced waves" if vendor == "amd" else "warp-stall samples (PC sampling)"
+    prov = [Provenance(field="hot_instructions[].cycles", source=tool, detail=f"{ver or 'version unknown'}; {unit}"),
+            Provenance(field="class_breakdown", source="evokernel_mcp.profile.trace",
+                       detail="sum of cycles per instruction class / total cycles")]
+    return TraceResult(tool={"name": tool, "version": ver, "path": exe, "command": short_argv(argv)},
+                       kernel=kernel, cycles_unit=unit, total_cycles=total,
+                       instructions_total=sum(1 for r in rows if not r.is_label), class_breakdown=breakdown,
+                       hot_instructions=hot, stall_reasons=stall, source_lines=src, notes=notes, artifact_id=aid,
+                       provenance=prov)
+
+
+async def trace_rocm(launch: Launch, kernel_regex: str | None, top_n: int, *, target_cu: int, se_mask: str,
+                     simd_select: str, buffer_size: str, att_library_path: str | None) -> TraceResult:
+    exe, ver = rocprofv3.find_rocprofv3()
+    lib = rocprofv3.find_att_library(att_library_path)
+    out_dir = launch.workdir / "att"
+    rng = f"[{int(launch.spec.get('warmup', 1)) + 1}]"
+    argv = rocprofv3.att_argv(exe, out_dir, kernel_regex, rng, target_cu=target_cu, se_mask=se_mask,
+                              simd_select=simd_select, buffer_size=buffer_size, library_dir=lib, child=launch.child())
+    stderr = await rocprofv3.run(argv, timeout_s=launch.timeout_s, env=launch.env, cwd=launch.workdir)
+    dirs = rocprofv3.find_att_dirs(out_dir)
+    if not dirs:
+        raise ParseError("rocprofv3", str(out_dir), version=ver, message="no ui_output_agent_*_dispatch_* directory: "
+                         "no dispatch matched, or no wave ran on the traced CU (try another att_target_cu / SE mask)")
+    rows, kernel, notes = read_att_dir(dirs[0])
+    if len(dirs) > 1:
+        notes.append(f"{len(dirs)} traced dispatches; summarized {dirs[0].name}")
+    files = rocprofv3.collect_files(out_dir) | {"rocprofv3_stderr.txt": stderr[-200_000:]}
+    return trace_result(rows, "amd", kernel, "rocprofv3", exe, ver, argv, top_n, files, notes)
+
+
+async def trace_cuda(launch: Launch, kernel_regex: str | None, top_n: int) -> TraceResult:
+    exe, ver = ncu.find_ncu()
+    report = launch.workdir / "trace.ncu-rep"
+    argv = ncu.source_argv(exe, report, kernel_regex, launch.child())
+    log_text = await ncu.run(argv, timeout_s=launch.timeout_s, env=launch.env, cwd=launch.workdir)
+    if not report.exists():
+        raise ParseError("ncu", str(report), version=ver, message=f"no report written (no kernel matched).\n{log_text[-2000:]}")
+    src = await ncu.run(ncu.source_export_argv(exe, report), timeout_s=120, env=launch.env, cwd=launch.workdir)
+    rows = parse_ncu_source_csv(src, "ncu_source_sass.csv")
+    raw = await ncu.run(ncu.raw_export_argv(exe, report), timeout_s=120, env=launch.env, cwd=launch.workdir)
+    kernels = parse_ncu_raw_csv(raw, "ncu_raw.csv")
+    kernel = kernels[0].kernel if kernels else (kernel_regex or "?")
+    files = {"ncu_source_sass.csv": src, "ncu_raw.csv": raw, "ncu_log.txt": log_text[-200_000:],
+             "trace.ncu-rep": report.read_bytes()}
+    return trace_result(rows, "nvidia", kernel, "ncu", exe, ver, argv, top_n, files, [])
+
+
+def child_env(device: str | None) -> dict[str, str]:
+    from evokernel_mcp.runtime.pool import worker_env
+
+    if device and not device.startswith("cpu"):
+        return worker_env(device)
+    env = dict(os.environ)
+    repo = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)
+    return env

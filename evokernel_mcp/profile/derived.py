@@ -1,0 +1,147 @@
+"""Derived metrics per dispatch, each with its unit and formula in counter names.
+
+`DeviceSpec` carries the peaks used for percentages (from the live device or the arch table; its
+`source` goes into provenance). Nothing is computed when an input counter is missing (no stand-in zeros).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from evokernel_mcp.profile.models import DerivedValue
+
+MFMA_FLOPS_PER_MOP = 512  # rocprofiler-compute: one SQ_INSTS_VALU_MFMA_MOPS_* unit = 512 FLOPs
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    arch: str
+    vendor: str  # "amd" | "nvidia"
+    compute_units: int | None = None
+    num_xcc: int = 1
+    simds_per_cu: int = 4
+    max_waves_per_cu: int | None = None
+    peak_gbs: float | None = None
+    peak_tflops: dict[str, float] = field(default_factory=dict)
+    source: str = "arch table"
+
+
+def _dv(value: float, unit: str, formula: str) -> DerivedValue:
+    return DerivedValue(value=round(float(value), 4), unit=unit, formula=formula)
+
+
+def _amd(c: dict[str, float], dur: float | None, spec: DeviceSpec, out: dict[str, DerivedValue],
+         compile_waves_per_cu: float | None) -> None:
+    xcc = max(spec.num_xcc, 1)
+    gui = c.get("GRBM_GUI_ACTIVE")
+    gui_f = f"GRBM_GUI_ACTIVE/{xcc}" if xcc > 1 else "GRBM_GUI_ACTIVE"
+    cycles = gui / xcc if gui else None  # the CSV value is summed over XCCs
+    cus = spec.compute_units
+    if "FETCH_SIZE" in c and "WRITE_SIZE" in c:
+        b = (c["FETCH_SIZE"] + c["WRITE_SIZE"]) * 1024
+        out["dram_bytes"] = _dv(b, "bytes", "(FETCH_SIZE + WRITE_SIZE) * 1024")
+        if dur:
+            gbs = b / dur
+            out["dram_gbs"] = _dv(gbs, "GB/s", "(FETCH_SIZE + WRITE_SIZE) * 1024 / duration_ns")
+            if spec.peak_gbs:
+                out["dram_pct_of_peak"] = _dv(100 * gbs / spec.peak_gbs, "%",
+                                              f"100 * dram_gbs / {spec.peak_gbs:g} (peak GB/s, {spec.source})")
+    if "TCC_HIT_sum" in c and "TCC_MISS_sum" in c and (c["TCC_HIT_sum"] + c["TCC_MISS_sum"]) > 0:
+        out["l2_hit_rate"] = _dv(100 * c["TCC_HIT_sum"] / (c["TCC_HIT_sum"] + c["TCC_MISS_sum"]), "%",
+                                 "100 * TCC_HIT_sum / (TCC_HIT_sum + TCC_MISS_sum)")
+    if cycles and cus:
+        simds = cus * spec.simds_per_cu
+        if "SQ_ACTIVE_INST_VALU" in c:
+            out["valu_busy"] = _dv(100 * c["SQ_ACTIVE_INST_VALU"] * 4 / simds / cycles, "%",
+                                   f"100 * SQ_ACTIVE_INST_VALU * 4 / {simds} SIMDs / ({gui_f})")
+        if "SQ_VALU_MFMA_BUSY_CYCLES" in c:
+            out["mfma_busy"] = _dv(100 * c["SQ_VALU_MFMA_BUSY_CYCLES"] / simds / cycles, "%",
+                                   f"100 * SQ_VALU_MFMA_BUSY_CYCLES / {simds} SIMDs / ({gui_f})")
+        if "SQ_ACCUM_PREV_HIRES" in c:
+            waves = c["SQ_ACCUM_PREV_HIRES"] / cycles / cus
+            out["mean_waves_per_cu"] = _dv(waves, "waves", f"SQ_ACCUM_PREV_HIRES / ({gui_f}) / {cus} CUs")
+            if spec.max_waves_per_cu:
+                out["achieved_occupancy"] = _dv(100 * waves / spec.max_waves_per_cu, "%",
+                                                f"100 * mean_waves_per_cu / {spec.max_waves_per_cu}")
+            if compile_waves_per_cu:
+                out["occupancy_vs_compile_limit"] = _dv(100 * waves / compile_waves_per_cu, "%",
+                                                        f"100 * mean_waves_per_cu / {compile_waves_per_cu:g} "
+                                                        "(compile-time waves per CU)")
+    lds_act = c.get("SQ_LDS_IDX_ACTIVE") or c.get("SQ_ACTIVE_INST_LDS")
+    if "SQ_LDS_BANK_CONFLICT" in c and lds_act:
+        den = "SQ_LDS_IDX_ACTIVE" if c.get("SQ_LDS_IDX_ACTIVE") else "SQ_ACTIVE_INST_LDS"
+        out["lds_bank_conflict_rate"] = _dv(100 * c["SQ_LDS_BANK_CONFLICT"] / lds_act, "%",
+                                            f"100 * SQ_LDS_BANK_CONFLICT / {den}")
+    mops = [k for k in c if k.startswith("SQ_INSTS_VALU_MFMA_MOPS_")]
+    if mops:
+        out["flops"] = _dv(MFMA_FLOPS_PER_MOP * sum(c[k] for k in mops), "FLOP",
+                           f"{MFMA_FLOPS_PER_MOP} * (" + " + ".join(sorted(mops)) + ") (MFMA only)")
+
+
+_NV_FLOP = {"fp32": ("ffma", "fadd", "fmul"), "fp16": ("hfma", "hadd", "hmul"), "fp64": ("dfma", "dadd", "dmul")}
+
+
+def _nvidia(c: dict[str, float], dur: float | None, spec: DeviceSpec, out: dict[str, DerivedValue]) -> None:
+    rd, wr = c.get("dram__bytes_read.sum"), c.get("dram__bytes_write.sum")
+    if rd is not None and wr is not None:
+        out["dram_bytes"] = _dv(rd + wr, "bytes", "dram__bytes_read.sum + dram__bytes_write.sum")
+        if dur:
+            gbs = (rd + wr) / dur
+            out["dram_gbs"] = _dv(gbs, "GB/s", "(dram__bytes_read.sum + dram__bytes_write.sum) / "
+                                  "gpu__time_duration.sum[ns]")
+            if spec.peak_gbs:
+                out["dram_gbs_pct_of_table_peak"] = _dv(100 * gbs / spec.peak_gbs, "%",
+                                                        f"100 * dram_gbs / {spec.peak_gbs:g} ({spec.source})")
+    for name, metric in (("dram_pct_of_peak", "dram__throughput.avg.pct_of_peak_sustained_elapsed"),
+                         ("sm_throughput", "sm__throughput.avg.pct_of_peak_sustained_elapsed"),
+                         ("memory_throughput", "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"),
+                         ("tensor_pipe_busy", "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed"),
+                         ("l2_hit_rate", "lts__t_sector_hit_rate.pct"),
+                         ("l1_hit_rate", "l1tex__t_sector_hit_rate.pct"),
+                         ("achieved_occupancy", "sm__warps_active.avg.pct_of_peak_sustained_active")):
+        if metric in c:
+            out[name] = _dv(c[metric], "%", metric)
+    if "sm__maximum_warps_per_active_cycle_pct" in c and "sm__warps_active.avg.pct_of_peak_sustained_active" in c \
+            and c["sm__maximum_warps_per_active_cycle_pct"] > 0:
+        out["occupancy_vs_compile_limit"] = _dv(
+            100 * c["sm__warps_active.avg.pct_of_peak_sustained_active"] / c["sm__maximum_warps_per_active_cycle_pct"],
+            "%", "100 * sm__warps_active.avg.pct_of_peak_sustained_active / sm__maximum_warps_per_active_cycle_pct")
+    conf, wav = c.get("l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum"), \
+        c.get("l1tex__data_pipe_lsu_wavefronts_mem_shared.sum")
+    if conf is not None and wav:
+        out["lds_bank_conflict_rate"] = _dv(100 * conf / wav, "%", "100 * l1tex__data_bank_conflicts_pipe_lsu_mem_"
+                                            "shared.sum / l1tex__data_pipe_lsu_wavefronts_mem_shared.sum")
+    terms, total = [], 0.0
+    for ops in _NV_FLOP.values():
+        for op in ops:
+            m = f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum"
+            if m in c:
+                k = 2 if op.endswith("fma") else 1
+                total += k * c[m]
+                terms.append(f"{k}*{m}" if k > 1 else m)
+    if terms:
+        out["flops"] = _dv(total, "FLOP", " + ".join(terms) + " (CUDA-core only; tensor-core FLOPs not counted)")
+
+
+def derive(counters: dict[str, float], duration_ns: float | None, spec: DeviceSpec,
+           compile_waves_per_cu: float | None = None) -> dict[str, DerivedValue]:
+    out: dict[str, DerivedValue] = {}
+    if spec.vendor == "amd":
+        _amd(counters, duration_ns, spec, out, compile_waves_per_cu)
+    else:
+        _nvidia(counters, duration_ns, spec, out)
+    if "flops" in out and out.get("dram_bytes") and out["dram_bytes"].value > 0:
+        ai = out["flops"].value / out["dram_bytes"].value
+        out["arithmetic_intensity"] = _dv(ai, "FLOP/byte", "flops / dram_bytes")
+        peak = max(spec.peak_tflops.values()) if spec.peak_tflops else None
+        if peak and spec.peak_gbs:
+            ridge = peak * 1e3 / spec.peak_gbs
+            out["roofline_ridge_point"] = _dv(ridge, "FLOP/byte", f"{peak:g} TFLOP/s * 1e3 / {spec.peak_gbs:g} GB/s "
+                                              f"({spec.source})")
+            if duration_ns:
+                achieved = out["flops"].value / duration_ns / 1e3
+                attainable = min(peak, ai * spec.peak_gbs / 1e3)
+                out["roofline_fraction"] = _dv(100 * achieved / attainable, "%",
+                                               "100 * (flops / duration_ns / 1e3) / min(peak_tflops, "
+                                               "arithmetic_intensity * peak_gbs / 1e3)")
+    return out

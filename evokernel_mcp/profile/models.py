@@ -1,0 +1,237 @@
+"""Models of the profile area: parsed profiler records (parser outputs) and the tool results.
+
+Units live in names: *_ns nanoseconds, *_bytes bytes, cycles are shader-clock cycles.
+`None` means "not measured".
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import ConfigDict, Field
+
+from evokernel_mcp.models import Model, Provenance
+
+Bound = Literal["memory-bound", "compute-bound", "latency-bound", "unknown"]
+
+
+# ---------------------------------------------------------------- parsed records (parser outputs)
+
+class KernelDispatchRecord(Model):
+    """One row of rocprofv3 `*_kernel_trace.csv` (6.3-dev or 7.0 header)."""
+
+    dispatch_id: int
+    kernel: str
+    kernel_id: int | None = None
+    agent: str
+    queue_id: int
+    correlation_id: int | None = None
+    start_ns: int
+    end_ns: int
+    duration_ns: int = Field(description="End_Timestamp - Start_Timestamp.")
+    grid: tuple[int, int, int] = Field(description="Grid size in work-items (x, y, z).")
+    workgroup: tuple[int, int, int]
+    lds_bytes: int | None = None
+    scratch_bytes: int | None = Field(default=None, description="Private segment bytes per work-item.")
+    vgpr_count: int | None = None
+    accum_vgpr_count: int | None = None
+    sgpr_count: int | None = None
+
+
+class CounterDispatch(Model):
+    """Counters of one dispatch, pivoted from the long counter_collection CSV."""
+
+    dispatch_id: int
+    kernel: str
+    agent: str
+    grid_size: int = Field(description="Product of the grid dims, in work-items.")
+    workgroup_size: int
+    lds_bytes: int | None = None
+    scratch_bytes: int | None = None
+    vgpr_count: int | None = None
+    accum_vgpr_count: int | None = None
+    sgpr_count: int | None = None
+    counters: dict[str, float]
+    start_ns: int | None = None
+    end_ns: int | None = None
+    duration_ns: int | None = None
+
+
+class StatsRow(Model):
+    """One row of any rocprofv3 `*_stats.csv` (or rocprof v1 results.stats.csv: no Min/Max/StdDev)."""
+
+    name: str
+    calls: int
+    total_ns: int
+    average_ns: float
+    percentage: float
+    min_ns: int | None = None
+    max_ns: int | None = None
+    stddev_ns: float | None = None
+
+
+class AvailCounter(Model):
+    """One record of `rocprofv3 --list-avail`."""
+
+    name: str
+    description: str = ""
+    expression: str | None = Field(default=None, description="Derived counters only.")
+    block: str | None = Field(default=None, description="Hardware counters only.")
+    dimensions: str | None = None
+
+
+class AvailList(Model):
+    gpu: int | None = None
+    arch: str | None = None
+    counters: list[AvailCounter]
+    truncated: bool = Field(default=False, description="The listing ended with '...'.")
+
+
+class AgentRecord(Model):
+    """One row of `*_agent_info.csv` with the fields we use typed; all raw fields kept."""
+
+    node_id: int
+    agent_type: str
+    name: str
+    cu_count: int
+    simd_count: int
+    max_waves_per_simd: int
+    lds_kib: int
+    wavefront_size: int
+    num_xcc: int
+    device_id: int
+    max_clock_mhz: int
+    max_waves_per_cu: int
+    workgroup_max_size: int
+    product_name: str = ""
+    fields: dict[str, str]
+
+
+class TraceInstruction(Model):
+    """One ISA/SASS instruction with its per-instruction aggregates (ATT decoder or ncu source page)."""
+
+    index: int = Field(description="Row index in the decoder's listing (code.json line) or the SASS listing.")
+    instruction: str
+    address: int | None = Field(default=None, description="Vaddr (AMD) or Address (NVIDIA).")
+    code_object: int | None = None
+    hits: int = 0
+    cycles: float = Field(default=0, description="AMD: latency cycles summed over traced waves. NVIDIA: "
+                          "warp-stall samples (All Samples).")
+    stall_cycles: float | None = Field(default=None, description="AMD: stall cycles; NVIDIA: not-issued samples.")
+    idle_cycles: float | None = None
+    source: str | None = Field(default=None, description="file:line when debug info exists.")
+    is_label: bool = Field(default=False, description="A kernel-name row ('; name'), not an instruction.")
+    stall_reasons: dict[str, float] = Field(default_factory=dict, description="NVIDIA: samples per stall reason.")
+
+
+class WaveTrace(Model):
+    """One traced wave file (se*_sm*_sl*_wv*.json)."""
+
+    se: str
+    cu: int
+    simd: int
+    slot: int
+    wave_id: int
+    begin: int
+    end: int
+    duration_cycles: int
+    num_insts: int
+    instructions: list[tuple[int, int, int, int, int]] = Field(
+        description="[time, category, stall, duration, code_line] per executed instruction.")
+    timeline: list[tuple[int, int]] = Field(default_factory=list, description="[state, duration] pairs.")
+
+
+# ---------------------------------------------------------------- tool results
+
+class ToolInfo(Model):
+    name: str = Field(description="'rocprofv3' or 'ncu'.")
+    version: str | None = None
+    path: str | None = None
+    command: list[str] = Field(default_factory=list, description="The profiler command line that ran.")
+
+
+class DerivedValue(Model):
+    value: float
+    unit: str
+    formula: str = Field(description="How it was computed, in counter names.")
+
+
+class PmcDispatch(Model):
+    kernel: str
+    dispatch_id: int | None = None
+    duration_ns: float | None = None
+    grid_size: int | None = None
+    workgroup_size: int | None = None
+    counters: dict[str, float]
+    derived: dict[str, DerivedValue] = Field(default_factory=dict)
+
+
+class Finding(Model):
+    text: str
+    kind: Literal["bottleneck", "memory", "compute", "lds", "occupancy", "note"] = "note"
+    evidence: dict[str, float | str]
+
+
+class PmcResult(Model):
+    state: Literal["done", "queued", "running"] = Field(
+        default="done", description="Not 'done': the job outlived wait_s; call job_result(job_id, wait_s).")
+    message: str | None = None
+    tool: ToolInfo | None = None
+    device: str | None = None
+    arch: str | None = None
+    preset: str | None = None
+    counters_requested: list[str] = Field(default_factory=list)
+    passes: list[list[str]] = Field(default_factory=list, description="rocprofv3: counters per application pass (one `pmc:` line "
+                                    "each). Empty for ncu, which schedules its own replay passes.")
+    dispatches: list[PmcDispatch] = Field(default_factory=list, description="Profiled dispatches (first "
+                                          "max_dispatches shown).")
+    dispatches_total: int = 0
+    bound: Bound = "unknown"
+    findings: list[Finding] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    artifact_id: str | None = Field(default=None, description="Raw profiler files; page with read_artifact.")
+    job_id: str | None = None
+    provenance: list[Provenance] = Field(default_factory=list)
+
+
+class HotInstruction(Model):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    index: int
+    instruction: str
+    klass: str = Field(alias="class", description="Instruction class (VALU FMA, DS, VMEM, waitcnt, NOP ...).")
+    cycles: float
+    stall_cycles: float | None = None
+    hits: int
+    source_line: str | None = None
+    fraction: float = Field(description="Share of all cycles (or samples) of the kernel.")
+    neighbours: list[str] = Field(default_factory=list, description="Instructions just before and after.")
+
+
+class TraceResult(Model):
+    state: Literal["done", "queued", "running"] = Field(
+        default="done", description="Not 'done': the job outlived wait_s; call job_result(job_id, wait_s).")
+    message: str | None = None
+    tool: ToolInfo | None = None
+    kernel: str | None = None
+    device: str | None = None
+    cycles_unit: str | None = Field(default=None, description="What 'cycles' counts: 'cycles summed over traced waves' (ATT) or "
+                             "'warp-stall samples' (ncu).")
+    total_cycles: float | None = None
+    instructions_total: int = 0
+    class_breakdown: dict[str, float] = Field(default_factory=dict, description="Class -> fraction of cycles "
+                                              "(sums to ~1).")
+    hot_instructions: list[HotInstruction] = Field(default_factory=list)
+    stall_reasons: dict[str, float] = Field(default_factory=dict, description="Reason -> fraction of stall cycles/samples.")
+    source_lines: dict[str, float] = Field(default_factory=dict, description="Top source lines -> fraction.")
+    notes: list[str] = Field(default_factory=list)
+    artifact_id: str | None = None
+    job_id: str | None = None
+    provenance: list[Provenance] = Field(default_factory=list)
+
+
+__all__ = [
+    "AgentRecord", "AvailCounter", "AvailList", "Bound", "CounterDispatch", "DerivedValue", "Finding",
+    "HotInstruction", "KernelDispatchRecord", "PmcDispatch", "PmcResult", "StatsRow", "ToolInfo",
+    "TraceInstruction", "TraceResult", "WaveTrace",
+]
