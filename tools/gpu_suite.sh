@@ -21,7 +21,7 @@ mkdir -p bench/results
 } > "$log"
 rc=${PIPESTATUS[0]}
 python3 bench/verify_latency.py --task vector_add --shapes small --reps 30
-python3 bench/verify_latency.py --task conv3d_depthwise --shapes small medium --reps 10 || true
+python3 bench/verify_latency.py --task conv3d_depthwise --shapes small medium --reps 10 --candidate tests/verify/candidates/conv3d_torch.py || true
 if [ -n "${OUT:-}" ]; then cp "$log" bench/results/verify_latency_*"${stamp}"*.md "$OUT"/ 2>/dev/null; fi
 tail -5 "$log"
 exit $rc

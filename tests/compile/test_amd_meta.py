@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 import pytest
 
-from conftest import ROCM_FIXTURES
+ROCM_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rocm"
 from evokernel_mcp.compile.amd_meta import parse_amdgpu_metadata, parse_resource_usage_remarks
 from evokernel_mcp.errors import ParseError
 

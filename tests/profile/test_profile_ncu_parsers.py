@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 import json
 
 import pytest
 
-from conftest import FIXTURES
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 from evokernel_mcp.errors import ParseError
 from evokernel_mcp.profile.derived import DeviceSpec, derive
 from evokernel_mcp.profile.findings import classify

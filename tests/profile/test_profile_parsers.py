@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from conftest import ROCM_FIXTURES
+ROCM_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rocm"
 from evokernel_mcp.errors import ParseError
 from evokernel_mcp.profile.rocprof_parsers import (
     parse_att_code_json, parse_att_filenames, parse_att_occupancy, parse_att_stats_csv, parse_att_wave,

@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from conftest import FIXTURES
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 from evokernel_mcp import artifacts
 from evokernel_mcp.errors import BadInput, ToolNotFound
 from evokernel_mcp.profile import api, collect, presets

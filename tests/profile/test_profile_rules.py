@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 import pytest
 
-from conftest import ROCM_FIXTURES
+ROCM_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rocm"
 from evokernel_mcp.errors import BadInput
 from evokernel_mcp.profile import presets
 from evokernel_mcp.profile.derived import DeviceSpec, derive

@@ -14,19 +14,19 @@ else
   export PYTHONPATH=$PWD
 fi
 export PYTHONUNBUFFERED=1 EVOKERNEL_HOME=/tmp/evohome
-steps=${*:-devices tests fidelity conv3d verify_latency profile compile}
+steps=${*:-devices suite gpumarks fidelity conv3d profile compile}
 step() {  # name timeout cmd...
   local name=$1 t=$2; shift 2
   case " $steps " in *" $name "*) ;; *) return 0;; esac
   echo "=== $name ($(date -u +%H:%M:%S))"
   timeout "$t" "$@" > "$OUT/r/$name.log" 2>&1
-  echo "--- $name rc=$? ; tail:"; tail -n 15 "$OUT/r/$name.log"
+  echo "--- $name rc=$? ; tail:"; tail -n 12 "$OUT/r/$name.log"
 }
 step devices 120 python3 bench/query_devices.py
-step tests 420 python3 -m pytest -q -m gpu -p no:cacheprovider -x --timeout 300 tests
+step suite 400 bash tools/gpu_suite.sh
+step gpumarks 300 python3 -m pytest -q -rA -m gpu -p no:cacheprovider --timeout 240 tests/devices tests/compile tests/benchmark tests/profile tests/e2e
 step fidelity 300 python3 bench/timing_fidelity.py
-step conv3d 180 python3 bench/conv3d_baseline.py
-step verify_latency 180 python3 bench/verify_latency.py
+step conv3d 200 python3 bench/conv3d_baseline.py
 step profile 300 python3 bench/profile_check.py
 step compile 200 python3 bench/compile_latency.py
 cp -r bench/results "$OUT/r/bench_results" 2>/dev/null
