@@ -6,7 +6,7 @@ import importlib
 import importlib.metadata
 
 from evokernel_mcp.models import Model
-from evokernel_mcp.subproc import probe_version, resolve_executable, run_sync
+from evokernel_mcp.subproc import probe_version, resolve_executable
 
 
 class ToolStatus(Model):
@@ -38,12 +38,6 @@ PY_MODULES = [
 
 def _version_line(path: str, args: tuple[str, ...]) -> str | None:
     v = probe_version(path, args)
-    if v and "release" not in v.lower() and "version" not in v.lower():
-        # nvcc/ncu print a banner first; the version is on a later line
-        full = run_sync([path, *args], timeout_s=10)
-        lines = [ln.strip() for ln in (full.stdout + full.stderr).splitlines()
-                 if "release" in ln.lower() or "version" in ln.lower()]
-        v = lines[0] if lines else v
     return v[:160] if v else None
 
 

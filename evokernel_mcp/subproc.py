@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -73,15 +74,18 @@ def require_executable(name: str, *, env_var: str | None = None, hint: str = "",
 
 @functools.lru_cache(maxsize=64)
 def probe_version(path: str, args: tuple[str, ...] = ("--version",), timeout_s: float = 10.0) -> str | None:
-    """First non-empty line of `path --version` (or given args); None if it fails. Cached per path."""
+    """The version line of `path --version` (or given args): the first line naming a version/release with a
+    number, else the first non-empty line; None if it fails. Cached per path."""
     try:
         res = run_sync([path, *args], timeout_s=timeout_s)
     except Exception:  # noqa: BLE001 - a version probe must never break a caller
         return None
-    for line in (res.stdout + "\n" + res.stderr).splitlines():
-        if line.strip():
-            return line.strip()
-    return None
+    lines = [ln.strip() for ln in (res.stdout + "\n" + res.stderr).splitlines() if ln.strip()]
+    # nvcc and ncu print a banner first; prefer the line that carries the version
+    for line in lines:
+        if re.search(r"\b(version|release)\b", line, re.I) and re.search(r"\d", line):
+            return line
+    return lines[0] if lines else None
 
 
 def _kill_group(pid: int) -> None:

@@ -64,3 +64,14 @@ def test_arch_table_has_sources_for_core_facts():
     assert table.value("sm_90", "warp_size") == 32
     with pytest.raises(BadInput):
         table.fact("gfx000", "lds_per_cu_kib")
+
+
+def test_probe_version_skips_banner_lines(tmp_path):
+    from evokernel_mcp.subproc import probe_version
+
+    exe = tmp_path / "fake-ncu"  # replays the shape of ncu --version (recorded in tests/fixtures/cuda/versions_h200.txt)
+    exe.write_text("#!/bin/sh\necho 'NVIDIA (R) Nsight Compute Command Line Profiler'\n"
+                   "echo 'Copyright (c) 2018-2025 NVIDIA Corporation'\n"
+                   "echo 'Version 2025.3.1.0 (build 36398880) (public-release)'\n")
+    exe.chmod(0o755)
+    assert probe_version(str(exe)) == "Version 2025.3.1.0 (build 36398880) (public-release)"

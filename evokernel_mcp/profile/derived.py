@@ -123,6 +123,19 @@ def _nvidia(c: dict[str, float], dur: float | None, spec: DeviceSpec, out: dict[
         out["flops"] = _dv(total, "FLOP", " + ".join(terms) + " (CUDA-core only; tensor-core FLOPs not counted)")
 
 
+def _peak_for_counted_flops(spec: DeviceSpec) -> tuple[str | None, float | None]:
+    """The peak that matches the FLOPs the counters count: NVIDIA counts CUDA-core FP32 instructions (so the
+    FP32 vector peak), AMD counts MFMA ops (so the highest matrix peak)."""
+    if not spec.peak_tflops:
+        return None, None
+    if spec.vendor != "amd":
+        for key in ("fp32", "fp32_vector"):
+            if key in spec.peak_tflops:
+                return key, spec.peak_tflops[key]
+    key = max(spec.peak_tflops, key=lambda k: spec.peak_tflops[k])
+    return key, spec.peak_tflops[key]
+
+
 def derive(counters: dict[str, float], duration_ns: float | None, spec: DeviceSpec,
            compile_waves_per_cu: float | None = None) -> dict[str, DerivedValue]:
     out: dict[str, DerivedValue] = {}
@@ -130,14 +143,14 @@ def derive(counters: dict[str, float], duration_ns: float | None, spec: DeviceSp
         _amd(counters, duration_ns, spec, out, compile_waves_per_cu)
     else:
         _nvidia(counters, duration_ns, spec, out)
-    if "flops" in out and out.get("dram_bytes") and out["dram_bytes"].value > 0:
+    if "flops" in out and out["flops"].value > 0 and out.get("dram_bytes") and out["dram_bytes"].value > 0:
         ai = out["flops"].value / out["dram_bytes"].value
         out["arithmetic_intensity"] = _dv(ai, "FLOP/byte", "flops / dram_bytes")
-        peak = max(spec.peak_tflops.values()) if spec.peak_tflops else None
+        peak_name, peak = _peak_for_counted_flops(spec)
         if peak and spec.peak_gbs:
             ridge = peak * 1e3 / spec.peak_gbs
-            out["roofline_ridge_point"] = _dv(ridge, "FLOP/byte", f"{peak:g} TFLOP/s * 1e3 / {spec.peak_gbs:g} GB/s "
-                                              f"({spec.source})")
+            out["roofline_ridge_point"] = _dv(ridge, "FLOP/byte", f"{peak:g} TFLOP/s ({peak_name}) * 1e3 / "
+                                              f"{spec.peak_gbs:g} GB/s ({spec.source})")
             if duration_ns:
                 achieved = out["flops"].value / duration_ns / 1e3
                 attainable = min(peak, ai * spec.peak_gbs / 1e3)
