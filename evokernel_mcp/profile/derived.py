@@ -132,6 +132,7 @@ def _peak_for_counted_flops(spec: DeviceSpec) -> tuple[str | None, float | None]
         for key in ("fp32", "fp32_vector"):
             if key in spec.peak_tflops:
                 return key, spec.peak_tflops[key]
+        return None, None  # no CUDA-core peak known: no roofline rather than one against tensor-core peaks
     key = max(spec.peak_tflops, key=lambda k: spec.peak_tflops[k])
     return key, spec.peak_tflops[key]
 

@@ -24,3 +24,11 @@ def test_cuda_core_flops_use_the_fp32_peak():
     assert abs(out["roofline_ridge_point"].value - 66.9e3 / 4800) < 1e-3
     achieved = 2e11 / 1e7 / 1e3  # 20 TFLOP/s
     assert abs(out["roofline_fraction"].value - 100 * achieved / 66.9) < 1e-2
+
+
+def test_no_cuda_core_peak_means_no_roofline_rather_than_a_tensor_core_one():
+    spec = DeviceSpec(arch="sm_90", vendor="nvidia", peak_gbs=4800.0, peak_tflops={"fp8_tensor_dense": 1978.9})
+    c = {"dram__bytes_read.sum": 1e9, "dram__bytes_write.sum": 0.0,
+         "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": 1e11}
+    out = derive(c, 1e7, spec)
+    assert "arithmetic_intensity" in out and "roofline_fraction" not in out
