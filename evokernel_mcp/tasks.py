@@ -86,6 +86,8 @@ class Task(Model):
     shape_sets: list[ShapeSet]
     flops_expr: str | None = None
     bytes_expr: str | None = None
+    compute_unit: Literal["matrix", "vector"] | None = Field(
+        default=None, description="Which FLOP peak bounds this task's roofline (task.yaml `compute_unit`).")
     tolerance: dict[str, Tolerance] = Field(default_factory=dict, description="Per output dtype overrides.")
     provenance: list[Provenance] = Field(default_factory=list)
 
@@ -184,7 +186,7 @@ def load_task_dir(d: Path) -> Task:
             task_md=md.read_text() if md.is_file() else "", reference_source=ref_path.read_text(),
             init_inputs=raw.get("init_inputs", []), inputs=inputs,
             shape_sets=_shape_sets(raw.get("shape_sets"), inputs, raw.get("flops"), raw.get("bytes")),
-            flops_expr=raw.get("flops"), bytes_expr=raw.get("bytes"),
+            flops_expr=raw.get("flops"), bytes_expr=raw.get("bytes"), compute_unit=raw.get("compute_unit"),
             tolerance={canonical_dtype(k): Tolerance(**v) for k, v in (raw.get("tolerance") or {}).items()},
             provenance=[Provenance(field="shape_sets[].flops", source=str(yml), detail=raw.get("flops")),
                         Provenance(field="shape_sets[].bytes", source=str(yml), detail=raw.get("bytes"))])

@@ -32,6 +32,29 @@ def axpy_kernel(x_ptr, y_ptr, out_ptr, a, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, a * x + y, mask=m)
 '''
 
+HIP_STENCIL = r'''
+#include <hip/hip_runtime.h>
+#define TILE 256
+__global__ void stencil_lds(const float* __restrict__ in, float* __restrict__ out, int n) {
+  __shared__ float tile[TILE + 4];
+  int i = blockIdx.x * TILE + threadIdx.x;
+  tile[threadIdx.x + 2] = i < n ? in[i] : 0.f;
+  if (threadIdx.x < 2) {
+    tile[threadIdx.x] = i >= 2 ? in[i - 2] : 0.f;
+    tile[TILE + 2 + threadIdx.x] = i + TILE < n ? in[i + TILE] : 0.f;
+  }
+  __syncthreads();
+  float acc = 0.f;
+#pragma unroll
+  for (int k = 0; k < 5; ++k) {
+    acc = fmaf(tile[threadIdx.x + k], 0.2f, acc);
+    __builtin_amdgcn_sched_group_barrier(0x100, 1, 0);  // 1 DS read
+    __builtin_amdgcn_sched_group_barrier(0x002, 1, 0);  // then 1 VALU
+  }
+  if (i < n) out[i] = acc;
+}
+'''
+
 RMSNORM_CANDIDATE = '''
 import torch
 import triton
@@ -95,7 +118,11 @@ def device_summary(rep: dict) -> None:
         for c in d.get("conflicts") or []:
             print(f"    CONFLICT: {c}")
     if not rep["devices"]:
-        print(f"  no GPU here; offline compile targets: {rep.get('offline_targets')}")
+        print("  no GPU here; offline compile targets:")
+        for t in rep.get("offline_targets") or []:
+            print(f"    {t['target']:7s} {'yes' if t['available'] else 'no '}  {'; '.join(t['compilers'])}")
+    for note in rep.get("notes") or []:
+        print(f"  note: {note}")
     srcs = sorted({p['source'] for p in rep.get('provenance', [])})
     print(f"  provenance sources: {', '.join(srcs)}")
 
@@ -150,6 +177,20 @@ async def main() -> int:
                 page = await call(client, tools, "read_artifact", {"artifact_id": comp["artifact_id"], "limit": 8})
                 if page:
                     print(textwrap.indent(page["text"], "  | "))
+
+        hr("3b. compile_kernel: HIP C++ with an LDS tile and sched_group_barrier, gfx942 vs gfx950")
+        for target in ("gfx942", "gfx950"):
+            hip = await call(client, tools, "compile_kernel", {
+                "source": HIP_STENCIL, "language": "hip", "kernel": "stencil_lds", "target": target,
+                "options": {"workgroup_size": 256}})
+            if hip:
+                for k in hip["kernels"]:
+                    occ = k.get("occupancy") or {}
+                    print(f"  {target}: {hip['toolchain']['name']}: VGPR {k.get('vgpr_count')} LDS {k.get('lds_bytes')} B "
+                          f"-> {occ.get('waves_per_simd')} waves/SIMD (limits {occ.get('limits')}, binding: {occ.get('limiter')})")
+                    cls = (k.get("isa_summary") or {}).get("classes", {})
+                    print(f"    ds_read {cls.get('ds_read')}, v_fma {cls.get('valu_fma')}, "
+                          f"sched_group_barrier {cls.get('sched_group_barrier')}")
 
         hr("4. tasks")
         tasks = await call(client, tools, "list_tasks", {})

@@ -82,7 +82,8 @@ def amd_occupancy(arch: str, *, vgpr_count: int, sgpr_count: int | None, lds_byt
     wg_limits["per_simd_limits"] = per_simd * simds // wpg
     wg_per_cu = min(wg_limits.values())
     waves = min(math.ceil(wg_per_cu * wpg / simds), per_simd)  # on the busiest SIMD
-    limiter = min(limits, key=lambda k: (limits[k], k != "vgpr"))
+    # ties: the hardware cap first (nothing in the kernel binds), then VGPRs (the usual lever)
+    limiter = min(limits, key=lambda k: (limits[k], {"max_waves": 0, "vgpr": 1}.get(k, 2)))
     explain.append(f"result: workgroups/CU = min({', '.join(f'{k} {v}' for k, v in wg_limits.items())}) = "
                    f"{wg_per_cu}; waves/SIMD (busiest SIMD) = min(ceil({wg_per_cu} * {wpg} / {simds}), {per_simd})"
                    f" = {waves}; "

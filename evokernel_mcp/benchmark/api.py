@@ -195,9 +195,9 @@ async def benchmark(
         description="Subtract the measured cost of an empty event pair (~1 us on an H200) from every time. "
         "On by default: with it our cold-cache medians matched ncu's gpu__time_duration within 8% at 9 us, "
         "2.4% at 42 us, 0.2% at 349 us (bench/results/timing_fidelity_*); without it +23%/+6%/+1%.")] = True,
-    compute_unit: Annotated[Literal["matrix", "vector"], Field(
+    compute_unit: Annotated[Literal["matrix", "vector"] | None, Field(
         description="Which FLOP peak bounds the roofline: matrix units (MFMA / tensor cores) or vector ALUs "
-        "(e.g. depthwise convolution, elementwise).")] = "matrix",
+        "(e.g. depthwise convolution, elementwise). Default: the task's `compute_unit`, else matrix.")] = None,
     seed: Annotated[int, Field(ge=0, description="Seed of the timed inputs (the check uses another).")] = 0,
     timeout_s: Annotated[float, Field(gt=0, le=3600, description="Hard limit for the whole job, seconds.")] = 600,
     wait_s: Annotated[float, Field(ge=0, le=600, description="Return a job_id if not done by then, seconds.")] = 50,
@@ -218,6 +218,7 @@ async def benchmark(
                         target_rel_ci=target_rel_ci, use_graph=use_graph, max_reps=max(20000, min_reps),
                         subtract_overhead=subtract_event_overhead)
     t = _load(task, reference)
+    compute_unit = compute_unit or t.compute_unit or "matrix"
     payload = build_payload(t, candidate, baseline, shapes, opt, seed)
     outcome = await run_worker_job(
         kind="benchmark", op="benchmark", payload=payload, device=device, timeout_s=timeout_s, wait_s=wait_s,

@@ -79,6 +79,10 @@ def _import_stack(device: str) -> dict[str, Any]:
         if device != "cpu" and torch.cuda.is_available():
             torch.cuda.init()
             info["device_name"] = torch.cuda.get_device_name(0)
+            # bind the timer (events, elapsed_time, synchronize) before any candidate can patch torch
+            from evokernel_mcp.benchmark import timing as _timing
+
+            _timing._bind_event_api()
         else:
             info["device_name"] = "cpu"
     except Exception as e:  # noqa: BLE001 - reported to the pool, not fatal for ping

@@ -88,3 +88,9 @@ def test_bad_inputs():
         nvidia_occupancy("sm_90", registers_per_thread=32, shared_bytes_per_block=0, threads_per_block=2048)
     with pytest.raises(BadInput):
         amd_occupancy("gfx1234", vgpr_count=10, sgpr_count=None, lds_bytes=0, workgroup_size=64)
+
+
+def test_small_kernel_is_bound_by_the_hardware_cap_not_by_vgprs():
+    # 8 VGPRs -> floor(512/8) = 64, capped at 8 waves/SIMD: nothing in the kernel binds, the cap does
+    occ = amd_occupancy("gfx942", vgpr_count=8, sgpr_count=16, lds_bytes=0, workgroup_size=256)
+    assert occ.waves_per_simd == 8 and occ.limiter == "max_waves"
