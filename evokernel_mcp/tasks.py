@@ -203,17 +203,30 @@ def load_kernelbench_file(p: Path, source: str | None = None) -> Task:
                 reference_source=src, shape_sets=[ShapeSet(name="default")])
 
 
-def check_reference_source(src: str) -> None:
-    """Refuse a reference that is not KernelBench-form (syntax only; nothing is run here)."""
+def _top_level_names(src: str, what: str) -> set[str]:
+    """Names a module source defines at top level (classes, functions, assignments); syntax only, nothing runs."""
     try:
         tree = ast.parse(src)
     except SyntaxError as e:
-        raise BadInput(f"reference source does not parse: line {e.lineno}: {e.msg}") from None
-    names = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
-    missing = {"Model", "get_inputs"} - names
+        raise BadInput(f"{what} does not parse: line {e.lineno}: {e.msg}") from None
+    names = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))}
+    names |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    return names
+
+
+def check_reference_source(src: str) -> None:
+    """Refuse a reference that is not KernelBench-form (syntax only; nothing is run here)."""
+    missing = {"Model", "get_inputs"} - _top_level_names(src, "reference source")
     if missing:
         raise BadInput(f"reference must define class Model(nn.Module) and get_inputs() (KernelBench form); "
                        f"missing: {', '.join(sorted(missing))}")
+
+
+def check_candidate_source(src: str) -> None:
+    """Refuse a candidate that defines neither run(*inputs) nor class ModelNew (syntax only)."""
+    if not _top_level_names(src, "candidate") & {"run", "ModelNew"}:
+        raise BadInput("candidate must define run(*inputs) (same inputs as the reference's forward) or "
+                       "class ModelNew(nn.Module)")
 
 
 def load_task(name_or_path: str) -> Task:

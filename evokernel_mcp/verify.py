@@ -10,7 +10,6 @@ verify_compare.py); then compare, count unwritten/NaN/Inf, check bitwise determi
 
 from __future__ import annotations
 
-import ast
 import platform
 import traceback
 from typing import Annotated, Any, Literal
@@ -21,8 +20,8 @@ from pydantic import Field
 from evokernel_mcp.errors import BadInput
 from evokernel_mcp.models import ErrorInfo, Model, Provenance
 from evokernel_mcp.runtime import protocol
-from evokernel_mcp.tasks import Task, load_task, task_from_reference
-from evokernel_mcp.verify_compare import DEFAULT_TOLERANCES, PRESET_OF_DTYPE
+from evokernel_mcp.tasks import Task, check_candidate_source, load_task, task_from_reference
+from evokernel_mcp.verify_compare import DEFAULT_TOLERANCES
 
 Preset = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
 
@@ -99,21 +98,9 @@ def _load(task: str | None, reference: str | None) -> Task:
     return load_task(task) if task is not None else task_from_reference(reference)
 
 
-def _check_candidate(candidate: str) -> None:
-    try:
-        tree = ast.parse(candidate)
-    except SyntaxError as e:
-        raise BadInput(f"candidate does not parse: line {e.lineno}: {e.msg}") from None
-    names = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-    names |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
-    if not names & {"run", "ModelNew"}:
-        raise BadInput("candidate must define run(*inputs) (same inputs as the reference's forward) or "
-                       "class ModelNew(nn.Module)")
-
-
 def build_payload(task: Task, candidate: str, shapes: list[str] | None, seeds: int | list[int],
                   tolerance: ToleranceArg | None, stop_on_first_failure: bool) -> dict[str, Any]:
-    _check_candidate(candidate)
+    check_candidate_source(candidate)
     names = shapes or task.shape_names()
     for n in names:
         task.shape_set(n)  # BadInput for unknown names

@@ -152,10 +152,10 @@ def _load(task: str | None, reference: str | None) -> Task:
 
 
 def _check_source(source: str, what: str) -> None:
-    from evokernel_mcp.verify import _check_candidate
+    from evokernel_mcp.tasks import check_candidate_source
 
     try:
-        _check_candidate(source)
+        check_candidate_source(source)
     except BadInput as e:
         raise BadInput(f"{what}: {e}") from None
 

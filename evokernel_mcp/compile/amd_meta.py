@@ -95,7 +95,7 @@ def parse_amdgpu_metadata(text: str) -> list[AmdKernelMeta]:
     for i, k in enumerate(doc["amdhsa.kernels"]):
         if not isinstance(k, dict) or ".name" not in k:
             raise ParseError("amdgpu metadata", f"{where}, amdhsa.kernels[{i}]", message="kernel without .name")
-        vals = {f: int(k[f"." + f]) for f in _INT_FIELDS if isinstance(k.get("." + f), int)}
+        vals = {f: int(k["." + f]) for f in _INT_FIELDS if isinstance(k.get("." + f), int)}
         out.append(AmdKernelMeta(
             name=str(k[".name"]), symbol=k.get(".symbol"), target=target,
             uses_dynamic_stack=k.get(".uses_dynamic_stack"), reqd_workgroup_size=k.get(".reqd_workgroup_size"),

@@ -17,7 +17,7 @@ from evokernel_mcp.profile import ncu, rocprofv3
 from evokernel_mcp.profile.derived import DeviceSpec, derive
 from evokernel_mcp.profile.findings import findings_for
 from evokernel_mcp.profile.models import (
-    CounterDispatch, PmcDispatch, PmcResult, ToolInfo, TraceInstruction, TraceResult,
+    CounterDispatch, PmcDispatch, PmcResult, TraceInstruction, TraceResult,
 )
 from evokernel_mcp.profile.ncu_parsers import parse_ncu_raw_csv, parse_ncu_source_csv
 from evokernel_mcp.profile.rocprof_parsers import (

@@ -14,7 +14,6 @@ Values may carry thousands separators ("1,048,576"); "n/a" / "" -> missing. Line
 from __future__ import annotations
 
 import csv
-import io
 
 from evokernel_mcp.errors import ParseError
 from evokernel_mcp.profile.models import CounterDispatch, TraceInstruction
