@@ -75,3 +75,21 @@ def test_probe_version_skips_banner_lines(tmp_path):
                    "echo 'Version 2025.3.1.0 (build 36398880) (public-release)'\n")
     exe.chmod(0o755)
     assert probe_version(str(exe)) == "Version 2025.3.1.0 (build 36398880) (public-release)"
+
+
+def test_artifact_resource_and_tool_through_the_mcp_client():
+    from mcp import Client
+
+    from evokernel_mcp.server import build_server
+
+    aid = artifacts.put("asm", {"kernel.s": "v_fmac_f32 v0, v1, v2\ns_endpgm"})
+
+    async def main():
+        async with Client(build_server()) as c:
+            r = await c.read_resource(f"evokernel://artifacts/{aid}/kernel.s")
+            assert r.contents[0].text.startswith("v_fmac_f32")
+            page = await c.call_tool("read_artifact", {"artifact_id": aid, "offset": 1, "limit": 1})
+            assert not page.is_error and page.structured_content["text"] == "s_endpgm"
+            assert page.structured_content["next_offset"] is None and page.structured_content["total"] == 2
+
+    anyio.run(main)
