@@ -17,7 +17,7 @@ from typing import Annotated
 from pydantic import Field
 
 from evokernel_mcp.errors import BadInput, NotFound
-from evokernel_mcp.models import Model
+from evokernel_mcp.models import Model, Provenance
 from evokernel_mcp.paths import sub_state_dir
 
 _ID_RE = re.compile(r"^[0-9a-f]{16}$")
@@ -46,6 +46,7 @@ class ArtifactPage(Model):
     next_offset: int | None = Field(description="Pass as offset to read on; null at the end.")
     total: int = Field(description="Total lines in the file.")
     files: list[str] = Field(default_factory=list, description="All files in this artifact.")
+    provenance: list[Provenance] = Field(default_factory=list)
 
 
 def _root() -> Path:
@@ -127,4 +128,6 @@ def read_artifact(
     return ArtifactPage(
         artifact_id=artifact_id, name=fname, text="\n".join(lines[offset:end]), offset=offset,
         next_offset=end if end < len(lines) else None, total=len(lines), files=meta["files"],
+        provenance=[Provenance(field="text", source=f"artifact {artifact_id} ({meta['kind']})",
+                               detail=meta.get("detail"))],
     )

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from evokernel_mcp.models import Model
+from evokernel_mcp.models import Model, Provenance
+
+_INDEX = Provenance(field="docs", source="resources/gpu_arch, resources/reference_kernels",
+                    detail="section index built from the markdown files (evokernel_mcp/docs/index.py)")
 
 
 class DocSectionInfo(Model):
@@ -30,6 +33,7 @@ class DocInfo(Model):
 
 class DocList(Model):
     docs: list[DocInfo]
+    provenance: list[Provenance] = Field(default_factory=lambda: [_INDEX])
 
 
 class SearchHit(Model):
@@ -45,6 +49,8 @@ class SearchHit(Model):
 class SearchResults(Model):
     query: str
     results: list[SearchHit] = Field(description="Best first.")
+    provenance: list[Provenance] = Field(default_factory=lambda: [_INDEX, Provenance(
+        field="results.score", source="BM25 over doc sections", detail="evokernel_mcp/docs/search.py")])
 
 
 class Citation(Model):
@@ -65,3 +71,11 @@ class DocText(Model):
                             "text is the page's top part; read one of sections by anchor.")
     sections: list[DocSectionInfo] = Field(default_factory=list, description="Sections inside the returned "
                                            "text (or, when truncated, all sections of the page).")
+    provenance: list[Provenance] = Field(default_factory=list, description="The file, and each source it cites.")
+
+    @model_validator(mode="after")
+    def _cite(self) -> "DocText":
+        if not self.provenance:
+            self.provenance = [Provenance(field="text", source=self.source, detail=self.anchor)] + [
+                Provenance(field="text", source=f"[{c.id}]", detail=c.text) for c in self.citations]
+        return self

@@ -30,7 +30,7 @@ import anyio.from_thread
 from pydantic import BaseModel, Field
 
 from evokernel_mcp.errors import NotFound
-from evokernel_mcp.models import ErrorInfo, Model
+from evokernel_mcp.models import ErrorInfo, Model, Provenance
 from evokernel_mcp.paths import sub_state_dir
 from evokernel_mcp.runtime.pool import WorkerPool
 
@@ -63,6 +63,8 @@ class JobStatus(Model):
     queue_position: int | None = Field(default=None, description="Jobs ahead of it on its device, while queued.")
     progress: JobProgress | None = None
     error: ErrorInfo | None = None
+    provenance: list[Provenance] = Field(default_factory=lambda: [Provenance(
+        field="state", source="evokernel job manager", detail="this server process; times from its clock")])
 
 
 @dataclass

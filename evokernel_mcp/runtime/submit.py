@@ -21,7 +21,7 @@ import anyio
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
-from evokernel_mcp.models import ErrorInfo, Model
+from evokernel_mcp.models import ErrorInfo, Model, Provenance
 from evokernel_mcp.runtime.jobs import JobContext, JobManager, JobOutcome, JobStatus
 from evokernel_mcp.runtime.protocol import WorkerReply
 
@@ -89,6 +89,8 @@ class JobResult(Model):
     error: ErrorInfo | None = None
     status: JobStatus
     message: str | None = None
+    provenance: list[Provenance] = Field(default_factory=lambda: [Provenance(
+        field="result", source="evokernel job manager", detail="the result carries its own provenance")])
 
 
 async def job_status(
