@@ -225,6 +225,8 @@ async def main() -> int:
         if prof:
             for f in prof.get("findings", []):
                 print(f"  finding: {f['text']}")
+        else:
+            print("  (a real run on an H200 with ncu: bench/results/profile_check_NVIDIA_H200_2026-11-22.md)")
     print("\ndemo finished")
     return 0
 
