@@ -143,7 +143,7 @@ async def compile_kernel(
         "The kernel's function name (C++: the unmangled name; other kernels in the source are reported too)."))],
     target: Annotated[str | None, Field(description=(
         "gfx942 (MI300X), gfx950 (MI350X/MI355X), gfx90a (MI250X), sm_90 / sm_90a (H100/H200), sm_80. "
-        "Default: the live device (gfx942 when there is none)."))] = None,
+        "Default: the live device; with none, gfx942 for hip/triton and sm_90 for cuda."))] = None,
     signature: Annotated[dict[str, str] | None, Field(description=(
         "Triton only: runtime argument -> type, e.g. {'x_ptr': '*bf16', 'n': 'i32'}."))] = None,
     constexprs: Annotated[dict[str, int | float | bool | str] | None, Field(description=(

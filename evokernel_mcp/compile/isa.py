@@ -36,6 +36,7 @@ AMD_CLASSES: list[tuple[re.Pattern, str, int | None]] = [(re.compile(p), c, g) f
     (r"^ds_\w+$", "ds_other", None),
     (r"^v_(?:mfma|smfmac)\w*$", "mfma", None),
     (r"^v_wmma\w*$", "wmma", None),
+    (r"^v_(?:pk_)?mad_(?:u|i)\d+\w*$", "valu_other", None),  # integer mad (address math), not an FP FMA
     (r"^v_(?:pk_fma|fmac|fma|mac|mad|pk_mad)\w*$", "valu_fma", None),
     (r"^v_(?:cvt|pack|perm)\w*$", "valu_cvt", None),
     (r"^v_(?:exp|log|rcp|rsq|sqrt|sin|cos)_\w+$", "valu_trans", None),
@@ -63,7 +64,8 @@ SASS_CLASSES: list[tuple[re.Pattern, str, int | None]] = [(re.compile(p), c, Non
     (r"^(?:BAR|BSYNC|BSSY|WARPSYNC|SYNCS|DEPBAR|MEMBAR)(?:\.|$)", "BAR"),
     (r"^(?:BRA|BRX|JMP|CALL|RET)(?:\.|$)", "BRA"), (r"^EXIT", "EXIT"),
     (r"^U?(?:IMAD|IADD3|VIADD|LOP3|SHF|LEA|ISETP|IMNMX|VIMNMX|SEL|IABS|POPC|FLO|BREV|SGXT|MOV|PLOP3|P2R|R2P|"
-     r"S2R|S2UR|CS2R|R2UR|SHFL|VOTE|FSETP|FSEL|FMNMX)(?:\.|$)", "int"),
+     r"S2R|S2UR|CS2R|R2UR|SHFL|VOTE)(?:\.|$)", "int"),
+    (r"^(?:FSETP|FSET|FSEL|FMNMX|FCHK)(?:\.|$)", "FP32_other"),  # FP compare/select/min-max: not integer work
     (r"^NOP", "NOP"),
 ]]
 _SASS_WIDTH = re.compile(r"\.(128|64|U8|S8|U16|S16)(?=\.|$)")

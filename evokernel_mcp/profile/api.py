@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context
@@ -62,6 +63,16 @@ def _list_avail(exe: str):
         return None
 
 
+def _check_kernel_filter(kernel_filter: str | None) -> None:
+    if kernel_filter is None:
+        return
+    try:
+        re.compile(kernel_filter)
+    except re.error as e:
+        raise BadInput(f"kernel_filter {kernel_filter!r} is not a valid regex ({e}); pass a regex on kernel names, "
+                       "e.g. 'matmul' or '^my_kernel$', or leave it out to profile all kernels.") from None
+
+
 def _spec(task, reference, candidate, warmup, iters, shape=None) -> dict[str, Any]:
     if not candidate.strip():
         raise BadInput("candidate is empty: pass Python source defining run(*inputs) or class ModelNew.")
@@ -117,6 +128,7 @@ async def profile_pmc(
     counters, derived metrics with formulas (DRAM GB/s, L2 hit %, VALU/MFMA busy %, bank-conflict %,
     occupancy) and findings such as 'memory-bound: DRAM 87% of peak'. Raw files: read_artifact(artifact_id)."""
     spec = _spec(task, reference, candidate, warmup, iters, shape)
+    _check_kernel_filter(kernel_filter)
     if preset and counters:
         raise BadInput("pass preset OR counters, not both.")
     backend = _backend(device)
@@ -172,6 +184,7 @@ async def thread_trace(
     waitcnt, NOP, MFMA ...), the top_n hot instructions with neighbours and source lines, and stall reasons.
     Call after profile_pmc names the bottleneck. Full per-instruction table: read_artifact(artifact_id)."""
     spec = _spec(task, reference, candidate, warmup, 1, shape)
+    _check_kernel_filter(kernel_filter)
     backend = _backend(device)
     if backend == "rocm":
         if resolve_executable("rocprofv3", env_var="ROCPROFV3") is None:

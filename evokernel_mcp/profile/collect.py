@@ -72,12 +72,14 @@ def _amd_spec(base: DeviceSpec, out_dir: Path) -> DeviceSpec:
     if not gpus:
         return base
     g = gpus[0]
-    peak = base.peak_gbs
-    if peak and base.compute_units and g.cu_count and g.cu_count != base.compute_units:
-        peak = peak * g.cu_count / base.compute_units  # e.g. one MI250X GCD = half the package
+    peak, tflops = base.peak_gbs, base.peak_tflops
+    if base.compute_units and g.cu_count and g.cu_count != base.compute_units:
+        share = g.cu_count / base.compute_units  # e.g. one MI250X GCD = half the package: its peaks too
+        peak = peak * share if peak else peak
+        tflops = {k: v * share for k, v in tflops.items()}
     return DeviceSpec(arch=g.name, vendor="amd", compute_units=g.cu_count, num_xcc=g.num_xcc,
                       simds_per_cu=max(1, g.simd_count // max(g.cu_count, 1)), max_waves_per_cu=g.max_waves_per_cu,
-                      peak_gbs=peak, peak_tflops=base.peak_tflops,
+                      peak_gbs=peak, peak_tflops=tflops,
                       source=f"agent_info.csv ({g.name}, {g.cu_count} CUs) + {base.source}")
 
 

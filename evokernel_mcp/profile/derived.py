@@ -123,9 +123,34 @@ def _nvidia(c: dict[str, float], dur: float | None, spec: DeviceSpec, out: dict[
         out["flops"] = _dv(total, "FLOP", " + ".join(terms) + " (CUDA-core only; tensor-core FLOPs not counted)")
 
 
-def _peak_for_counted_flops(spec: DeviceSpec) -> tuple[str | None, float | None]:
+# MFMA MOPS counter suffix -> arch-table peak keys (first present wins), so a bf16 GEMM is measured against the
+# bf16 matrix peak, not the device's highest (fp8/fp4) one.
+_MOPS_PEAK = {"F16": ("fp16_matrix",), "BF16": ("bf16_matrix",), "F32": ("fp32_matrix",),
+              "F64": ("fp64_matrix",), "I8": ("int8_matrix_tops",), "F8": ("fp8_matrix", "fp8_matrix_scaled"),
+              "XF32": ("tf32_xf32",), "F6F4": ("fp6_fp4_matrix",)}
+
+
+def _amd_mfma_peak(counters: dict[str, float], spec: DeviceSpec) -> tuple[str | None, float | None]:
+    """Peak TFLOP/s for the MFMA work counted: per dtype, weighted by its FLOPs (time = sum flops_i / peak_i).
+    None when a counted dtype has no peak in the table (no roofline rather than one against the wrong peak)."""
+    work: dict[str, tuple[str, float]] = {}
+    for k, v in counters.items():
+        if k.startswith("SQ_INSTS_VALU_MFMA_MOPS_") and v > 0:
+            dt = k.removeprefix("SQ_INSTS_VALU_MFMA_MOPS_")
+            key = next((p for p in _MOPS_PEAK.get(dt, ()) if spec.peak_tflops.get(p)), None)
+            if key is None:
+                return None, None
+            work[dt] = (key, v)
+    if not work:
+        return None, None
+    total = sum(v for _, v in work.values())
+    peak = total / sum(v / spec.peak_tflops[key] for key, v in work.values())
+    return "+".join(sorted(key for key, _ in work.values())), peak
+
+
+def _peak_for_counted_flops(spec: DeviceSpec, counters: dict[str, float]) -> tuple[str | None, float | None]:
     """The peak that matches the FLOPs the counters count: NVIDIA counts CUDA-core FP32 instructions (so the
-    FP32 vector peak), AMD counts MFMA ops (so the highest matrix peak)."""
+    FP32 vector peak), AMD counts MFMA ops per dtype (so the matrix peak of those dtypes)."""
     if not spec.peak_tflops:
         return None, None
     if spec.vendor != "amd":
@@ -133,8 +158,7 @@ def _peak_for_counted_flops(spec: DeviceSpec) -> tuple[str | None, float | None]
             if key in spec.peak_tflops:
                 return key, spec.peak_tflops[key]
         return None, None  # no CUDA-core peak known: no roofline rather than one against tensor-core peaks
-    key = max(spec.peak_tflops, key=lambda k: spec.peak_tflops[k])
-    return key, spec.peak_tflops[key]
+    return _amd_mfma_peak(counters, spec)
 
 
 def derive(counters: dict[str, float], duration_ns: float | None, spec: DeviceSpec,
@@ -147,7 +171,7 @@ def derive(counters: dict[str, float], duration_ns: float | None, spec: DeviceSp
     if "flops" in out and out["flops"].value > 0 and out.get("dram_bytes") and out["dram_bytes"].value > 0:
         ai = out["flops"].value / out["dram_bytes"].value
         out["arithmetic_intensity"] = _dv(ai, "FLOP/byte", "flops / dram_bytes")
-        peak_name, peak = _peak_for_counted_flops(spec)
+        peak_name, peak = _peak_for_counted_flops(spec, counters)
         if peak and spec.peak_gbs:
             ridge = peak * 1e3 / spec.peak_gbs
             out["roofline_ridge_point"] = _dv(ridge, "FLOP/byte", f"{peak:g} TFLOP/s ({peak_name}) * 1e3 / "

@@ -21,6 +21,7 @@ _AMD_RULES: list[tuple[str, re.Pattern]] = [(k, re.compile(p)) for k, p in [
     ("VMEM store", r"^(buffer_store|global_store|flat_store|scratch_store|image_store)"),
     ("VALU conversion/packing", r"^v_(cvt|pack|perm|bfe|bfi|alignbit|alignbyte|lshl_or|and_or|or3|lshrrev|"
                                 r"lshlrev|ashrrev|and_b32|or_b32|xor_b32|mov_b32_sdwa|.*_sdwa)"),
+    ("VALU other", r"^v_(pk_)?mad_[ui]\d"),  # integer mad (v_mad_u64_u32: address math), not an FP FMA
     ("VALU FMA", r"^v_(fma|fmac|mac|mad|pk_fma|dot|pk_mul|pk_add|mul_f|add_f|sub_f|pk_mad)"),
     ("VALU other", r"^v_"),
     ("SALU", r"^s_"),
