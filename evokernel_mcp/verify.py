@@ -24,6 +24,7 @@ from evokernel_mcp.tasks import Task, check_candidate_source, load_task, task_fr
 from evokernel_mcp.verify_compare import DEFAULT_TOLERANCES
 
 Preset = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
+MAX_SEEDS = 1000
 
 
 class ToleranceArg(Model):
@@ -105,9 +106,11 @@ def build_payload(task: Task, candidate: str, shapes: list[str] | None, seeds: i
     for n in names:
         task.shape_set(n)  # BadInput for unknown names
     order = [s for s in task.shape_names() if s in names]  # cascade: small -> full
+    n_seeds = seeds if isinstance(seeds, int) else len(seeds)
+    if not 1 <= n_seeds <= MAX_SEEDS:  # checked before list(range(seeds)): a huge count must not eat the server
+        raise BadInput(f"seeds = {n_seeds if isinstance(seeds, int) else f'a list of {n_seeds}'}: give a count from "
+                       f"1 to {MAX_SEEDS} or a non-empty list of at most {MAX_SEEDS} seeds (3 is typical)")
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
-    if not seed_list:
-        raise BadInput("seeds must be a count >= 1 or a non-empty list")
     return {"task": task.model_dump(), "candidate": candidate, "shapes": order, "seeds": seed_list,
             "tolerance": resolve_tolerance(tolerance), "stop_on_first_failure": stop_on_first_failure}
 
@@ -134,7 +137,7 @@ async def verify_vs_pytorch(
     task: Annotated[str | None, Field(description="Shipped task name (list_tasks), task folder, or KernelBench .py path.")] = None,
     reference: Annotated[str | None, Field(description="KernelBench-form reference source (instead of task).")] = None,
     shapes: Annotated[list[str] | None, Field(description="Shape-set names; default all, run small -> full.")] = None,
-    seeds: Annotated[int | list[int], Field(description="Number of seeds (0..n-1) or explicit seeds.")] = 3,
+    seeds: Annotated[int | list[int], Field(description="Number of seeds (0..n-1) or explicit seeds; at most 1000.")] = 3,
     tolerance: Annotated[ToleranceArg | None, Field(description="Override the per-dtype defaults.")] = None,
     timeout_s: Annotated[float, Field(gt=0, le=3600, description="Hard limit for the whole check, seconds.")] = 300,
     wait_s: Annotated[float, Field(ge=0, le=600, description="Return a job_id if not done by then, seconds.")] = 50,

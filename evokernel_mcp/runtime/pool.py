@@ -93,10 +93,7 @@ class _Worker:
         return protocol.decode_event(line)
 
     def log_tail(self, n: int = 4000) -> str:
-        try:
-            return protocol.tail(self.log_path.read_text(errors="replace"), n)
-        except OSError:
-            return ""
+        return protocol.read_tail(self.log_path, n)
 
     async def kill(self) -> None:
         with anyio.CancelScope(shield=True):
@@ -200,6 +197,9 @@ class WorkerPool:
                 await w.proc.stdin.send(protocol.encode(req))
                 while True:
                     ev = await w.next_event()
+                    if ev.get("id") != req["id"]:  # a stale or forged event: never attribute it to this job
+                        raise protocol.DecodeError(f"{ev['event']} event for request {ev.get('id')!r} while "
+                                                   f"request {req['id']} is in flight")
                     if ev["event"] == "progress" and on_progress is not None:
                         res = on_progress(ev.get("done", 0), ev.get("total", 0), ev.get("message", ""))
                         if res is not None:
@@ -212,7 +212,9 @@ class WorkerPool:
             return WorkerReply(ok=False, stdout=out, stderr=err, worker_replaced=True, **base,
                                duration_s=time.perf_counter() - t0, error=ErrorInfo(
                                    kind="timeout", message=f"{req['op']} did not finish within {timeout_s:g} s; "
-                                   "the worker was killed and is replaced", detail=protocol.tail(err, 2000) or None))
+                                   "the worker was killed and is replaced. Look for an endless loop or a deadlock (a kernel "
+                                   "waiting on a flag, a grid that never ends), or raise timeout_s for a big problem",
+                                   detail=protocol.tail(err, 2000) or None))
         except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, anyio.ClosedResourceError,
                 anyio.DelimiterNotFound, protocol.DecodeError, OSError) as e:
             return await self._lost(w, req, scratch, t0, base, e)
@@ -230,7 +232,7 @@ class WorkerPool:
                            worker_replaced=fatal, **base)
 
     async def _lost(self, w: _Worker, req: dict, scratch: Path, t0: float, base: dict, e: BaseException) -> WorkerReply:
-        with anyio.move_on_after(5):
+        with anyio.move_on_after(0.2 if isinstance(e, protocol.DecodeError) else 5):  # garbled but alive: no exit to wait for
             await w.proc.wait()
         rc = w.proc.returncode
         await self._drop(w.device)
@@ -266,13 +268,7 @@ class WorkerPool:
 
 
 def _read_capture(scratch: Path) -> tuple[str, str]:
-    out = []
-    for name in ("stdout.txt", "stderr.txt"):
-        try:
-            out.append(protocol.tail((scratch / name).read_text(errors="replace")))
-        except OSError:
-            out.append("")
-    return out[0], out[1]
+    return protocol.read_tail(scratch / "stdout.txt"), protocol.read_tail(scratch / "stderr.txt")
 
 
 def _key_line(text: str) -> str:

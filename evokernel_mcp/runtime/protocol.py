@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from typing import Any, Literal
 
 from pydantic import Field
@@ -81,6 +82,22 @@ def decode_request(line: bytes) -> dict[str, Any]:
 
 def tail(text: str, n: int = OUTPUT_TAIL_CHARS) -> str:
     return text if len(text) <= n else f"...[{len(text) - n} chars cut]...\n" + text[-n:]
+
+
+def read_tail(path: str | os.PathLike, n: int = OUTPUT_TAIL_CHARS) -> str:
+    """The last n characters of a capture file, reading only its end: a candidate that prints gigabytes
+    before it hangs must not make the reader (the server, on a timeout) load them all. '' if unreadable."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - 4 * n))  # up to 4 bytes per UTF-8 character
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    cut = size - 4 * n if size > 4 * n else 0
+    if len(text) <= n and not cut:
+        return text
+    return f"...[{cut + max(0, len(text) - n)} bytes cut]...\n" + text[-n:]
 
 
 ErrorKind = Literal["timeout", "crash", "exception", "gpu_fault", "oom", "cancelled", "internal"]

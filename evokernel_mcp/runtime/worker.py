@@ -4,6 +4,10 @@ Started by pool.py, pinned to one device by CUDA_VISIBLE_DEVICES/HIP_VISIBLE_DEV
 it as cuda:0), or on CPU with TRITON_INTERPRET=1. Imports torch and triton once, then serves ops
 (runtime/ops.py) one at a time from stdin until EOF.
 
+Tamper check: before each op the worker snapshots torch's functions, global torch settings and the
+harness's functions (guard.py); an op after which any of them changed fails as "bad_candidate" and the
+worker exits, so the next job gets a clean process.
+
 Protocol fd: at start the original stdout (the pipe the pool reads) is dup'ed to a private fd and
 fd 1 is re-pointed to stderr; during an op fd 1 and fd 2 go to capture files in the op's scratch
 dir. Candidate output therefore never mixes with protocol messages (see protocol.py).
@@ -19,7 +23,7 @@ import time
 import traceback
 from typing import Any
 
-from evokernel_mcp.runtime import protocol
+from evokernel_mcp.runtime import guard, protocol
 from evokernel_mcp.runtime.ops import resolve
 
 
@@ -58,14 +62,7 @@ class Capture:
             os.close(saved)
 
     def read(self) -> tuple[str, str]:
-        out = []
-        for p in self.paths:
-            try:
-                with open(p, encoding="utf-8", errors="replace") as f:
-                    out.append(protocol.tail(f.read()))
-            except OSError:
-                out.append("")
-        return out[0], out[1]
+        return protocol.read_tail(self.paths[0]), protocol.read_tail(self.paths[1])
 
 
 def _import_stack(device: str) -> dict[str, Any]:
@@ -113,6 +110,7 @@ def _error_event(req_id: int, e: BaseException) -> dict[str, Any]:
 def serve(device: str, chan: Channel) -> None:
     chan.send({"event": "ready", "pid": os.getpid(), "device": device, "info": _import_stack(device)})
     home = os.getcwd()
+    snapshot, changes, tamper_error = guard.snapshot, guard.changes, guard.tamper_error  # bound before any op
     for line in sys.stdin.buffer:
         if not line.strip():
             continue
@@ -124,6 +122,7 @@ def serve(device: str, chan: Channel) -> None:
             chan.send({"event": "progress", "id": _id, "done": done, "total": total, "message": message})
 
         cap = Capture(scratch)
+        before = snapshot()
         t0 = time.perf_counter()
         try:
             fn = resolve(req["op"])
@@ -135,6 +134,9 @@ def serve(device: str, chan: Channel) -> None:
             msg = _error_event(req_id, e)
         finally:
             os.chdir(home)
+        changed = changes(before)
+        if changed:  # torch/harness patched: nothing this worker computes from now on can be trusted
+            msg = {"event": "error", "id": req_id, "fatal": True, "error": tamper_error(changed)}
         msg["duration_s"] = time.perf_counter() - t0
         msg["stdout"], msg["stderr"] = cap.read()
         chan.send(msg)
