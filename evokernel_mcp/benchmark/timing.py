@@ -106,12 +106,15 @@ def _stop(times: Sequence[float], opt: TimingOptions, t0: float) -> str | None:
     return None
 
 
+MAX_BATCH = 2000  # launches queued per batch behind one GPU-sleep cushion
+
+
 def _next_batch(done: int, opt: TimingOptions, per_rep_s: float, t0: float) -> int:
     if done < opt.min_reps:
         return opt.min_reps - done
     left_s = max(opt.max_time_s - (_monotonic() - t0), 0.0)
     want = int(left_s / max(per_rep_s, 1e-7) / 4) if per_rep_s > 0 else 16
-    return max(1, min(want, max(done // 2, 8), opt.max_reps - done, 2000))
+    return max(1, min(want, max(done // 2, 8), opt.max_reps - done, MAX_BATCH))
 
 
 # ----------------------------------------------------------------------------------------- CPU (host)
