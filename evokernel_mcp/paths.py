@@ -30,3 +30,20 @@ def sub_state_dir(name: str) -> Path:
     p = state_dir() / name
     p.mkdir(parents=True, exist_ok=True)
     return p
+
+
+def prune_old_dirs(parent: Path, keep: int = 64) -> int:
+    """Remove all but the `keep` most recently modified subdirectories of parent (job and worker scratch:
+    candidate sources, captured output). Best effort; returns how many were removed."""
+    import shutil
+
+    try:
+        dirs = sorted((d for d in parent.iterdir() if d.is_dir() and not d.is_symlink()),
+                      key=lambda d: d.stat().st_mtime, reverse=True)
+    except OSError:
+        return 0
+    removed = 0
+    for d in dirs[keep:]:
+        shutil.rmtree(d, ignore_errors=True)
+        removed += 1
+    return removed

@@ -93,3 +93,18 @@ def test_artifact_resource_and_tool_through_the_mcp_client():
             assert page.structured_content["next_offset"] is None and page.structured_content["total"] == 2
 
     anyio.run(main)
+
+
+def test_prune_old_dirs_keeps_the_newest(tmp_path):
+    import os
+
+    from evokernel_mcp.paths import prune_old_dirs
+
+    for i in range(5):
+        d = tmp_path / f"job{i}"
+        d.mkdir()
+        (d / "candidate.py").write_text("x")
+        os.utime(d, (1000 + i, 1000 + i))
+    (tmp_path / "not_a_dir.txt").write_text("kept")
+    assert prune_old_dirs(tmp_path, keep=2) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job3", "job4", "not_a_dir.txt"]

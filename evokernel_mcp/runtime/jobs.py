@@ -31,13 +31,14 @@ from pydantic import BaseModel, Field
 
 from evokernel_mcp.errors import NotFound
 from evokernel_mcp.models import ErrorInfo, Model, Provenance
-from evokernel_mcp.paths import sub_state_dir
+from evokernel_mcp.paths import prune_old_dirs, sub_state_dir
 from evokernel_mcp.runtime.pool import WorkerPool
 
 log = logging.getLogger(__name__)
 
 JobState = Literal["queued", "running", "done", "failed", "cancelled"]
 FINAL: tuple[str, ...] = ("done", "failed", "cancelled")
+KEEP_SCRATCH_DIRS = 64  # newest job scratch dirs kept on disk (older ones are removed)
 MAX_KEPT_JOBS = 256
 ProgressCb = Callable[[float, float, str], Awaitable[None]]
 
@@ -250,6 +251,7 @@ class JobManager:
                 ctx = JobContext(job_id=job.job_id, device=job.device, pool=self._pool, _job=job,
                                  scratch_dir=sub_state_dir("jobs") / job.job_id, timeout_s=job.timeout_s)
                 ctx.scratch_dir.mkdir(parents=True, exist_ok=True)
+                prune_old_dirs(ctx.scratch_dir.parent, keep=KEEP_SCRATCH_DIRS)
                 try:
                     with anyio.fail_after(job.timeout_s):
                         job.result = await job.fn(ctx)

@@ -29,7 +29,7 @@ import anyio
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from evokernel_mcp.models import ErrorInfo
-from evokernel_mcp.paths import REPO_DIR, sub_state_dir
+from evokernel_mcp.paths import REPO_DIR, prune_old_dirs, sub_state_dir
 from evokernel_mcp.runtime import protocol
 from evokernel_mcp.runtime.protocol import WorkerReply
 
@@ -178,6 +178,8 @@ class WorkerPool:
         device = self.check_device(device)
         scratch = Path(scratch_dir) if scratch_dir else sub_state_dir("scratch") / secrets.token_hex(6)
         scratch.mkdir(parents=True, exist_ok=True)
+        if not scratch_dir:
+            prune_old_dirs(scratch.parent)
         async with self._lock(device):
             try:
                 w = await self.ensure_worker(device)
