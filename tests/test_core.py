@@ -108,3 +108,11 @@ def test_prune_old_dirs_keeps_the_newest(tmp_path):
     (tmp_path / "not_a_dir.txt").write_text("kept")
     assert prune_old_dirs(tmp_path, keep=2) == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["job3", "job4", "not_a_dir.txt"]
+
+
+def test_one_product_matcher_for_live_device_names():
+    assert table.match_product("gfx942", "AMD Instinct MI300X VF") == "MI300X"
+    assert table.match_product("sm_90", "NVIDIA H200") == "H200_SXM"
+    assert table.match_product("sm_90", "NVIDIA H100 PCIe") is None  # not the SXM part the table describes
+    assert table.product_for("sm_90", "NVIDIA H100 PCIe") == "H100_SXM5"  # falls back to the arch default
+    assert table.product_for("gfx950", None) == "MI355X"

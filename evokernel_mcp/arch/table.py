@@ -7,6 +7,7 @@ Each fact is {value, source[, note]}. Accessors return a Fact so callers can att
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any
 
 import yaml
@@ -81,6 +82,33 @@ def product_fact(arch: str, product: str, key: str) -> Fact | None:
         return None
     return Fact(value=entry["value"], source=entry.get("source", "unsourced"), note=entry.get("note"),
                 ref=f"{ARCH_FILE_REL}#{arch}.products.{product}.{key}")
+
+
+def match_product(arch: str | None, name: str | None) -> str | None:
+    """Product entry for a marketing/product name ('AMD Instinct MI300X VF' -> 'MI300X', 'NVIDIA H200' ->
+    'H200_SXM'); None when the name matches no entry (PCIe/NVL parts differ from the SXM entries we have)."""
+    if not arch or not name or arch not in arch_names():
+        return None
+    up = name.upper()
+    known = products(arch)
+    m = re.search(r"MI\s?(\d{3}[A-Z]?)\b", up)
+    if m and f"MI{m.group(1)}" in known:
+        return f"MI{m.group(1)}"
+    if "PCIE" in up or "NVL" in up:
+        return None
+    for family, key in (("H100", "H100_SXM5"), ("H200", "H200_SXM")):
+        if family in up and key in known:
+            return key
+    return None
+
+
+def product_for(arch: str, name: str | None) -> str | None:
+    """match_product, else the arch's default product (DEFAULT_PRODUCT) when the table has it."""
+    matched = match_product(arch, name)
+    if matched:
+        return matched
+    default = DEFAULT_PRODUCT.get(arch)
+    return default if arch in arch_names() and default in products(arch) else None
 
 
 def raw(arch: str) -> dict[str, Any]:

@@ -34,12 +34,6 @@ DTYPE_ALIASES = {
     "float8_e4m3fnuz": "fp8", "float8_e5m2fnuz": "fp8",
 }
 # Products named in a device name (e.g. 'NVIDIA H200', 'AMD Instinct MI300X'), longest match first.
-PRODUCT_TOKENS = (
-    ("MI355", "MI355X"), ("MI350", "MI350X"), ("MI325", "MI325X"), ("MI300", "MI300X"), ("MI250", "MI250X"),
-    ("H200", "H200_SXM"), ("H100", "H100_SXM5"),
-)
-
-
 @dataclass(frozen=True)
 class Peak:
     value: float
@@ -53,12 +47,7 @@ def norm_dtype(dtype: str) -> str:
 
 def resolve_product(arch: str, device_name: str | None) -> str | None:
     """Arch-table product for a live device name; the arch's default product when the name says nothing."""
-    known = table.products(arch)
-    for token, product in PRODUCT_TOKENS:
-        if device_name and token in device_name.upper().replace(" ", "") and product in known:
-            return product
-    default = table.DEFAULT_PRODUCT.get(arch)
-    return default if default in known else None
+    return table.product_for(arch, device_name)
 
 
 def _product_or_arch_fact(arch: str, product: str | None, key: str):

@@ -8,7 +8,6 @@ x the table's per-CU rate; provenance says which.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from evokernel_mcp.arch import table
@@ -95,21 +94,7 @@ def _numeric(v: Any, pick: str | None = None) -> float | None:
     return float(v)
 
 
-def match_product(arch: str | None, name: str | None) -> str | None:
-    """Arch-table product key for a marketing/product name ('AMD Instinct MI300X VF' -> 'MI300X')."""
-    if not arch or not name or arch not in table.arch_names():
-        return None
-    up = name.upper()
-    products = table.products(arch)
-    m = re.search(r"MI\s?(\d{3}[A-Z]?)\b", up)
-    if m and f"MI{m.group(1)}" in products:
-        return f"MI{m.group(1)}"
-    if "PCIE" in up or "NVL" in up:
-        return None  # different clocks/power/bandwidth from the SXM entries we have
-    for family, key in (("H100", "H100_SXM5"), ("H200", "H200_SXM")):
-        if family in up and key in products:
-            return key
-    return None
+match_product = table.match_product  # one matcher for devices, benchmark and docs
 
 
 def add_peaks(b: DeviceBuilder, rate_key: str, label: str | None = None) -> None:

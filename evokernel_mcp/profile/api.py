@@ -36,7 +36,7 @@ def _backend(device: str | None) -> str:
 def _table_spec(arch: str, vendor: str) -> DeviceSpec:
     from evokernel_mcp.arch import table
 
-    prod = os.environ.get("EVOKERNEL_PRODUCT") or table.DEFAULT_PRODUCT.get(arch)
+    prod = table.product_for(arch, os.environ.get("EVOKERNEL_PRODUCT"))  # a product key or a device name
     def pf(key):
         f = table.product_fact(arch, prod, key) if prod else None
         return f.value if f else None
