@@ -31,12 +31,32 @@ def _stats_of(run: dict[str, Any], confidence: float) -> TimingStats:
     return stats.summarize(run["times_ms"], confidence)
 
 
+def add_launch_cost(run: dict[str, Any] | None, ceil: Ceilings | None, enabled: bool) -> dict[str, Any] | None:
+    """An activity-clock series with the device's launch cost added to every time (see launch_cost.py);
+    other series, or no measured cost, unchanged. The bare span median is kept for the report."""
+    if not run or run.get("timer") != "activity":
+        return run
+    times = run["times_ms"]
+    extra = {**(run.get("extra") or {}), "kernel_span_median_ms": stats.summarize(times).median_ms}
+    cost = ceil.launch_cost_us if (ceil is not None and enabled) else None
+    if cost is None:
+        return {**run, "extra": extra}
+    extra["launch_cost_ms"] = cost / 1e3
+    method = run["method"] + f"; + {cost:.3f} us fixed launch cost per call (ncu-equivalent, measure_ceilings)"
+    return {**run, "times_ms": [t + cost / 1e3 for t in times], "extra": extra, "method": method}
+
+
 def _info(run: dict[str, Any] | None) -> TimingInfo | None:
     if not run:
         return None
-    keys = ("stop_reason", "warmup_calls", "copies", "flush_bytes", "event_overhead_ms", "host_timing")
+    keys = ("stop_reason", "warmup_calls", "copies", "flush_bytes", "event_overhead_ms", "host_timing", "timer")
+    extra = run.get("extra") or {}
+    notes = "; ".join(str(extra[k]) for k in ("activity_timer_unused", "timers_unified") if extra.get(k))
     return TimingInfo(**{k: run.get(k) for k in keys if run.get(k) is not None},
-                      overhead_subtracted=bool(run.get("overhead_subtracted")))
+                      overhead_subtracted=bool(run.get("overhead_subtracted")),
+                      event_median_ms=extra.get("event_median_ms"), timer_note=notes or None,
+                      kernel_span_median_ms=extra.get("kernel_span_median_ms"),
+                      launch_cost_ms=extra.get("launch_cost_ms"))
 
 
 def _peaks(info: dict[str, Any], dtype: str | None, unit: str) -> tuple[rl.Peak | None, rl.Peak | None]:
@@ -55,7 +75,7 @@ def _flags(sr: ShapeResult, cand: dict[str, Any], host: bool) -> list[str]:
     if sr.speedup is not None and sr.speedup > SPEEDUP_FLAG_X:
         flags.append(f"speedup {sr.speedup:.1f}x > {SPEEDUP_FLAG_X:g}x: a person must confirm it (check the "
                      "candidate computes the full problem and is not caching results)")
-    for key, what in (("check_timed", "the last timed run's output"), ("check_fresh", "the output on fresh inputs")):
+    for key, what in (("check_timed", "a timed call's output (its input storage refilled with new values)"), ("check_fresh", "the output on fresh inputs")):
         chk = cand.get(key) or {}
         if not chk.get("passed"):
             flags.append(f"{what} does NOT match the reference ({chk.get('mismatches')} mismatches, "
@@ -69,8 +89,10 @@ def _flags(sr: ShapeResult, cand: dict[str, Any], host: bool) -> list[str]:
 
 
 def shape_result(raw: dict[str, Any], task: Task, info: dict[str, Any], ceil: Ceilings | None, unit: str,
-                 confidence: float) -> ShapeResult:
+                 confidence: float, launch_cost: bool = True) -> ShapeResult:
     """One shape set's ShapeResult from the worker's raw times and checks."""
+    raw = {**raw, "candidate": add_launch_cost(raw["candidate"], ceil, launch_cost),
+           "baseline": add_launch_cost(raw.get("baseline"), ceil, launch_cost)}
     host = bool(raw["candidate"].get("host_timing"))
     c = _stats_of(raw["candidate"], confidence)
     b = _stats_of(raw["baseline"], confidence) if raw.get("baseline") else None
@@ -98,10 +120,10 @@ def shape_result(raw: dict[str, Any], task: Task, info: dict[str, Any], ceil: Ce
     return sr
 
 
-def _provenance(info: dict[str, Any], raws: list[dict], ceil: Ceilings | None, unit: str, dtype: str | None,
+def _provenance(info: dict[str, Any], method: str | None, ceil: Ceilings | None, unit: str, dtype: str | None,
                 task: Task) -> list[Provenance]:
     dev = f"{info.get('name')} ({info.get('arch') or 'cpu'})"
-    method = raws[0]["candidate"]["method"] if raws else "n/a"
+    method = method or "n/a"
     prov = [Provenance(field="results[].candidate, results[].baseline", source="measured",
                        detail=f"{dev}: {method}; statistics computed in the server from raw times")]
     prov.append(Provenance(field="results[].roofline.bytes/flops", source=f"task.yaml of {task.name}",
@@ -113,7 +135,8 @@ def _provenance(info: dict[str, Any], raws: list[dict], ceil: Ceilings | None, u
     return prov
 
 
-def result_from_reply(reply: WorkerReply, task: Task, unit: str, confidence: float) -> BenchmarkResult:
+def result_from_reply(reply: WorkerReply, task: Task, unit: str, confidence: float,
+                      launch_cost: bool = True) -> BenchmarkResult:
     """BenchmarkResult of a finished worker op (ok or not)."""
     r = reply.result or {}
     info = r.get("device_info") or {"name": reply.worker_info.get("device_name")}
@@ -125,7 +148,7 @@ def result_from_reply(reply: WorkerReply, task: Task, unit: str, confidence: flo
     results = []
     for raw in r.get("shapes", []):
         try:
-            results.append(shape_result(raw, task, info, ceil, unit, confidence))
+            results.append(shape_result(raw, task, info, ceil, unit, confidence, launch_cost))
         except EvoError as e:
             err = err or ErrorInfo(kind="internal", message=f"shape {raw.get('shape')}: {e}")
     dtype = next((x.get("output_dtype") for x in r.get("shapes", []) if x.get("output_dtype")), None)
@@ -138,11 +161,12 @@ def result_from_reply(reply: WorkerReply, task: Task, unit: str, confidence: flo
     if ceil is not None:
         versions["driver"] = ceil.driver
     raws = r.get("shapes", [])
+    method = (add_launch_cost(raws[0]["candidate"], ceil, launch_cost) or {}).get("method") if raws else None
     return BenchmarkResult(
         results=results, device=f"{reply.device}: {info.get('name')}", clocks=clocks, versions=versions,
         state="done" if err is None else "failed", error=err, stdout=reply.stdout or None,
-        stderr=reply.stderr or None, timing_method=raws[0]["candidate"]["method"] if raws else None,
-        provenance=_provenance(info, raws, ceil, unit, dtype, task))
+        stderr=reply.stderr or None, timing_method=method,
+        provenance=_provenance(info, method, ceil, unit, dtype, task))
 
 
 def _load(task: str | None, reference: str | None) -> Task:
@@ -191,10 +215,19 @@ async def benchmark(
     target_rel_ci: Annotated[float, Field(gt=0, le=1, description="Stop when the median's CI half-width is "
                                           "below this fraction of the median (0.005 = +/-0.5 %).")] = 0.005,
     use_graph: Annotated[bool, Field(description="Time CUDA/HIP graph replays (launch-bound callables).")] = False,
+    timer: Annotated[Literal["auto", "events"], Field(
+        description="'auto': the device's own kernel start/end timestamps (CUPTI / roctracer activity records "
+        "via torch.profiler), the clock ncu's gpu__time_duration reads; falls back to events, saying why, when "
+        "the records cannot be used. 'events': device events around each launch (these also count the "
+        "kernel's launch cost on the device, ~1 us on an H200).")] = "auto",
     subtract_event_overhead: Annotated[bool, Field(
-        description="Subtract the measured cost of an empty event pair (~1 us on an H200) from every time. "
-        "On by default: with it our cold-cache medians matched ncu's gpu__time_duration within 8% at 9 us, "
-        "2.4% at 42 us, 0.2% at 349 us (bench/results/timing_fidelity_*); without it +23%/+6%/+1%.")] = True,
+        description="With the event clock: subtract the measured cost of an empty event pair (~1 us on an "
+        "H200) from every time (without it events read +23%/+6%/+1% over ncu at 9/42/349 us).")] = True,
+    add_launch_cost: Annotated[bool, Field(
+        description="With the activity clock: add the device's fixed per-launch cost as ncu counts it "
+        "(measure_ceilings' launch_cost_us, ~0.9 us on an H200), so times read as ncu's gpu__time_duration "
+        "would. Off: bare kernel spans, as nsys / torch.profiler / rocprofv3 kernel traces report them. The "
+        "bare span median is reported either way (kernel_span_median_ms).")] = True,
     compute_unit: Annotated[Literal["matrix", "vector"] | None, Field(
         description="Which FLOP peak bounds the roofline: matrix units (MFMA / tensor cores) or vector ALUs "
         "(e.g. depthwise convolution, elementwise). Default: the task's `compute_unit`, else matrix.")] = None,
@@ -216,13 +249,13 @@ async def benchmark(
 
     opt = TimingOptions(cold_cache=cold_cache, min_reps=min_reps, max_time_s=max_time_s,
                         target_rel_ci=target_rel_ci, use_graph=use_graph, max_reps=max(20000, min_reps),
-                        subtract_overhead=subtract_event_overhead)
+                        subtract_overhead=subtract_event_overhead, timer=timer)
     t = _load(task, reference)
     compute_unit = compute_unit or t.compute_unit or "matrix"
     payload = build_payload(t, candidate, baseline, shapes, opt, seed)
     outcome = await run_worker_job(
         kind="benchmark", op="benchmark", payload=payload, device=device, timeout_s=timeout_s, wait_s=wait_s,
-        ctx=ctx, build=lambda reply, _j: result_from_reply(reply, t, compute_unit, opt.confidence))
+        ctx=ctx, build=lambda reply, _j: result_from_reply(reply, t, compute_unit, opt.confidence, add_launch_cost))
     if outcome.state == "done" and outcome.result is not None:
         return outcome.result  # type: ignore[return-value]
     if outcome.finished:

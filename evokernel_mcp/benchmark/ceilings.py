@@ -138,13 +138,32 @@ def ensure(refresh: bool = False, progress=None, **sizes: Any) -> Ceilings:
     ident = device_identity()
     if not refresh:
         c = load_cached(ident["device"], ident["driver"], ident["torch"])
+        if c is not None and c.launch_cost_detail is None and not c.host_timing:  # cached before launch cost
+            c = with_launch_cost(c, ident["backend"], progress)
+            store(c)
+            c = c.model_copy(update={"cached": True})
         if c is not None:
             return c
     if progress is not None:
         progress(0, 1, f"measuring ceilings of {ident['device']} (copy bandwidth, matmul rates)")
     c = measure(sizes.get("copy_bytes"), sizes.get("matmul_n"))
+    c = with_launch_cost(c, ident["backend"], progress)
     store(c)
     return c
+
+
+def with_launch_cost(c: Ceilings, backend: str, progress=None) -> Ceilings:
+    """c plus the device's launch cost (launch_cost.py); CPU: none."""
+    if backend == "none":
+        return c
+    from evokernel_mcp.benchmark import launch_cost
+
+    if progress is not None:
+        progress(0, 1, "measuring the launch cost ncu counts (ncu on a 1-element kernel)")
+    lc = launch_cost.measure(backend)
+    prov = [*c.provenance, Provenance(field="launch_cost_us", source="measured" if lc.us is not None else "none",
+                                      detail=lc.detail)]
+    return c.model_copy(update={"launch_cost_us": lc.us, "launch_cost_detail": lc.detail, "provenance": prov})
 
 
 def worker_ceilings(payload: dict[str, Any], progress) -> dict[str, Any]:

@@ -66,6 +66,18 @@ class TimingInfo(Model):
         "subtract_event_overhead).")
     overhead_subtracted: bool = False
     host_timing: bool = False
+    timer: str | None = Field(
+        default=None, description="'activity' (device kernel timestamps), 'events' (device events) or 'host'.")
+    event_median_ms: float | None = Field(
+        default=None, description="With the activity clock: the median the events gave for the same repetitions "
+        "(the difference is the launch cost on the device).")
+    timer_note: str | None = Field(default=None, description="Why the activity clock was not used, if it was not.")
+    kernel_span_median_ms: float | None = Field(
+        default=None, description="With the activity clock: the median bare kernel span (first kernel start to "
+        "last kernel end), before launch_cost_ms was added.")
+    launch_cost_ms: float | None = Field(
+        default=None, description="Fixed launch cost added to every activity-clock time (measure_ceilings' "
+        "launch_cost_us), so the times read as ncu's gpu__time_duration would; None: nothing added.")
 
 
 class ShapeResult(Model):
@@ -124,4 +136,9 @@ class Ceilings(Model):
     measured_at: str | None = None
     cached: bool = False
     host_timing: bool = Field(default=False, description="True on the CPU path (no GPU): host numbers.")
+    launch_cost_us: float | None = Field(
+        default=None, description="Fixed per-launch cost ncu's gpu__time_duration counts and the activity "
+        "records do not (ncu duration minus activity span of a tiny kernel, measured here); benchmark adds it "
+        "to activity-clock times. None: not measured (see launch_cost_detail).")
+    launch_cost_detail: str | None = Field(default=None, description="How launch_cost_us was measured, or why not.")
     provenance: list[Provenance] = Field(default_factory=list)

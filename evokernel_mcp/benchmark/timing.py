@@ -12,8 +12,13 @@ GPU method (CUDA and HIP through torch):
   device, so no host launch latency falls between the start event and the kernel;
 - repetitions until the median's relative CI reaches target_rel_ci or max_time_s has passed (at least
   min_reps, at most max_reps); optional CUDA/HIP graph replay for launch-bound callables;
-- the bare cost of an empty event pair (after a flush) is measured and reported, not subtracted unless
-  asked (subtract_overhead).
+- the clock (timer="auto"): the device's own activity records of the timed loop (CUPTI / roctracer through
+  torch.profiler, activity.py), one span per repetition from the callable's first kernel start to its last
+  kernel end, the clock ncu's gpu__time_duration reads; the events still drive the stopping rule and are
+  kept as a cross-check. Where the records cannot be cut cleanly (no profiler, a kernel named like our
+  flush), the event times are used and the reason is reported (timer="events" forces that);
+- with the event clock, the bare cost of an empty event pair (after a flush) is measured and reported, not
+  subtracted unless asked (subtract_overhead).
 CPU path (no GPU): time.perf_counter_ns around each call, labelled host timing, no cache flush.
 
 Timer functions are bound when this module is imported (before any candidate is loaded), so a candidate
@@ -33,6 +38,7 @@ from evokernel_mcp.errors import BadInput
 _perf_ns = time.perf_counter_ns
 _monotonic = time.monotonic
 MIN_FLUSH_BYTES = 256 << 20
+TIMERS = ("auto", "events")
 MAX_COPIES = 16
 _event_api: dict[str, Any] = {}
 
@@ -58,8 +64,11 @@ class TimingOptions:
     warmup_ms: float = 25.0
     use_graph: bool = False
     subtract_overhead: bool = False
+    timer: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.timer not in TIMERS:
+            raise BadInput(f"timer = {self.timer!r}: one of {', '.join(TIMERS)}")
         if self.min_reps < 1:
             raise BadInput(f"min_reps = {self.min_reps}: at least 1 timed repetition is needed")
         if self.max_reps < self.min_reps:
@@ -85,11 +94,12 @@ class TimingRun:
     flush_bytes: int | None = None
     event_overhead_ms: float | None = None
     overhead_subtracted: bool = False
+    timer: str = "host"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         keys = ("times_ms", "method", "host_timing", "warmup_calls", "copies", "stop_reason", "flush_bytes",
-                "event_overhead_ms", "overhead_subtracted", "extra")
+                "event_overhead_ms", "overhead_subtracted", "timer", "extra")
         return {k: getattr(self, k) for k in keys}
 
 
@@ -220,9 +230,12 @@ def _make_graphs(fn: Callable[..., Any], arg_sets: Sequence[tuple]) -> list[Call
     return calls
 
 
+_activity_session: Any = None  # tests inject a fake; None = activity.TorchActivity
+
+
 def time_device(fn: Callable[..., Any], arg_sets: Sequence[tuple], opt: TimingOptions, device: Any = None,
                 progress: Callable[[float, str], None] | None = None, flusher: CacheFlusher | None = None) -> TimingRun:
-    """Device-event timing of fn(*args) with the method in the module docstring."""
+    """Device timing of fn(*args) with the method in the module docstring."""
     import torch
 
     if not arg_sets:
@@ -239,33 +252,104 @@ def time_device(fn: Callable[..., Any], arg_sets: Sequence[tuple], opt: TimingOp
     host_per_rep_s = w0
     cycles_per_ms = _sleep_cycles_per_ms(api)
     overhead = _event_overhead_ms(flusher, api, 50)
+    plan, why_not = _activity_plan(calls, flusher, cycles_per_ms, api) if opt.timer == "auto" else (
+        None, "timer='events' was asked for")
     times: list[float] = []
+    session = None
     t0 = _monotonic()
     reason = None
     per_rep_s = host_per_rep_s
-    while reason is None:
-        n = _next_batch(len(times), opt, per_rep_s, t0)
-        b0 = _monotonic()
-        times += _timed_batch(calls, len(times), n, flusher, api, cycles_per_ms, host_per_rep_s)
-        per_rep_s = (_monotonic() - b0) / n
-        reason = _stop(times, opt, t0)
-        if progress:
-            progress(min(len(times) / opt.min_reps, 1.0), f"{len(times)} reps, {_monotonic() - t0:.1f} s")
-    if opt.subtract_overhead and overhead:
+    try:
+        if plan is not None:
+            session = (_activity_session or _torch_activity)()
+            session.__enter__()
+        while reason is None:
+            n = _next_batch(len(times), opt, per_rep_s, t0)
+            b0 = _monotonic()
+            times += _timed_batch(calls, len(times), n, flusher, api, cycles_per_ms, host_per_rep_s)
+            per_rep_s = (_monotonic() - b0) / n
+            reason = _stop(times, opt, t0)
+            if progress:
+                progress(min(len(times) / opt.min_reps, 1.0), f"{len(times)} reps, {_monotonic() - t0:.1f} s")
+    finally:
+        if session is not None:
+            session.__exit__(None, None, None)
+    extra: dict[str, Any] = {"flush_size_source": flusher.source if flusher else None,
+                             "host_enqueue_us_per_rep": host_per_rep_s * 1e6}
+    timer = "events"
+    if plan is not None:
+        from evokernel_mcp.benchmark import activity
+
+        spans = activity.spans_ms(session.activities(), plan, len(times))
+        if isinstance(spans, str):
+            why_not = f"activity records did not cut into repetitions: {spans}"
+        else:
+            extra["event_median_ms"] = sorted(times)[len(times) // 2]
+            times, timer = spans, "activity"
+    if why_not:
+        extra["activity_timer_unused"] = why_not
+    subtract = timer == "events" and opt.subtract_overhead and bool(overhead)
+    if subtract:
         times = [max(t - overhead, 0.0) for t in times]
-    method = ("device events (torch.cuda.Event) around each launch"
+    clock = ("device activity timestamps (CUPTI/roctracer via torch.profiler): first kernel start to last kernel "
+             "end of each call; events drive the stopping rule" if timer == "activity"
+             else "device events (torch.cuda.Event) around each launch")
+    method = (clock
               + (", CUDA/HIP graph replay" if opt.use_graph else "")
               + (f"; cold cache: read-only pass over {flusher.nbytes >> 20} MiB before each launch"
                  if flusher else "; warm cache (no flush)")
               + f"; {len(arg_sets)} rotated input set(s)"
               + ("; batches queued behind a GPU sleep (host ahead of device)" if cycles_per_ms else
                  "; no GPU sleep available: host launch gaps may be included")
-              + ("; empty-event overhead subtracted" if opt.subtract_overhead else ""))
+              + ("; empty-event overhead subtracted" if subtract else ""))
     return TimingRun(times, method, False, warm, len(arg_sets), reason,
                      flush_bytes=flusher.nbytes if flusher else None, event_overhead_ms=overhead,
-                     overhead_subtracted=bool(opt.subtract_overhead and overhead),
-                     extra={"flush_size_source": flusher.source if flusher else None,
-                            "host_enqueue_us_per_rep": host_per_rep_s * 1e6})
+                     overhead_subtracted=subtract, timer=timer, extra=extra)
+
+
+def prime_activity() -> str | None:
+    """Open and close one empty profiler session (worker start-up); None if it works, else why not."""
+    try:
+        with _torch_activity() as s:
+            pass
+        s.activities()
+        return None
+    except Exception as e:  # noqa: BLE001 - the activity clock then falls back to events, saying why
+        return f"{type(e).__name__}: {str(e)[:200]}"
+
+
+def _torch_activity() -> Any:
+    from evokernel_mcp.benchmark.activity import TorchActivity
+
+    return TorchActivity()
+
+
+def _activity_plan(calls: Sequence[Callable[[], Any]], flusher: CacheFlusher | None, cycles_per_ms: float | None,
+                   api: dict[str, Any]) -> tuple[Any, str | None]:
+    """(Plan, None) when the activity clock can time these calls, else (None, why not)."""
+    from evokernel_mcp.benchmark import activity
+
+    sleep = None
+    if cycles_per_ms:
+        import torch
+
+        sleep = lambda: torch.cuda._sleep(int(0.01 * cycles_per_ms))  # noqa: E731 - the cushion's kernel
+    try:
+        plan = activity.calibrate(_activity_session or _torch_activity, calls, flusher.flush if flusher else None,
+                                  sleep, api["sync"])
+    except Exception as e:  # noqa: BLE001 - no profiler / CUPTI busy (e.g. under ncu): events instead
+        if _is_device_error(e):
+            raise
+        return None, f"the profiler could not record device activity: {type(e).__name__}: {str(e)[:200]}"
+    if isinstance(plan, str):
+        return None, plan
+    return plan, None
+
+
+def _is_device_error(e: BaseException) -> bool:
+    from evokernel_mcp.runtime import protocol
+
+    return bool(protocol.classify_text(f"{type(e).__name__}: {e}"))
 
 
 def _warm_up(calls: Sequence[Callable[[], Any]], opt: TimingOptions, api: dict[str, Any]) -> tuple[int, float]:

@@ -80,6 +80,9 @@ def _import_stack(device: str) -> dict[str, Any]:
             from evokernel_mcp.benchmark import timing as _timing
 
             _timing._bind_event_api()
+            # open and close one profiler session now: its lazy imports (which rebind e.g. torch.manual_seed)
+            # and the CUPTI / roctracer start-up happen here, before the tamper snapshot and any timing
+            info["activity_profiler"] = _timing.prime_activity()
         else:
             info["device_name"] = "cpu"
     except Exception as e:  # noqa: BLE001 - reported to the pool, not fatal for ping

@@ -48,6 +48,29 @@ def test_cpu_harness_flags_wrong_candidate_after_timing():
     assert any("does NOT match the reference" in f for f in r.flags)
 
 
+ADDRESS_CACHE = """
+import torch
+
+_seen = {}
+
+
+def run(x, y):
+    key = (x.data_ptr(), y.data_ptr())
+    if key not in _seen:  # a reward hack: compute once per input address, then replay the stored answer
+        _seen[key] = x + y
+    return _seen[key]
+"""
+
+
+def test_cpu_harness_catches_a_candidate_that_caches_results_by_input_address():
+    res = anyio.run(lambda: benchmark(candidate=ADDRESS_CACHE, task="vector_add", min_reps=4, **FAST))
+    r = res.results[0]
+    chk = eval(r.check_detail)  # noqa: S307 - our own repr of two small dicts
+    assert chk["fresh"]["passed"] is True  # new tensors: it computes, so only the refill check can see it
+    assert chk["timed"]["passed"] is False and r.correct_after_timing is False
+    assert any("input storage refilled" in f for f in r.flags)
+
+
 def test_impossible_requests_refused_before_any_job():
     with pytest.raises(BadInput, match="min_reps"):
         anyio.run(lambda: benchmark(candidate=GOOD, task="vector_add", min_reps=0))

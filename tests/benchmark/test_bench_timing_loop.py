@@ -1,5 +1,7 @@
-"""The device timing loop's logic with a fake event API (no GPU): the flush stays outside the timed
-region, inputs rotate, repetitions stop as asked, the event overhead is measured and optionally subtracted."""
+"""The device timing loop's logic with a fake event API and a fake activity recorder (no GPU): the flush
+stays outside the timed region, inputs rotate, repetitions stop as asked, the event overhead is measured
+and optionally subtracted, and the activity clock is used when its records cut cleanly (else events, with
+the reason)."""
 
 from __future__ import annotations
 
@@ -28,14 +30,41 @@ class FakeGPU:
         self.api = {"Event": Event, "record": Event.record, "elapsed": lambda s, e: e.ts - s.ts,
                     "sync": lambda: None}
         self.nbytes, self.source = 1 << 28, "fake"
+        self.acts: list | None = None  # device activities while a fake profiler session is open
+        self.kernel_name = "axpy_kernel"
+
+    def _run(self, name, ms):
+        s = self.t
+        self.t += ms
+        if self.acts is not None:
+            self.acts.append((name, int(s * 1e6), int(self.t * 1e6)))
 
     def flush(self):
-        self.t += self.flush_ms
+        self._run("reduce_kernel<sum>", self.flush_ms)
         self.log.append("flush")
 
     def kernel(self, a):
-        self.t += self.kernel_ms
+        self._run(self.kernel_name, self.kernel_ms)
         self.log.append(f"kernel{a}")
+
+    def sleep(self, cycles):
+        self._run("spin_kernel", 0.0)
+
+    def session(self):
+        gpu = self
+
+        class Session:
+            def __enter__(self):
+                gpu.acts = []
+                return self
+
+            def __exit__(self, *exc):
+                self.recorded, gpu.acts = gpu.acts, None
+
+            def activities(self):
+                return self.recorded
+
+        return Session()
 
 
 @pytest.fixture
@@ -44,12 +73,13 @@ def fake(monkeypatch):
 
     gpu = FakeGPU()
     monkeypatch.setattr(timing, "_event_api", gpu.api)
-    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: None, raising=False)
+    monkeypatch.setattr(torch.cuda, "_sleep", gpu.sleep, raising=False)
+    monkeypatch.setattr(timing, "_activity_session", gpu.session)
     return gpu
 
 
 def test_flush_outside_timed_region_and_rotation(fake):
-    opt = timing.TimingOptions(min_reps=12, max_reps=12, warmup_ms=0)
+    opt = timing.TimingOptions(min_reps=12, max_reps=12, warmup_ms=0, timer="events")
     run = timing.time_device(fake.kernel, [(0,), (1,), (2,)], opt, device="fake", flusher=fake)
     assert len(run.times_ms) == 12 and run.stop_reason == "max_reps"
     assert all(t == pytest.approx(0.5) for t in run.times_ms)  # flush (10 ms) never inside start..end
@@ -63,7 +93,8 @@ def test_flush_outside_timed_region_and_rotation(fake):
 
 def test_stops_on_target_ci_and_subtracts_overhead(fake):
     fake.event_ms = 0.01  # each record costs 10 us of device time
-    opt = timing.TimingOptions(min_reps=20, max_time_s=60, target_rel_ci=0.01, warmup_ms=0, subtract_overhead=True)
+    opt = timing.TimingOptions(min_reps=20, max_time_s=60, target_rel_ci=0.01, warmup_ms=0, subtract_overhead=True,
+                               timer="events")
     run = timing.time_device(fake.kernel, [(0,)], opt, device="fake", flusher=fake)
     assert run.stop_reason == "target_rel_ci" and len(run.times_ms) == 20  # constant times: CI width 0
     assert run.event_overhead_ms == pytest.approx(0.01) and run.overhead_subtracted
@@ -74,3 +105,41 @@ def test_warm_cache_does_not_flush(fake):
     opt = timing.TimingOptions(cold_cache=False, min_reps=5, max_reps=5, warmup_ms=0)
     run = timing.time_device(fake.kernel, [(0,)], opt, device="fake")
     assert "flush" not in fake.log and run.flush_bytes is None and "warm cache" in run.method
+
+
+def test_activity_clock_reads_kernel_time_without_event_cost(fake):
+    fake.event_ms = 0.01  # events see kernel + 10 us; the kernel's own timestamps do not
+    opt = timing.TimingOptions(min_reps=15, max_reps=15, warmup_ms=0)
+    run = timing.time_device(fake.kernel, [(0,), (1,)], opt, device="fake", flusher=fake)
+    assert run.timer == "activity" and "activity timestamps" in run.method and not run.overhead_subtracted
+    assert len(run.times_ms) == 15 and all(t == pytest.approx(0.5) for t in run.times_ms)
+    assert run.extra["event_median_ms"] == pytest.approx(0.51)
+    assert "activity_timer_unused" not in run.extra
+
+
+def test_activity_clock_refused_when_callable_launches_a_flush_named_kernel(fake):
+    fake.event_ms = 0.01
+    fake.kernel_name = "reduce_kernel<sum>"  # the candidate's kernel has our flush kernel's name
+    opt = timing.TimingOptions(min_reps=5, max_reps=5, warmup_ms=0, subtract_overhead=True)
+    run = timing.time_device(fake.kernel, [(0,)], opt, device="fake", flusher=fake)
+    assert run.timer == "events" and "named like the harness" in run.extra["activity_timer_unused"]
+    assert all(t == pytest.approx(0.5) for t in run.times_ms)  # events minus the measured empty pair
+
+
+def test_events_timer_when_asked(fake):
+    opt = timing.TimingOptions(min_reps=5, max_reps=5, warmup_ms=0, timer="events")
+    run = timing.time_device(fake.kernel, [(0,)], opt, device="fake", flusher=fake)
+    assert run.timer == "events" and run.extra["activity_timer_unused"] == "timer='events' was asked for"
+
+
+def test_activity_clock_warm_cache_groups_by_launch_count(fake):
+    opt = timing.TimingOptions(cold_cache=False, min_reps=6, max_reps=6, warmup_ms=0)
+    run = timing.time_device(fake.kernel, [(0,)], opt, device="fake")
+    assert run.timer == "activity" and len(run.times_ms) == 6
+
+
+def test_unknown_timer_refused():
+    from evokernel_mcp.errors import BadInput
+
+    with pytest.raises(BadInput, match="timer"):
+        timing.TimingOptions(timer="stopwatch")

@@ -24,8 +24,8 @@ step() {  # name timeout cmd...
 }
 step devices 120 python3 bench/query_devices.py
 step suite 400 bash tools/gpu_suite.sh
-step gpumarks 300 python3 -m pytest -q -rA -m gpu -p no:cacheprovider --timeout 240 tests/devices tests/compile tests/benchmark tests/profile tests/e2e
-step fidelity 300 python3 bench/timing_fidelity.py
+step gpumarks 300 python3 -m pytest -q -rA -m gpu -p no:cacheprovider --timeout 240 ${GPU_TESTS:-tests/devices tests/compile tests/benchmark tests/profile tests/e2e}
+step fidelity 420 python3 bench/timing_fidelity.py ${FIDELITY_ARGS:-}
 step conv3d 200 python3 bench/conv3d_baseline.py
 step profile 300 python3 bench/profile_check.py
 step compile 200 python3 bench/compile_latency.py

@@ -1,0 +1,136 @@
+"""Kernel times from the device's own activity records (CUPTI on CUDA, roctracer / rocprofiler-sdk on ROCm,
+both reached through torch.profiler's kineto backend): the start and end timestamps the GPU writes for each
+kernel, memset and copy, the same kind of clock that ncu's gpu__time_duration reads. Device events, by
+contrast, also count the front end's work to start the kernel (about 1 us on an H200), which is a large
+share of an 8 us kernel.
+
+This module has one job: record the activities of a timed loop and cut them into one span per
+repetition. A repetition is [flush kernel(s)] + [the callable's device work]; its time is the span from
+the first start to the last end of the callable's work (so a multi-kernel callable is charged for the
+gaps between its kernels too). The cut is by kernel name: the flush and the GPU-sleep cushion are
+recognised from a calibration run, and if the callable launches a kernel with one of those names, or
+the counts do not add up, the caller falls back to events and says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+Act = tuple[str, int, int]  # (name, start_ns, end_ns) of one device activity
+
+
+class TorchActivity:
+    """A torch.profiler session recording device activities only (no CPU ops, no stacks)."""
+
+    def __init__(self) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        self._prof = profile(activities=[ProfilerActivity.CUDA])  # HIP on ROCm builds as well
+
+    def __enter__(self) -> TorchActivity:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "Profiler clears events at the end of each cycle": we want that
+            self._prof.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._prof.__exit__(*exc)
+
+    def activities(self) -> list[Act]:
+        from torch.autograd import DeviceType
+
+        events = self._prof.profiler.kineto_results.events()
+        acts = [(e.name(), int(e.start_ns()), int(e.end_ns())) for e in events if e.device_type() != DeviceType.CPU]
+        return sorted(acts, key=lambda a: (a[1], a[2]))
+
+
+SessionFactory = Callable[[], Any]  # returns a context manager with .activities() -> list[Act]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the calibration learned: the names that are ours, and the callable's launches per call."""
+
+    flush_names: frozenset[str]
+    flush_count: int
+    separator_names: frozenset[str]
+    per_call: int | None  # device activities per call of the callable; None if it varies
+
+
+def _record(session: SessionFactory, ops: Sequence[Callable[[], Any]], sync: Callable[[], None]) -> list[Act]:
+    with session() as s:
+        for op in ops:
+            op()
+        sync()
+    return s.activities()
+
+
+def calibrate(session: SessionFactory, calls: Sequence[Callable[[], Any]], flush: Callable[[], Any] | None,
+              sleep: Callable[[], Any] | None, sync: Callable[[], None]) -> Plan | str:
+    """Run the flush, the sleep and two calls under the profiler; a Plan, or why the activity timer cannot
+    be used for these calls (the reason is reported to the user)."""
+    flush_names: frozenset[str] = frozenset()
+    flush_count = 0
+    if flush is not None:
+        fa = _record(session, [flush, flush], sync)
+        if not fa or len(fa) % 2:
+            return f"the profiler saw {len(fa)} device activities for 2 cache flushes (expected an even number > 0)"
+        flush_names, flush_count = frozenset(a[0] for a in fa), len(fa) // 2
+    seps: frozenset[str] = frozenset()
+    if sleep is not None:
+        seps = frozenset(a[0] for a in _record(session, [sleep], sync))
+    ca = _record(session, [calls[0], calls[1 % len(calls)]], sync)
+    if not ca:
+        return "the profiler saw no device activity for the callable (host-only work, or no activity records)"
+    clash = {a[0] for a in ca} & (flush_names | seps)
+    if clash:
+        return f"the callable launches a kernel named like the harness's own ({sorted(clash)[0][:80]})"
+    return Plan(flush_names, flush_count, seps, len(ca) // 2 if len(ca) % 2 == 0 else None)
+
+
+def spans_ms(acts: Sequence[Act], plan: Plan, n: int) -> list[float] | str:
+    """One span (ms) per repetition from the activities of a timed loop, or why they do not cut cleanly.
+
+    With a flush: each run of flush_count flush activities opens a repetition, a separator (the
+    GPU-sleep cushion) closes one, anything else belongs to the open repetition. Without a flush (warm
+    cache): the callable's activities in groups of per_call."""
+    acts = sorted(acts, key=lambda a: (a[1], a[2]))
+    if plan.flush_count:
+        groups: list[list[Act]] = []
+        open_ = False
+        i = 0
+        while i < len(acts):
+            name = acts[i][0]
+            if name in plan.flush_names:
+                j = i
+                while j < len(acts) and j - i < plan.flush_count and acts[j][0] in plan.flush_names:
+                    j += 1
+                if j - i != plan.flush_count:
+                    return f"a cache flush showed {j - i} activities, calibration said {plan.flush_count}"
+                groups.append([])
+                open_, i = True, j
+                continue
+            if name in plan.separator_names:
+                open_ = False
+            elif not open_:
+                return f"device work ({name[:60]}) outside any repetition"
+            else:
+                groups[-1].append(acts[i])
+            i += 1
+    else:
+        work = [a for a in acts if a[0] not in plan.separator_names]
+        k = plan.per_call
+        if not k or len(work) != n * k:
+            return (f"{len(work)} device activities for {n} repetitions; the callable's launch count per call "
+                    f"is {'not constant' if not k else k}")
+        groups = [work[r * k:(r + 1) * k] for r in range(n)]
+    if len(groups) != n:
+        return f"{len(groups)} repetitions in the activity records, {n} timed"
+    empty = sum(1 for g in groups if not g)
+    if empty:
+        return f"{empty} repetition(s) with no device activity"
+    return [(max(a[2] for a in g) - min(a[1] for a in g)) / 1e6 for g in groups]

@@ -1,0 +1,57 @@
+"""benchmark on a real GPU (CUDA or ROCm): the activity clock times both series, the statistics hold
+together, the kernel span sits below the event median of the same repetitions (events also count the
+launch), the launch cost ncu counts is added on CUDA, the flush is in place, and a result cached by input
+address is caught after timing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+import torch
+
+from evokernel_mcp.app import close_app
+from evokernel_mcp.benchmark.api import benchmark
+
+pytestmark = pytest.mark.gpu
+GOOD = (Path(__file__).parent / "candidates" / "vector_add_triton.py").read_text()
+OPTS = {"task": "vector_add", "shapes": ["medium"], "min_reps": 30, "max_time_s": 0.5, "wait_s": 300,
+        "timeout_s": 300}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _app():
+    yield
+    anyio.run(close_app)
+
+
+def test_gpu_benchmark_uses_the_activity_clock_for_both_series():
+    res = anyio.run(lambda: benchmark(candidate=GOOD, **OPTS))
+    assert res.error is None, res.error
+    r = res.results[0]
+    for s, ti in ((r.candidate, r.candidate_timing), (r.baseline, r.baseline_timing)):
+        assert s.reps >= 30 and s.min_ms <= s.p10_ms <= s.median_ms <= s.p90_ms
+        assert ti.timer == "activity", ti.timer_note
+        assert 0 < ti.kernel_span_median_ms < ti.event_median_ms  # the kernel's own time is inside the events
+        assert ti.flush_bytes and ti.flush_bytes >= 256 << 20
+        if torch.version.hip is None:  # CUDA: ncu's launch cost measured once and added (launch_cost.py)
+            assert ti.launch_cost_ms and 0 < ti.launch_cost_ms < 0.005, ti
+            assert s.median_ms == pytest.approx(ti.kernel_span_median_ms + ti.launch_cost_ms)
+    assert r.correct_after_timing is True and "activity timestamps" in res.timing_method
+
+
+def test_gpu_benchmark_events_clock_when_asked():
+    res = anyio.run(lambda: benchmark(candidate=GOOD, timer="events", **OPTS))
+    r = res.results[0]
+    assert r.candidate_timing.timer == "events" and r.candidate_timing.overhead_subtracted
+    assert r.candidate_timing.event_median_ms is None
+
+
+def test_gpu_benchmark_catches_results_cached_by_input_address():
+    src = ("import torch\n_seen = {}\n\ndef run(x, y):\n    k = (x.data_ptr(), y.data_ptr())\n"
+           "    if k not in _seen:\n        _seen[k] = x + y\n    return _seen[k]\n")
+    res = anyio.run(lambda: benchmark(candidate=src, **OPTS))
+    r = res.results[0]
+    assert r.correct_after_timing is False
+    assert any("input storage refilled" in f for f in r.flags)
