@@ -241,7 +241,8 @@ async def benchmark(
     """Time a verified candidate against PyTorch (or a second candidate) and against the hardware's limit.
 
     Call after verify_vs_pytorch passes. Per shape set: median/min/mean/p10/p90/std and the median's
-    confidence interval (ms of device time, cold L2 by default), speedup with its interval and a noise
+    confidence interval (ms of device time from the kernels' own timestamps plus the launch cost ncu
+    counts, cold L2 by default; candidate_timing says which clock), speedup with its interval and a noise
     verdict, achieved GB/s and TFLOP/s, the roofline-bound time and the fraction of it reached, flags
     for a person (speedup > 10x, output wrong after timing). The device is held exclusively while
     timing. If not done within wait_s, returns job_id: then call job_result(job_id, wait_s)."""

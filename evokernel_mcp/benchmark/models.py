@@ -62,8 +62,8 @@ class TimingInfo(Model):
     copies: int | None = Field(default=None, description="Input sets rotated among.")
     flush_bytes: int | None = Field(default=None, description="Bytes read by the cache flush before each launch.")
     event_overhead_ms: float | None = Field(
-        default=None, description="Median of an empty event pair after a flush (included in the times unless "
-        "subtract_event_overhead).")
+        default=None, description="Median of an empty event pair after a flush (with the event clock, "
+        "subtracted from the times when subtract_event_overhead).")
     overhead_subtracted: bool = False
     host_timing: bool = False
     timer: str | None = Field(

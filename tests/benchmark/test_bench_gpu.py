@@ -41,6 +41,13 @@ def test_gpu_benchmark_uses_the_activity_clock_for_both_series():
     assert r.correct_after_timing is True and "activity timestamps" in res.timing_method
 
 
+def test_gpu_benchmark_warm_cache_activity_clock():
+    res = anyio.run(lambda: benchmark(candidate=GOOD, cold_cache=False, **OPTS))
+    r = res.results[0]
+    assert r.candidate_timing.timer == "activity" and r.baseline_timing.timer == "activity"
+    assert r.candidate_timing.flush_bytes is None and "warm cache" in res.timing_method
+
+
 def test_gpu_benchmark_events_clock_when_asked():
     res = anyio.run(lambda: benchmark(candidate=GOOD, timer="events", **OPTS))
     r = res.results[0]
