@@ -15,6 +15,7 @@ plain monkey-patch, the usual shortcut of a reward-hacking agent.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 _MODULES = ("builtins", "time", "math", "copy", "torch", "torch.nn.functional", "torch.cuda", "torch.linalg",
@@ -93,6 +94,28 @@ def changes(before: dict[str, Any]) -> list[str]:
     out += [f"torch setting {k}: {v!r} -> {now['flags'].get(k)!r}" for k, v in before["flags"].items()
             if now["flags"].get(k) != v]
     return out
+
+
+_rebase: Callable[[], None] | None = None
+
+
+def arm_rebase(fn: Callable[[], None] | None) -> None:
+    """Worker: before each op, the one-shot that takes the op's snapshot again; None after the op."""
+    global _rebase
+    _rebase = fn
+
+
+def rebase() -> bool:
+    """Harness only, first thing in an op and before any candidate code is loaded: take the op's snapshot
+    again, after the harness's own lazy imports (torch.profiler's first session imports torch._dynamo, which
+    rebinds torch.manual_seed). One shot per op: the harness uses it before a candidate could, so a
+    candidate calling it later changes nothing. Returns whether a snapshot was taken."""
+    global _rebase
+    fn, _rebase = _rebase, None
+    if fn is None:
+        return False
+    fn()
+    return True
 
 
 def tamper_error(changed: list[str]) -> dict[str, Any]:

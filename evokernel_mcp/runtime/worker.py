@@ -79,10 +79,7 @@ def _import_stack(device: str) -> dict[str, Any]:
             # bind the timer (events, elapsed_time, synchronize) before any candidate can patch torch
             from evokernel_mcp.benchmark import timing as _timing
 
-            _timing._bind_event_api()
-            # open and close one profiler session now: its lazy imports (which rebind e.g. torch.manual_seed)
-            # and the CUPTI / roctracer start-up happen here, before the tamper snapshot and any timing
-            info["activity_profiler"] = _timing.prime_activity()
+            _timing._bind_event_api()  # (the profiler for the activity clock starts in the first benchmark)
         else:
             info["device_name"] = "cpu"
     except Exception as e:  # noqa: BLE001 - reported to the pool, not fatal for ping
@@ -114,6 +111,7 @@ def serve(device: str, chan: Channel) -> None:
     chan.send({"event": "ready", "pid": os.getpid(), "device": device, "info": _import_stack(device)})
     home = os.getcwd()
     snapshot, changes, tamper_error = guard.snapshot, guard.changes, guard.tamper_error  # bound before any op
+    arm_rebase = guard.arm_rebase
     for line in sys.stdin.buffer:
         if not line.strip():
             continue
@@ -125,7 +123,8 @@ def serve(device: str, chan: Channel) -> None:
             chan.send({"event": "progress", "id": _id, "done": done, "total": total, "message": message})
 
         cap = Capture(scratch)
-        before = snapshot()
+        state = {"before": snapshot()}
+        arm_rebase(lambda st=state: st.update(before=snapshot()))
         t0 = time.perf_counter()
         try:
             fn = resolve(req["op"])
@@ -137,7 +136,8 @@ def serve(device: str, chan: Channel) -> None:
             msg = _error_event(req_id, e)
         finally:
             os.chdir(home)
-        changed = changes(before)
+            arm_rebase(None)
+        changed = changes(state["before"])
         if changed:  # torch/harness patched: nothing this worker computes from now on can be trusted
             msg = {"event": "error", "id": req_id, "fatal": True, "error": tamper_error(changed)}
         msg["duration_s"] = time.perf_counter() - t0

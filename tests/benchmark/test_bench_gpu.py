@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from evokernel_mcp.app import close_app
-from evokernel_mcp.benchmark.api import benchmark
+from evokernel_mcp.benchmark.api import benchmark, measure_ceilings
 
 pytestmark = pytest.mark.gpu
 GOOD = (Path(__file__).parent / "candidates" / "vector_add_triton.py").read_text()
@@ -62,3 +62,12 @@ def test_gpu_benchmark_catches_results_cached_by_input_address():
     r = res.results[0]
     assert r.correct_after_timing is False
     assert any("input storage refilled" in f for f in r.flags)
+
+
+def test_gpu_measure_ceilings_alone_measures_the_launch_cost():
+    c = anyio.run(lambda: measure_ceilings(refresh=True, wait_s=300, timeout_s=300))
+    assert c.copy_gbs and c.copy_gbs > 100 and not c.host_timing
+    assert c.launch_cost_detail
+    if torch.version.hip is None:
+        assert c.launch_cost_us is not None and 0 < c.launch_cost_us < 5, c.launch_cost_detail
+        assert any(p.field == "launch_cost_us" and p.source == "measured" for p in c.provenance)

@@ -125,3 +125,20 @@ def test_review_read_tail_small_file_is_verbatim(tmp_path):
     p.write_text("héllo\n")
     assert protocol.read_tail(p) == "héllo\n"
     assert protocol.read_tail(tmp_path / "missing.txt") == ""
+
+
+def test_review_guard_rebase_is_one_shot_per_op_for_the_harness():
+    mgr = JobManager(devices=["cpu"])
+    try:
+        def run(payload):
+            return anyio.run(lambda: run_worker_job(kind="test", op="selftest", payload=payload, timeout_s=60,
+                                                    wait_s=120, jobs=mgr)).result
+        ok = run({"harness_rebind": True})  # our own lazy import, then rebase: not a tamper
+        assert ok.ok, ok.error
+        again = run({"echo": 1})  # the next op starts from a fresh snapshot in the same worker
+        assert again.ok and again.result["pid"] == ok.result["pid"]
+        bad = run({"patch_after_rebase": True})  # rebase used up first: the later patch is still seen
+        assert not bad.ok and bad.error.kind == "bad_candidate" and "torch.manual_seed" in bad.error.message
+        assert bad.worker_replaced
+    finally:
+        anyio.run(mgr.aclose)
