@@ -104,15 +104,14 @@ def pmc_summary(res) -> dict:
     main = max(res.dispatches, key=lambda d: d.duration_ns or 0)
     return {"tool": res.tool.model_dump(exclude={"command"}), "bound": res.bound, "kernel": main.kernel,
             "duration_ns": main.duration_ns, "derived": {k: v.value for k, v in main.derived.items()},
-            "findings": [f.text for f in res.findings], "json_tokens_est": len(res.model_dump_json()) / 4}
+            "findings": [f.text for f in res.findings], "json_tokens_est": len(res.model_dump_json()) / 4,
+            "peaks_from": next((p.detail for p in res.provenance if p.field == "dispatches[].derived"), None)}
 
 
 async def main() -> dict:
     from evokernel_mcp.benchmark.api import benchmark
 
     r: dict = {"device": device_name(), "date": dt.date.today().isoformat(), "python": sys.version.split()[0]}
-    if "H200" in r["device"]:
-        os.environ.setdefault("EVOKERNEL_PRODUCT", "H200_SXM")
     common = {"device": DEVICE, "wait_s": 600, "timeout_s": 600}
     bres = await step(r, "benchmark_vector_add", lambda: benchmark(
         candidate=VECTOR_ADD, task="vector_add", shapes=["full"], device=DEVICE, wait_s=600, timeout_s=600))

@@ -33,23 +33,6 @@ def _backend(device: str | None) -> str:
                        + ncu.INSTALL_HINT)
 
 
-def _table_spec(arch: str, vendor: str) -> DeviceSpec:
-    from evokernel_mcp.arch import table
-
-    prod = table.product_for(arch, os.environ.get("EVOKERNEL_PRODUCT"))  # a product key or a device name
-    def pf(key):
-        f = table.product_fact(arch, prod, key) if prod else None
-        return f.value if f else None
-    bw = pf("hbm_bandwidth_tb_s")
-    tf = pf("peak_tflops") or {}
-    cus = pf("cus") if vendor == "amd" else pf("sms")
-    waves = table.value(arch, "max_waves_per_cu") if vendor == "amd" and table.has(arch, "max_waves_per_cu") else None
-    return DeviceSpec(arch=arch, vendor=vendor, compute_units=cus, max_waves_per_cu=waves,
-                      peak_gbs=bw * 1000 if bw else None,
-                      peak_tflops={k: float(v) for k, v in tf.items() if isinstance(v, (int, float))},
-                      source=f"resources/gpu_arch/arch.yaml#{arch}.products.{prod}")
-
-
 def _list_avail(exe: str):
     try:
         res = run_sync([exe, "--list-avail"], timeout_s=60, tool="rocprofv3")
@@ -144,7 +127,7 @@ async def profile_pmc(
         names = presets.preset_counters(preset, the_arch) if preset else counters
         names = presets.validate_counters(names, the_arch, avail)
         passes = presets.split_passes(names, the_arch, avail)
-        dspec = _table_spec(the_arch, "amd")
+        dspec = collect.table_spec(the_arch, "amd")
 
         async def fn(jctx):
             return await collect.pmc_rocm(_launch(jctx, spec, device, timeout_s), passes, kernel_filter, dspec,
@@ -153,7 +136,7 @@ async def profile_pmc(
         if resolve_executable("ncu", env_var="NCU") is None:
             raise ToolNotFound("ncu", env_var="NCU", hint=ncu.INSTALL_HINT)
         metrics = presets.ncu_metrics(preset, counters)
-        dspec = _table_spec("sm_90", "nvidia")
+        dspec = collect.table_spec("sm_90", "nvidia")
 
         async def fn(jctx):
             return await collect.pmc_cuda(_launch(jctx, spec, device, timeout_s), metrics, kernel_filter, dspec,

@@ -19,7 +19,7 @@ from evokernel_mcp.profile.findings import findings_for
 from evokernel_mcp.profile.models import (
     CounterDispatch, PmcDispatch, PmcResult, TraceInstruction, TraceResult,
 )
-from evokernel_mcp.profile.ncu_parsers import parse_ncu_raw_csv, parse_ncu_source_csv
+from evokernel_mcp.profile.ncu_parsers import device_names, parse_ncu_raw_csv, parse_ncu_source_csv
 from evokernel_mcp.profile.rocprof_parsers import (
     parse_att_code_json, parse_att_filenames, parse_att_stats_csv, parse_att_wave, parse_rocprofv3_agent_info,
 )
@@ -59,6 +59,38 @@ def _pmc_dispatches(raw: list[CounterDispatch], spec: DeviceSpec, max_dispatches
     return out
 
 
+def table_spec(arch: str, vendor: str, device_name: str | None = None) -> DeviceSpec:
+    """Peaks and unit counts from the arch table for the product named by EVOKERNEL_PRODUCT, else by the live
+    device name (ncu's device__attribute_display_name, rocprofv3's agent Product_Name), else the arch's
+    default product."""
+    from evokernel_mcp.arch import table
+
+    forced = os.environ.get("EVOKERNEL_PRODUCT")
+    prod = table.product_for(arch, forced or device_name)  # a product key or a device name
+
+    def pf(key):
+        f = table.product_fact(arch, prod, key) if prod else None
+        return f.value if f else None
+    bw = pf("hbm_bandwidth_tb_s")
+    tf = pf("peak_tflops") or {}
+    cus = pf("cus") if vendor == "amd" else pf("sms")
+    waves = table.value(arch, "max_waves_per_cu") if vendor == "amd" and table.has(arch, "max_waves_per_cu") else None
+    why = (f"EVOKERNEL_PRODUCT={forced!r}" if forced else f"live device {device_name!r}" if device_name
+           else "arch default (device name not known yet)")
+    return DeviceSpec(arch=arch, vendor=vendor, compute_units=cus, max_waves_per_cu=waves,
+                      peak_gbs=bw * 1000 if bw else None,
+                      peak_tflops={k: float(v) for k, v in tf.items() if isinstance(v, (int, float))},
+                      source=f"resources/gpu_arch/arch.yaml#{arch}.products.{prod} ({why})")
+
+
+def _names_a_product(arch: str, device_name: str | None) -> bool:
+    """True when the live name picks a product of the table (and EVOKERNEL_PRODUCT does not override it)."""
+    from evokernel_mcp.arch import table
+
+    return bool(device_name) and not os.environ.get("EVOKERNEL_PRODUCT") and \
+        table.match_product(arch, device_name) is not None
+
+
 def _pmc_table(ds: list[PmcDispatch]) -> str:
     return "\n".join(json.dumps(d.model_dump(mode="json")) for d in ds) + "\n"
 
@@ -72,6 +104,8 @@ def _amd_spec(base: DeviceSpec, out_dir: Path) -> DeviceSpec:
     if not gpus:
         return base
     g = gpus[0]
+    if _names_a_product(base.arch, g.product_name):
+        base = table_spec(base.arch, "amd", g.product_name)
     peak, tflops = base.peak_gbs, base.peak_tflops
     if base.compute_units and g.cu_count and g.cu_count != base.compute_units:
         share = g.cu_count / base.compute_units  # e.g. one MI250X GCD = half the package: its peaks too
@@ -112,6 +146,9 @@ async def pmc_cuda(launch: Launch, metrics: list[str], kernel_regex: str | None,
                          f"in the profiled iterations.\nncu output tail:\n{log_text[-2000:]}")
     raw = await ncu.run(ncu.raw_export_argv(exe, report), timeout_s=120, env=launch.env, cwd=launch.workdir)
     parsed = parse_ncu_raw_csv(raw, "ncu_raw.csv")
+    names = device_names(raw, "ncu_raw.csv")
+    if names and _names_a_product(spec.arch, names[0]):
+        spec = table_spec(spec.arch, "nvidia", names[0])
     ds = _pmc_dispatches(parsed, spec, max_dispatches)
     files = {"ncu_raw.csv": raw, "ncu_log.txt": log_text[-200_000:],
              "dispatches.jsonl": _pmc_table(_pmc_dispatches(parsed, spec, 10_000)),

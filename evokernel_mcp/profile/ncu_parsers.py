@@ -158,6 +158,19 @@ def _parse_long(rows: list[tuple[int, list[str]]], where: str) -> list[CounterDi
     return [_dispatch(rec, c, where, line) for rec, c, line in by_id.values()]
 
 
+def device_names(text: str, where: str = "raw.csv") -> list[str]:
+    """The distinct device__attribute_display_name values of a raw-page CSV (e.g. ['NVIDIA H200']); [] when
+    the column is absent."""
+    rows = _rows(text, where)
+    start = next((k for k, (_, r) in enumerate(rows) if "ID" in r and "Kernel Name" in r), 0)
+    header = rows[start][1]
+    if "device__attribute_display_name" not in header:
+        return []
+    i = header.index("device__attribute_display_name")
+    vals = [r[i].strip() for _, r in rows[start + 1:] if len(r) == len(header) and r[0].strip().isdigit()]
+    return list(dict.fromkeys(v for v in vals if v))
+
+
 def parse_ncu_source_csv(text: str, where: str = "source.csv") -> list[TraceInstruction]:
     """Source page with SASS -> per-instruction rows. cycles = warp-stall samples (All Samples)."""
     rows = _rows(text, where)

@@ -206,7 +206,10 @@ def ncu_metrics(preset: str | None, counters: list[str] | None) -> list[str]:
         names = list(counters)
         if "gpu__time_duration.sum" not in names:
             names.append("gpu__time_duration.sum")
-        return list(dict.fromkeys(names))
+        return list(dict.fromkeys(names + [NCU_DEVICE_NAME]))
     if preset not in NCU_PRESETS:
         raise BadInput(f"unknown preset {preset!r}; choose one of {', '.join(PRESET_NAMES)}")
-    return list(dict.fromkeys(NCU_PRESETS[preset]))
+    return list(dict.fromkeys(NCU_PRESETS[preset] + [NCU_DEVICE_NAME]))
+
+
+NCU_DEVICE_NAME = "device__attribute_display_name"  # the live product name: the peaks follow it (collect.py)

@@ -48,6 +48,14 @@ def test_gpu_benchmark_warm_cache_activity_clock():
     assert r.candidate_timing.flush_bytes is None and "warm cache" in res.timing_method
 
 
+def test_gpu_benchmark_graph_replay_activity_clock():
+    res = anyio.run(lambda: benchmark(candidate=GOOD, use_graph=True, **OPTS))
+    assert res.error is None, res.error
+    r = res.results[0]
+    assert r.candidate_timing.timer == "activity", r.candidate_timing.timer_note
+    assert "graph replay" in res.timing_method and r.correct_after_timing is True
+
+
 def test_gpu_benchmark_events_clock_when_asked():
     res = anyio.run(lambda: benchmark(candidate=GOOD, timer="events", **OPTS))
     r = res.results[0]

@@ -63,7 +63,8 @@ def test_list_avail_drives_cost_of_derived():
 def test_ncu_metrics():
     m = presets.ncu_metrics("memory", None)
     assert "dram__bytes_read.sum" in m and "gpu__time_duration.sum" in m
-    assert presets.ncu_metrics(None, ["sm__cycles_elapsed.avg"])[-1] == "gpu__time_duration.sum"
+    custom = presets.ncu_metrics(None, ["sm__cycles_elapsed.avg"])
+    assert custom == ["sm__cycles_elapsed.avg", "gpu__time_duration.sum", "device__attribute_display_name"]
     with pytest.raises(BadInput):
         presets.ncu_metrics(None, ["SQ_WAVES"])
 
