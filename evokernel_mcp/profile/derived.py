@@ -72,12 +72,17 @@ def _amd(c: dict[str, float], dur: float | None, spec: DeviceSpec, out: dict[str
         den = "SQ_LDS_IDX_ACTIVE" if c.get("SQ_LDS_IDX_ACTIVE") else "SQ_ACTIVE_INST_LDS"
         out["lds_bank_conflict_rate"] = _dv(100 * c["SQ_LDS_BANK_CONFLICT"] / lds_act, "%",
                                             f"100 * SQ_LDS_BANK_CONFLICT / {den}")
-    mops = [k for k in c if k.startswith("SQ_INSTS_VALU_MFMA_MOPS_")]
+    mops = [k for k in c if k.startswith("SQ_INSTS_VALU_MFMA_MOPS_") and k not in _INT_MOPS]
     if mops:
         out["flops"] = _dv(MFMA_FLOPS_PER_MOP * sum(c[k] for k in mops), "FLOP",
                            f"{MFMA_FLOPS_PER_MOP} * (" + " + ".join(sorted(mops)) + ") (MFMA only)")
+    imops = [k for k in c if k in _INT_MOPS]
+    if imops:  # integer MFMA work: operations, not FLOPs (no FLOP roofline is drawn from them)
+        out["int_mfma_ops"] = _dv(MFMA_FLOPS_PER_MOP * sum(c[k] for k in imops), "OP",
+                                  f"{MFMA_FLOPS_PER_MOP} * (" + " + ".join(sorted(imops)) + ") (integer MFMA)")
 
 
+_INT_MOPS = ("SQ_INSTS_VALU_MFMA_MOPS_I8",)
 _NV_FLOP = {"fp32": ("ffma", "fadd", "fmul"), "fp16": ("hfma", "hadd", "hmul"), "fp64": ("dfma", "dadd", "dmul")}
 
 
@@ -126,7 +131,7 @@ def _nvidia(c: dict[str, float], dur: float | None, spec: DeviceSpec, out: dict[
 # MFMA MOPS counter suffix -> arch-table peak keys (first present wins), so a bf16 GEMM is measured against the
 # bf16 matrix peak, not the device's highest (fp8/fp4) one.
 _MOPS_PEAK = {"F16": ("fp16_matrix",), "BF16": ("bf16_matrix",), "F32": ("fp32_matrix",),
-              "F64": ("fp64_matrix",), "I8": ("int8_matrix_tops",), "F8": ("fp8_matrix", "fp8_matrix_scaled"),
+              "F64": ("fp64_matrix",), "F8": ("fp8_matrix", "fp8_matrix_scaled"),
               "XF32": ("tf32_xf32",), "F6F4": ("fp6_fp4_matrix",)}
 
 
@@ -135,7 +140,7 @@ def _amd_mfma_peak(counters: dict[str, float], spec: DeviceSpec) -> tuple[str | 
     None when a counted dtype has no peak in the table (no roofline rather than one against the wrong peak)."""
     work: dict[str, tuple[str, float]] = {}
     for k, v in counters.items():
-        if k.startswith("SQ_INSTS_VALU_MFMA_MOPS_") and v > 0:
+        if k.startswith("SQ_INSTS_VALU_MFMA_MOPS_") and k not in _INT_MOPS and v > 0:
             dt = k.removeprefix("SQ_INSTS_VALU_MFMA_MOPS_")
             key = next((p for p in _MOPS_PEAK.get(dt, ()) if spec.peak_tflops.get(p)), None)
             if key is None:

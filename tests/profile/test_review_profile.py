@@ -56,3 +56,13 @@ def test_review_bad_kernel_filter_regex_is_refused_up_front(tool):
     with pytest.raises(BadInput, match="not a valid regex"):
         anyio.run(lambda: fn(candidate="def run(x):\n    return x\n", reference="class Model: pass",
                              kernel_filter="matmul(", device="rocm:0"))
+
+
+def test_integer_mfma_ops_are_not_flops():
+    c = {"FETCH_SIZE": 1e8 / 1024, "WRITE_SIZE": 0.0, "SQ_INSTS_VALU_MFMA_MOPS_I8": 1e9,
+         "SQ_INSTS_VALU_MFMA_MOPS_BF16": 1e6}
+    out = derive(c, 1e6, MI355X)
+    assert out["flops"].value == 512 * 1e6 and "I8" not in out["flops"].formula
+    assert out["int_mfma_ops"].value == 512 * 1e9 and out["int_mfma_ops"].unit == "OP"
+    only_int = derive({"FETCH_SIZE": 1e5, "WRITE_SIZE": 0.0, "SQ_INSTS_VALU_MFMA_MOPS_I8": 1e9}, 1e6, MI355X)
+    assert "flops" not in only_int and "roofline_fraction" not in only_int
