@@ -104,6 +104,10 @@ async def profile_pmc(
     max_dispatches: Annotated[int, Field(ge=1, le=50, description="Dispatches shown; all are in the artifact.")] = 3,
     wait_s: Annotated[float, Field(ge=0, le=600, description="Seconds to wait before returning a job_id.")] = 120,
     timeout_s: Annotated[float, Field(ge=10, le=3600, description="Hard limit for the profiler run.")] = 600,
+    compile_waves_per_simd: Annotated[int | None, Field(
+        ge=1, le=20, description="AMD: compile_kernel's occupancy.waves_per_simd for this kernel; adds "
+        "occupancy_vs_compile_limit (achieved waves per CU / the register- and LDS-bound limit), which tells a "
+        "launch-size or tail problem from a resource limit. Needs the occupancy preset (SQ_ACCUM_PREV_HIRES).")] = None,
     ctx: Context | None = None,
 ) -> PmcResult:
     """Read hardware counters of the candidate's kernels (rocprofv3 on AMD, ncu on NVIDIA) and explain the
@@ -131,7 +135,7 @@ async def profile_pmc(
 
         async def fn(jctx):
             return await collect.pmc_rocm(_launch(jctx, spec, device, timeout_s), passes, kernel_filter, dspec,
-                                          max_dispatches, names, preset)
+                                          max_dispatches, names, preset, compile_waves_per_simd)
     else:
         if resolve_executable("ncu", env_var="NCU") is None:
             raise ToolNotFound("ncu", env_var="NCU", hint=ncu.INSTALL_HINT)

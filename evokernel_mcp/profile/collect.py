@@ -50,12 +50,13 @@ def iteration_range(spec: dict) -> str:
     return f"[{w + 1}-{w + n}]"
 
 
-def _pmc_dispatches(raw: list[CounterDispatch], spec: DeviceSpec, max_dispatches: int) -> list[PmcDispatch]:
+def _pmc_dispatches(raw: list[CounterDispatch], spec: DeviceSpec, max_dispatches: int,
+                    compile_waves_per_cu: float | None = None) -> list[PmcDispatch]:
     out = []
     for d in raw[:max_dispatches]:
         out.append(PmcDispatch(kernel=d.kernel, dispatch_id=d.dispatch_id, duration_ns=d.duration_ns,
                                grid_size=d.grid_size or None, workgroup_size=d.workgroup_size or None,
-                               counters=d.counters, derived=derive(d.counters, d.duration_ns, spec)))
+                               counters=d.counters, derived=derive(d.counters, d.duration_ns, spec, compile_waves_per_cu)))
     return out
 
 
@@ -118,7 +119,8 @@ def _amd_spec(base: DeviceSpec, out_dir: Path) -> DeviceSpec:
 
 
 async def pmc_rocm(launch: Launch, passes: list[list[str]], kernel_regex: str | None, spec: DeviceSpec,
-                   max_dispatches: int, counters: list[str], preset: str | None) -> PmcResult:
+                   max_dispatches: int, counters: list[str], preset: str | None,
+                   compile_waves_per_simd: int | None = None) -> PmcResult:
     exe, ver = rocprofv3.find_rocprofv3()
     out_dir = launch.workdir / "rocprof"
     inp = launch.workdir / "pmc_input.txt"
@@ -128,9 +130,10 @@ async def pmc_rocm(launch: Launch, passes: list[list[str]], kernel_regex: str | 
     raw_passes, trace = rocprofv3.read_counter_passes(out_dir)
     merged = rocprofv3.merge_passes(raw_passes, trace)
     spec = _amd_spec(spec, out_dir)
-    ds = _pmc_dispatches(merged, spec, max_dispatches)
+    cw = compile_waves_per_simd * spec.simds_per_cu if compile_waves_per_simd else None  # per SIMD -> per CU
+    ds = _pmc_dispatches(merged, spec, max_dispatches, cw)
     files = rocprofv3.collect_files(out_dir) | {"pmc_input.txt": inp.read_text(), "rocprofv3_stderr.txt": stderr[-200_000:],
-                                               "dispatches.jsonl": _pmc_table(_pmc_dispatches(merged, spec, 10_000))}
+                                               "dispatches.jsonl": _pmc_table(_pmc_dispatches(merged, spec, 10_000, cw))}
     return _pmc_result("rocprofv3", exe, ver, argv, spec, ds, len(merged), files, counters, passes, preset)
 
 

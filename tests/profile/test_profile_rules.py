@@ -153,3 +153,15 @@ def test_summarize_att_fixture():
     assert hot[0].instruction == "s_barrier" and hot[0].cycles == 741412 and hot[0].index == 544
     assert len(hot[0].neighbours) == 4 and hot[0].source_line.endswith("gemm_afp4wfp4.py:140")
     assert br["MFMA"] > 0.05 and br["barrier"] == pytest.approx(0.2173, abs=1e-4)
+
+
+def test_compile_waves_per_simd_becomes_occupancy_vs_compile_limit():
+    from evokernel_mcp.profile import collect
+
+    c = {"GRBM_GUI_ACTIVE": 8 * 500_000, "SQ_ACCUM_PREV_HIRES": 304 * 500_000 * 8.0}  # 8 waves per CU achieved
+    raw = [CounterDispatch(dispatch_id=1, kernel="k", agent="a", grid_size=1, workgroup_size=1, counters=c,
+                           duration_ns=250_000)]
+    d = collect._pmc_dispatches(raw, MI300X, 3, 3 * MI300X.simds_per_cu)[0].derived  # compile: 3 waves/SIMD
+    assert d["occupancy_vs_compile_limit"].value == pytest.approx(100 * 8 / 12)
+    assert "compile-time" in d["occupancy_vs_compile_limit"].formula
+    assert "occupancy_vs_compile_limit" not in collect._pmc_dispatches(raw, MI300X, 3)[0].derived
