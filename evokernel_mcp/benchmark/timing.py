@@ -259,10 +259,15 @@ def time_device(fn: Callable[..., Any], arg_sets: Sequence[tuple], opt: TimingOp
     t0 = _monotonic()
     reason = None
     per_rep_s = host_per_rep_s
-    try:
-        if plan is not None:
+    if plan is not None:
+        try:
             session = (_activity_session or _torch_activity)()
             session.__enter__()
+        except Exception as e:  # noqa: BLE001 - e.g. CUPTI held by another profiler: events instead
+            if _is_device_error(e):
+                raise
+            plan, session, why_not = None, None, f"the profiler did not start: {type(e).__name__}: {str(e)[:200]}"
+    try:
         while reason is None:
             n = _next_batch(len(times), opt, per_rep_s, t0)
             b0 = _monotonic()
@@ -280,7 +285,12 @@ def time_device(fn: Callable[..., Any], arg_sets: Sequence[tuple], opt: TimingOp
     if plan is not None:
         from evokernel_mcp.benchmark import activity
 
-        spans = activity.spans_ms(session.activities(), plan, len(times))
+        try:
+            spans = activity.spans_ms(session.activities(), plan, len(times))
+        except Exception as e:  # noqa: BLE001 - unreadable records: the event times stand
+            if _is_device_error(e):
+                raise
+            spans = f"{type(e).__name__}: {str(e)[:200]}"
         if isinstance(spans, str):
             why_not = f"activity records did not cut into repetitions: {spans}"
         else:

@@ -143,3 +143,39 @@ def test_unknown_timer_refused():
 
     with pytest.raises(BadInput, match="timer"):
         timing.TimingOptions(timer="stopwatch")
+
+
+def _failing_session(fake, fail_on: str):
+    """Sessions work for the calibration (three of them); the timed loop's fails to start or to read."""
+    made = []
+
+    class Session:
+        def __init__(self):
+            self.s = fake.session()
+            made.append(self)
+            self.timed = len(made) > 3
+
+        def __enter__(self):
+            if self.timed and fail_on == "enter":
+                raise RuntimeError("CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED")
+            self.s.__enter__()
+            return self
+
+        def __exit__(self, *exc):
+            return self.s.__exit__(*exc)
+
+        def activities(self):
+            if self.timed and fail_on == "read":
+                raise RuntimeError("kineto: buffer lost")
+            return self.s.activities()
+
+    return Session
+
+
+@pytest.mark.parametrize("fail_on, says", [("enter", "did not start"), ("read", "buffer lost")])
+def test_profiler_that_fails_to_start_or_to_read_falls_back_to_events(fake, monkeypatch, fail_on, says):
+    monkeypatch.setattr(timing, "_activity_session", _failing_session(fake, fail_on))
+    opt = timing.TimingOptions(min_reps=5, max_reps=5, warmup_ms=0)
+    run = timing.time_device(fake.kernel, [(0,)], opt, device="fake", flusher=fake)
+    assert run.timer == "events" and says in run.extra["activity_timer_unused"]
+    assert len(run.times_ms) == 5 and all(t == pytest.approx(0.5) for t in run.times_ms)
