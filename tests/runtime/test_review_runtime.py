@@ -142,3 +142,17 @@ def test_review_guard_rebase_is_one_shot_per_op_for_the_harness():
         assert bad.worker_replaced
     finally:
         anyio.run(mgr.aclose)
+
+
+def test_review_guard_watches_the_profiler_behind_the_activity_clock():
+    import torch.profiler
+
+    before = guard.snapshot()
+    orig = torch.profiler.profile.__enter__
+    try:
+        torch.profiler.profile.__enter__ = lambda self: self  # a candidate faking the kernel timestamps
+        changed = guard.changes(before)
+    finally:
+        torch.profiler.profile.__enter__ = orig
+    assert "torch.profiler.profile.__enter__" in changed
+    assert guard.changes(before) == []
