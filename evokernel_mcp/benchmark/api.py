@@ -75,7 +75,9 @@ def _flags(sr: ShapeResult, cand: dict[str, Any], host: bool) -> list[str]:
     if sr.speedup is not None and sr.speedup > SPEEDUP_FLAG_X:
         flags.append(f"speedup {sr.speedup:.1f}x > {SPEEDUP_FLAG_X:g}x: a person must confirm it (check the "
                      "candidate computes the full problem and is not caching results)")
-    for key, what in (("check_timed", "a timed call's output (its input storage refilled with new values)"), ("check_fresh", "the output on fresh inputs")):
+    checks = (("check_timed", "a timed call's output (its input storage refilled with new values)"),
+              ("check_fresh", "the output on fresh inputs"))
+    for key, what in checks:
         chk = cand.get(key) or {}
         if not chk.get("passed"):
             flags.append(f"{what} does NOT match the reference ({chk.get('mismatches')} mismatches, "

@@ -136,14 +136,13 @@ def measure(copy_bytes: int | None = None, matmul_n: int | None = None) -> Ceili
 def ensure(refresh: bool = False, progress=None, **sizes: Any) -> Ceilings:
     """Cached ceilings of this worker's device, measured (and stored) when absent or refresh is asked."""
     ident = device_identity()
-    if not refresh:
-        c = load_cached(ident["device"], ident["driver"], ident["torch"])
-        if c is not None and c.launch_cost_detail is None and not c.host_timing:  # cached before launch cost
+    c = None if refresh else load_cached(ident["device"], ident["driver"], ident["torch"])
+    if c is not None:
+        if c.launch_cost_detail is None and not c.host_timing:  # cached before the launch cost existed
             c = with_launch_cost(c, ident["backend"], progress)
             store(c)
             c = c.model_copy(update={"cached": True})
-        if c is not None:
-            return c
+        return c
     if progress is not None:
         progress(0, 1, f"measuring ceilings of {ident['device']} (copy bandwidth, matmul rates)")
     c = measure(sizes.get("copy_bytes"), sizes.get("matmul_n"))
@@ -170,12 +169,10 @@ def worker_ceilings(payload: dict[str, Any], progress) -> dict[str, Any]:
     """Worker op: the ceilings of this worker's device (cached unless payload['refresh'])."""
     import torch
 
-    if torch.cuda.is_available():  # the launch cost uses the activity clock: start the profiler before the
-        from evokernel_mcp.benchmark.timing import prime_activity  # tamper snapshot is retaken (see worker.py)
-        from evokernel_mcp.runtime import guard
+    if torch.cuda.is_available():  # the launch cost is measured on the activity clock
+        from evokernel_mcp.benchmark.timing import prepare_activity_clock
 
-        prime_activity()
-        guard.rebase()
+        prepare_activity_clock()
     c = ensure(bool(payload.get("refresh")), progress, copy_bytes=payload.get("copy_bytes"),
                matmul_n=payload.get("matmul_n"))
     progress(1, 1, "done")

@@ -33,7 +33,6 @@ DTYPE_ALIASES = {
     "float64": "fp64", "double": "fp64", "float8": "fp8", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8",
     "float8_e4m3fnuz": "fp8", "float8_e5m2fnuz": "fp8",
 }
-# Products named in a device name (e.g. 'NVIDIA H200', 'AMD Instinct MI300X'), longest match first.
 @dataclass(frozen=True)
 class Peak:
     value: float

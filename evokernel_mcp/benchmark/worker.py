@@ -19,7 +19,7 @@ import traceback
 from typing import Any
 
 from evokernel_mcp.benchmark import timing  # binds the host timer at import, before any candidate loads
-from evokernel_mcp.runtime import guard, protocol
+from evokernel_mcp.runtime import protocol
 from evokernel_mcp.tasks import Task
 
 CHECK_SEED_OFFSET = 7919
@@ -187,11 +187,7 @@ def worker_benchmark(payload: dict[str, Any], progress) -> dict[str, Any]:
     gpu = torch.cuda.is_available()
     if gpu:
         timing._bind_event_api()
-        # the first profiler session (CUPTI / roctracer start-up, ~4 s, and lazy imports that rebind
-        # torch.manual_seed) happens here, in our code, and the tamper check's snapshot is retaken after
-        # it, before any candidate or reference code is loaded (guard.rebase is one-shot per op)
-        prime = timing.prime_activity()
-        guard.rebase()
+        prime = timing.prepare_activity_clock()  # before the reference or candidate code is loaded
     info = device_info()
     if gpu:
         info["activity_profiler"] = prime or "ok"

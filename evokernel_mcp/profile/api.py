@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Annotated, Any, Literal
 
@@ -12,7 +11,6 @@ from pydantic import Field
 
 from evokernel_mcp.errors import BadInput, EvoError, ToolNotFound
 from evokernel_mcp.profile import collect, ncu, presets, rocprofv3
-from evokernel_mcp.profile.derived import DeviceSpec
 from evokernel_mcp.profile.models import PmcResult, TraceResult
 from evokernel_mcp.profile.rocprof_parsers import parse_rocprofv3_list_avail
 from evokernel_mcp.subproc import resolve_executable, run_sync

@@ -56,7 +56,8 @@ def _pmc_dispatches(raw: list[CounterDispatch], spec: DeviceSpec, max_dispatches
     for d in raw[:max_dispatches]:
         out.append(PmcDispatch(kernel=d.kernel, dispatch_id=d.dispatch_id, duration_ns=d.duration_ns,
                                grid_size=d.grid_size or None, workgroup_size=d.workgroup_size or None,
-                               counters=d.counters, derived=derive(d.counters, d.duration_ns, spec, compile_waves_per_cu)))
+                               counters=d.counters,
+                               derived=derive(d.counters, d.duration_ns, spec, compile_waves_per_cu)))
     return out
 
 
