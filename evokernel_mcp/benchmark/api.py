@@ -172,7 +172,7 @@ def result_from_reply(reply: WorkerReply, task: Task, unit: str, confidence: flo
 
 
 def _load(task: str | None, reference: str | None) -> Task:
-    from evokernel_mcp.verify import _load as load
+    from evokernel_mcp.verify.api import _load as load
 
     return load(task, reference)
 

@@ -76,8 +76,8 @@ def _check(fn, ref_model, inputs: list[Any], out: Any, task: Task) -> dict[str, 
     """Compare out (fn's output on `inputs`) with the float64 reference on pristine clones of `inputs`."""
     import torch
 
-    from evokernel_mcp.verify_case import _upcast, tolerance_for
-    from evokernel_mcp.verify_compare import as_tensors, compare, merge
+    from evokernel_mcp.verify.case import _upcast, tolerance_for
+    from evokernel_mcp.verify.compare import as_tensors, compare, merge
 
     with torch.no_grad():
         ref64 = as_tensors(copy.deepcopy(ref_model).double()(*_upcast(_clone(inputs))))

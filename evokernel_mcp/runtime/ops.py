@@ -20,7 +20,7 @@ from typing import Any
 OPS: dict[str, str] = {
     "ping": "evokernel_mcp.runtime.ops:op_ping",
     "selftest": "evokernel_mcp.runtime.ops:op_selftest",
-    "verify": "evokernel_mcp.verify:worker_verify",
+    "verify": "evokernel_mcp.verify.api:worker_verify",
     "benchmark": "evokernel_mcp.benchmark.worker:worker_benchmark",
 }
 

@@ -87,7 +87,7 @@ def test_review_candidate_patching_torch_fails_and_does_not_poison_the_next_job(
 def test_review_guard_sees_flags_and_harness_functions_and_ignores_new_names():
     import torch
 
-    import evokernel_mcp.verify_compare as vc
+    import evokernel_mcp.verify.compare as vc
 
     before = guard.snapshot()
     orig_compare, threads = vc.compare, torch.get_num_threads()
@@ -100,7 +100,7 @@ def test_review_guard_sees_flags_and_harness_functions_and_ignores_new_names():
         vc.compare = orig_compare
         torch.set_num_threads(threads)
         del torch.brand_new_helper
-    assert "evokernel_mcp.verify_compare.compare" in changed
+    assert "evokernel_mcp.verify.compare.compare" in changed
     assert any(c.startswith("torch setting num_threads") for c in changed)
     assert not any("brand_new_helper" in c for c in changed)
     assert guard.changes(before) == []

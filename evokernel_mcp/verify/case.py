@@ -8,7 +8,7 @@ from typing import Any
 
 from evokernel_mcp import candidate as cand
 from evokernel_mcp.tasks import Task
-from evokernel_mcp.verify_compare import (
+from evokernel_mcp.verify.compare import (
     DEFAULT_TOLERANCES, PRESET_OF_DTYPE, SENTINEL, as_tensors, bitwise_equal, compare, merge, poisoned_allocations,
 )
 

@@ -21,7 +21,7 @@ from evokernel_mcp.errors import BadInput
 from evokernel_mcp.models import ErrorInfo, Model, Provenance
 from evokernel_mcp.runtime import protocol
 from evokernel_mcp.tasks import Task, check_candidate_source, load_task, task_from_reference
-from evokernel_mcp.verify_compare import DEFAULT_TOLERANCES
+from evokernel_mcp.verify.compare import DEFAULT_TOLERANCES
 
 Preset = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
 MAX_SEEDS = 1000
@@ -172,7 +172,7 @@ def worker_verify(payload: dict[str, Any], progress) -> dict[str, Any]:
     import torch
 
     from evokernel_mcp import candidate as cand
-    from evokernel_mcp.verify_case import run_case
+    from evokernel_mcp.verify.case import run_case
 
     task = Task(**payload["task"])
     device = "cuda" if torch.cuda.is_available() else "cpu"
