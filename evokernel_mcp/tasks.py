@@ -21,6 +21,7 @@ Loading here never imports torch and never runs task code: the worker does (cand
 from __future__ import annotations
 
 import ast
+import os
 import operator
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -179,7 +180,7 @@ def load_task_dir(d: Path) -> Task:
         raise BadInput(f"cannot read {yml}: {e}") from None
     try:
         inputs = [InputSpec(**{**i, "dtype": canonical_dtype(i["dtype"])}) for i in raw.get("inputs", [])]
-        ref_path = d / raw.get("reference", "reference.py")
+        ref_path = _inside(d, raw.get("reference", "reference.py"), "reference")
         md = d / "task.md"
         task = Task(
             name=raw.get("name", d.name), summary=raw.get("summary", ""), kind="task", path=str(d),
@@ -193,6 +194,30 @@ def load_task_dir(d: Path) -> Task:
     except (KeyError, TypeError, ValidationError, OSError) as e:
         raise BadInput(f"malformed task {d}: {e}") from None
     return task
+
+
+def _inside(folder: Path, name: str, what: str) -> Path:
+    """A file a task.yaml names: it must lie inside the task's own folder (no absolute paths, no ..)."""
+    base = folder.resolve()
+    p = (base / str(name)).resolve()
+    if not p.is_relative_to(base):
+        raise BadInput(f"task.yaml's {what} {name!r} points outside the task folder; name a file inside it")
+    return p
+
+
+def task_roots() -> list[Path]:
+    """Folders a task may be loaded from by path: the shipped tasks, plus EVOKERNEL_TASK_ROOTS
+    (os.pathsep-separated), e.g. a KernelBench checkout. Anything else is refused (no file disclosure)."""
+    roots = [tasks_dir()] + [Path(r) for r in os.environ.get("EVOKERNEL_TASK_ROOTS", "").split(os.pathsep) if r]
+    return [r.expanduser().resolve() for r in roots]
+
+
+def _check_root(p: Path) -> None:
+    rp = p.resolve()
+    if not any(rp.is_relative_to(r) for r in task_roots()):
+        raise BadInput(f"{str(p)!r} is outside the task folders this server serves "
+                       f"({', '.join(str(r) for r in task_roots())}); pass a shipped task name, or the problem's "
+                       "source as `reference`, or start the server with EVOKERNEL_TASK_ROOTS naming its folder")
 
 
 def load_kernelbench_file(p: Path, source: str | None = None) -> Task:
@@ -214,8 +239,17 @@ def _top_level_names(src: str, what: str) -> set[str]:
     return names
 
 
+MAX_SOURCE_CHARS = 1_000_000
+
+
+def _check_size(src: str, what: str) -> None:
+    if len(src) > MAX_SOURCE_CHARS:
+        raise BadInput(f"{what} is {len(src)} characters; the limit is {MAX_SOURCE_CHARS}")
+
+
 def check_reference_source(src: str) -> None:
     """Refuse a reference that is not KernelBench-form (syntax only; nothing is run here)."""
+    _check_size(src, "reference source")
     missing = {"Model", "get_inputs"} - _top_level_names(src, "reference source")
     if missing:
         raise BadInput(f"reference must define class Model(nn.Module) and get_inputs() (KernelBench form); "
@@ -224,6 +258,7 @@ def check_reference_source(src: str) -> None:
 
 def check_candidate_source(src: str) -> None:
     """Refuse a candidate that defines neither run(*inputs) nor class ModelNew (syntax only)."""
+    _check_size(src, "candidate source")
     if not _top_level_names(src, "candidate") & {"run", "ModelNew"}:
         raise BadInput("candidate must define run(*inputs) (same inputs as the reference's forward) or "
                        "class ModelNew(nn.Module)")
@@ -238,6 +273,7 @@ def load_task(name_or_path: str) -> Task:
             return load_task_dir(d)
         raise NotFound(f"no task {name_or_path!r}; call list_tasks for the shipped ones "
                        f"({', '.join(task_names())}) or pass a task folder / KernelBench .py path")
+    _check_root(p)
     if p.is_dir() and (p / "task.yaml").is_file():
         return load_task_dir(p)
     if p.is_file() and p.suffix == ".py":

@@ -17,6 +17,8 @@ ROCM_FIXTURES = FIXTURES / "rocm"  # verbatim copy of shared/fixtures/rocm (see 
 def _isolated_state(tmp_path_factory):
     home = tmp_path_factory.mktemp("evokernel_home")
     os.environ["EVOKERNEL_HOME"] = str(home)
+    # tests load task folders and KernelBench files by path from the repo's tests and from tmp dirs
+    os.environ["EVOKERNEL_TASK_ROOTS"] = os.pathsep.join([str(REPO / "tests"), str(home.parent.parent)])
     yield home
 
 

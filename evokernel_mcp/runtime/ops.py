@@ -20,8 +20,8 @@ from typing import Any
 OPS: dict[str, str] = {
     "ping": "evokernel_mcp.runtime.ops:op_ping",
     "selftest": "evokernel_mcp.runtime.ops:op_selftest",
-    "verify": "evokernel_mcp.verify.api:worker_verify",
-    "benchmark": "evokernel_mcp.benchmark.worker:worker_benchmark",
+    "verify": "evokernel_mcp.verify.runner_side:runner_verify",
+    "benchmark": "evokernel_mcp.benchmark.runner_side:runner_benchmark",
 }
 
 Progress = Callable[[float, float, str], None]

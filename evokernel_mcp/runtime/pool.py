@@ -1,4 +1,5 @@
-"""WorkerPool: one long-lived worker process per device; ops run one at a time per device.
+"""WorkerPool: one long-lived runner process per device (runtime/runner.py: harness code only; agent code
+runs in its sandboxed children); ops run one at a time per device.
 
 Devices: `EVOKERNEL_DEVICES` ("cpu" or "cuda:0,cuda:1" or "rocm:0") if set, else NVIDIA GPUs from
 /proc/driver/nvidia/gpus, AMD GPUs from the KFD topology, else one "cpu" device (torch CPU, Triton
@@ -97,11 +98,13 @@ class _Worker:
 
     async def kill(self) -> None:
         with anyio.CancelScope(shield=True):
-            for sig in (signal.SIGKILL,):
-                try:
-                    os.killpg(self.pid, sig)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            from evokernel_mcp.runtime.sandbox import kill_tree
+
+            kill_tree(self.pid)  # the runner and every sandboxed child, setsid'd ones included
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
             with anyio.move_on_after(10):
                 await self.proc.wait()
             await self.proc.aclose()
@@ -138,7 +141,7 @@ class WorkerPool:
         log_path = logs / f"{device.replace(':', '')}-{int(time.time())}-{secrets.token_hex(3)}.stderr.log"
         with open(log_path, "wb") as err:
             proc = await anyio.open_process(
-                [sys.executable, "-m", "evokernel_mcp.runtime.worker", "--device", device],
+                [sys.executable, "-m", "evokernel_mcp.runtime.runner", "--device", device],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=worker_env(device),
                 cwd=str(logs), start_new_session=True)
         w = _Worker(device, proc, log_path)

@@ -25,10 +25,12 @@ from evokernel_mcp.verify.compare import DEFAULT_TOLERANCES
 
 Preset = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
 MAX_SEEDS = 1000
+MAX_SEED_VALUE = 2**31 - 1
 
 
 class ToleranceArg(Model):
-    """Override the default tolerance: a dtype preset, and/or explicit atol/rtol (these win)."""
+    """Tighten the default tolerance: a dtype preset, and/or explicit atol/rtol (these win). The bar is
+    owned by the harness: a value looser than the task's/dtype's default is capped at that default."""
 
     preset: Preset | None = Field(default=None, description="Use this dtype's defaults (e.g. 'tf32' for an fp32 task "
                                   "whose candidate uses TF32 matrix math).")
@@ -74,6 +76,8 @@ class VerifyResult(Model):
     job_id: str | None = Field(default=None, description="Set when not finished within wait_s: call job_result(job_id).")
     message: str | None = None
     versions: dict[str, Any] = Field(default_factory=dict)
+    isolation: str | None = Field(default=None, description="How the candidate was contained: bwrap+uid, bwrap "
+                                  "or process (see README 'Reliability and security').")
     provenance: list[Provenance] = Field(default_factory=list)
 
 
@@ -102,6 +106,8 @@ def _load(task: str | None, reference: str | None) -> Task:
 def build_payload(task: Task, candidate: str, shapes: list[str] | None, seeds: int | list[int],
                   tolerance: ToleranceArg | None, stop_on_first_failure: bool) -> dict[str, Any]:
     check_candidate_source(candidate)
+    if shapes is not None and not shapes:
+        raise BadInput(f"shapes=[] names no shape set; omit it for all ({', '.join(task.shape_names())}) or name some")
     names = shapes or task.shape_names()
     for n in names:
         task.shape_set(n)  # BadInput for unknown names
@@ -111,22 +117,27 @@ def build_payload(task: Task, candidate: str, shapes: list[str] | None, seeds: i
         raise BadInput(f"seeds = {n_seeds if isinstance(seeds, int) else f'a list of {n_seeds}'}: give a count from "
                        f"1 to {MAX_SEEDS} or a non-empty list of at most {MAX_SEEDS} seeds (3 is typical)")
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    if any(not 0 <= s <= MAX_SEED_VALUE for s in seed_list):
+        raise BadInput(f"seeds must be integers from 0 to {MAX_SEED_VALUE}")
     return {"task": task.model_dump(), "candidate": candidate, "shapes": order, "seeds": seed_list,
             "tolerance": resolve_tolerance(tolerance), "stop_on_first_failure": stop_on_first_failure}
 
 
 def result_from_reply(reply: protocol.WorkerReply, task_name: str) -> VerifyResult:
-    """Build the VerifyResult of a finished worker op (ok or not)."""
+    """Build the VerifyResult of a finished runner op (ok or not)."""
     r = reply.result or {}
+    iso = r.get("isolation") or {}
     err = reply.error or (ErrorInfo(**r["error"]) if r.get("error") else None)
     cases = [VerifyCase(**c) for c in r.get("cases", [])]
     passed = bool(cases) and err is None and all(c.passed for c in cases)
     dev = reply.device
-    prov = [Provenance(field="cases", source="measured", detail=f"worker on {dev} "
-                       f"({reply.worker_info.get('device_name', '?')}), reference {r.get('reference_precision')}")]
+    prov = [Provenance(field="cases", source="measured", detail=f"runner on {dev} "
+                       f"({reply.worker_info.get('device_name', '?')}), reference {r.get('reference_precision')}; "
+                       f"candidate in a fresh process, isolation {iso.get('level', '?')}")]
     return VerifyResult(
         passed=passed, cases=cases, task=task_name, device=dev, device_name=reply.worker_info.get("device_name"),
-        reference_precision=r.get("reference_precision"), error=err, stdout=reply.stdout, stderr=reply.stderr,
+        reference_precision=r.get("reference_precision"), error=err, stdout=r.get("stdout", reply.stdout),
+        stderr=r.get("stderr", reply.stderr), isolation=iso.get("level"),
         versions={k: v for k, v in reply.worker_info.items() if k in ("torch", "triton", "hip", "cuda", "python")},
         provenance=prov)
 
@@ -153,8 +164,12 @@ async def verify_vs_pytorch(
     then call job_result(job_id, wait_s)."""
     from evokernel_mcp.runtime.submit import run_worker_job
 
-    t = _load(task, reference)
-    payload = build_payload(t, candidate, shapes, seeds, tolerance, stop_on_first_failure)
+    import anyio
+
+    t = await anyio.to_thread.run_sync(_load, task, reference)  # parsing a big source off the event loop
+    payload = await anyio.to_thread.run_sync(build_payload, t, candidate, shapes, seeds, tolerance,
+                                             stop_on_first_failure)
+    payload["budget_s"] = max(1.0, timeout_s - 5.0)
     outcome = await run_worker_job(kind="verify", op="verify", payload=payload, device=device, timeout_s=timeout_s,
                                    wait_s=wait_s, ctx=ctx, build=lambda reply, _j: result_from_reply(reply, t.name))
     if outcome.state == "done" and outcome.result is not None:
@@ -164,49 +179,3 @@ async def verify_vs_pytorch(
     return VerifyResult(passed=None, state=outcome.state, task=t.name, device=outcome.device, job_id=outcome.job_id,
                         message=f"Not finished within wait_s={wait_s:g} s. Call job_result('{outcome.job_id}', wait_s) "
                         "to fetch the result, job_status to look, cancel_job to stop it.")
-
-
-# ---------------------------------------------------------------- worker side
-def worker_verify(payload: dict[str, Any], progress) -> dict[str, Any]:
-    """Op "verify" (inside the worker). Returns {cases, error?, reference_precision}."""
-    import torch
-
-    from evokernel_mcp import candidate as cand
-    from evokernel_mcp.verify.case import run_case
-
-    task = Task(**payload["task"])
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    ref_mod = cand.load_module(task.reference_source, "reference", ".")
-    out: dict[str, Any] = {"cases": [], "reference_precision": f"float64 on {device} (inputs upcast)",
-                           "platform": platform.machine()}
-    try:
-        cand_mod = cand.load_candidate_module(payload["candidate"], ".")
-    except cand.CandidateError as e:
-        out["error"] = {"kind": "bad_candidate", "message": str(e), "detail": _user_tb(e)}
-        return out
-    total = len(payload["shapes"]) * len(payload["seeds"])
-    for shape in payload["shapes"]:
-        for seed in payload["seeds"]:
-            progress(len(out["cases"]), total, f"verify {task.name} {shape} seed {seed}")
-            try:
-                case = run_case(task, ref_mod, cand_mod, shape, seed, device, payload.get("tolerance"))
-            except cand.CandidateError as e:
-                out["error"] = {"kind": "bad_candidate", "message": str(e), "detail": _user_tb(e)}
-                return out
-            except Exception as e:  # noqa: BLE001
-                if protocol.classify_text(f"{type(e).__name__}: {e}"):
-                    raise  # CUDA/HIP error or OOM: the worker must be replaced (worker.py)
-                out["error"] = {"kind": "exception", "detail": _user_tb(e),
-                                "message": f"candidate raised {type(e).__name__}: {e} (shape set {shape!r}, "
-                                           f"seed {seed})"[:2000]}
-                return out
-            out["cases"].append(case)
-            if payload.get("stop_on_first_failure") and not case["passed"]:
-                return out
-    progress(total, total, "verify done")
-    return out
-
-
-def _user_tb(e: BaseException) -> str:
-    return protocol.tail("".join(traceback.format_exception(type(e), e, e.__traceback__)), 4000)
-

@@ -77,9 +77,8 @@ def test_review_event_for_another_request_is_never_taken_as_the_result():
 
 
 def test_review_candidate_patching_torch_fails_and_does_not_poison_the_next_job(mgr):
-    bad = _verify(mgr, "softmax", PATCHER)
-    assert not bad.ok and bad.error.kind == "bad_candidate" and bad.worker_replaced
-    assert "torch.softmax" in bad.error.message
+    bad = _verify(mgr, "softmax", PATCHER)  # the patch lives and dies in the candidate's own process
+    assert bad.ok and bad.result["cases"] and bad.result["cases"][0]["passed"] is False, bad.result
     good = _verify(mgr, "softmax", (CANDS / "softmax_triton.py").read_text())
     assert good.ok and good.result["cases"][0]["passed"] is True, good.result
 
@@ -125,23 +124,6 @@ def test_review_read_tail_small_file_is_verbatim(tmp_path):
     p.write_text("héllo\n")
     assert protocol.read_tail(p) == "héllo\n"
     assert protocol.read_tail(tmp_path / "missing.txt") == ""
-
-
-def test_review_guard_rebase_is_one_shot_per_op_for_the_harness():
-    mgr = JobManager(devices=["cpu"])
-    try:
-        def run(payload):
-            return anyio.run(lambda: run_worker_job(kind="test", op="selftest", payload=payload, timeout_s=60,
-                                                    wait_s=120, jobs=mgr)).result
-        ok = run({"harness_rebind": True})  # our own lazy import, then rebase: not a tamper
-        assert ok.ok, ok.error
-        again = run({"echo": 1})  # the next op starts from a fresh snapshot in the same worker
-        assert again.ok and again.result["pid"] == ok.result["pid"]
-        bad = run({"patch_after_rebase": True})  # rebase used up first: the later patch is still seen
-        assert not bad.ok and bad.error.kind == "bad_candidate" and "torch.manual_seed" in bad.error.message
-        assert bad.worker_replaced
-    finally:
-        anyio.run(mgr.aclose)
 
 
 def test_review_guard_watches_the_profiler_behind_the_activity_clock():

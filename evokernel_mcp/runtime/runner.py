@@ -1,16 +1,13 @@
-"""Worker process entry: `python -m evokernel_mcp.runtime.worker --device cpu|cuda:N|rocm:N`.
+"""The runner: `python -m evokernel_mcp.runtime.runner --device cpu|cuda:N|rocm:N`, one per device, started
+by pool.py. It is made of harness code only and NEVER imports agent code: it owns the verdict.
 
-Started by pool.py, pinned to one device by CUDA_VISIBLE_DEVICES/HIP_VISIBLE_DEVICES (so torch sees
-it as cuda:0), or on CPU with TRITON_INTERPRET=1. Imports torch and triton once, then serves ops
-(runtime/ops.py) one at a time from stdin until EOF.
+Agent code (candidates, references) runs in sandboxed children (spares.py, child.py) that each serve
+one source; the runner sends them inputs, receives their outputs as tensors (frames.py: numbers, no
+pickle), compares, checks and builds the result. The runner is a child subreaper, so whatever a
+child starts (setsid included) stays in reach of kill_tree until it is gone.
 
-Tamper check: before each op the worker snapshots torch's functions, global torch settings and the
-harness's functions (guard.py); an op after which any of them changed fails as "bad_candidate" and the
-worker exits, so the next job gets a clean process.
-
-Protocol fd: at start the original stdout (the pipe the pool reads) is dup'ed to a private fd and
-fd 1 is re-pointed to stderr; during an op fd 1 and fd 2 go to capture files in the op's scratch
-dir. Candidate output therefore never mixes with protocol messages (see protocol.py).
+Protocol with the server (protocol.py): requests on stdin; events on a private dup of the original
+stdout (fd 1 re-pointed to stderr, so nothing we import can write protocol lines).
 """
 
 from __future__ import annotations
@@ -23,7 +20,7 @@ import time
 import traceback
 from typing import Any
 
-from evokernel_mcp.runtime import guard, protocol
+from evokernel_mcp.runtime import protocol, sandbox
 from evokernel_mcp.runtime.ops import resolve
 
 
@@ -91,9 +88,9 @@ def _import_stack(device: str) -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001
         info["triton_error"] = repr(e)
     try:  # warm the verify path so the first verify pays no import
-        import evokernel_mcp.verify  # noqa: F401
+        import evokernel_mcp.verify.runner_side  # noqa: F401
     except Exception:  # noqa: BLE001
-        pass
+        log_exc()
     return info
 
 
@@ -107,11 +104,36 @@ def _error_event(req_id: int, e: BaseException) -> dict[str, Any]:
             "error": {"kind": kind, "message": protocol.tail(text, 2000), "detail": protocol.tail(tb, 6000)}}
 
 
+class RunnerContext:
+    """What runner ops share: the device id and its children (spares, cached references)."""
+
+    def __init__(self, device: str):
+        from evokernel_mcp.runtime.spares import Spares
+
+        self.device = device
+        self.spares = Spares(device)
+
+
+CTX: RunnerContext | None = None
+
+
+def context() -> RunnerContext:
+    if CTX is None:
+        raise RuntimeError("not inside a runner process")
+    return CTX
+
+
+def log_exc() -> None:
+    traceback.print_exc(file=sys.stderr)
+
+
 def serve(device: str, chan: Channel) -> None:
+    global CTX
+    sandbox.become_subreaper()
+    CTX = RunnerContext(device)
+    CTX.spares.replenish()
     chan.send({"event": "ready", "pid": os.getpid(), "device": device, "info": _import_stack(device)})
     home = os.getcwd()
-    snapshot, changes, tamper_error = guard.snapshot, guard.changes, guard.tamper_error  # bound before any op
-    arm_rebase = guard.arm_rebase
     for line in sys.stdin.buffer:
         if not line.strip():
             continue
@@ -123,8 +145,6 @@ def serve(device: str, chan: Channel) -> None:
             chan.send({"event": "progress", "id": _id, "done": done, "total": total, "message": message})
 
         cap = Capture(scratch)
-        state = {"before": snapshot()}
-        arm_rebase(lambda st=state: st.update(before=snapshot()))
         t0 = time.perf_counter()
         try:
             fn = resolve(req["op"])
@@ -136,15 +156,14 @@ def serve(device: str, chan: Channel) -> None:
             msg = _error_event(req_id, e)
         finally:
             os.chdir(home)
-            arm_rebase(None)
-        changed = changes(state["before"])
-        if changed:  # torch/harness patched: nothing this worker computes from now on can be trusted
-            msg = {"event": "error", "id": req_id, "fatal": True, "error": tamper_error(changed)}
+            sandbox.reap_zombies()
         msg["duration_s"] = time.perf_counter() - t0
         msg["stdout"], msg["stderr"] = cap.read()
         chan.send(msg)
         if msg.get("fatal"):
+            CTX.spares.close()
             os._exit(70)
+    CTX.spares.close()
 
 
 def main() -> None:
@@ -154,7 +173,9 @@ def main() -> None:
     proto_fd = os.dup(1)
     os.dup2(2, 1)  # print() in anything we import goes to stderr, never to the protocol pipe
     faulthandler.enable(file=sys.stderr, all_threads=True)
-    serve(args.device, Channel(proto_fd))
+    import evokernel_mcp.runtime.runner as this  # run as __main__: keep CTX in the importable module
+
+    this.serve(args.device, this.Channel(proto_fd))
 
 
 if __name__ == "__main__":

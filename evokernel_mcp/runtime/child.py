@@ -1,0 +1,139 @@
+"""A sandboxed child: `python -m evokernel_mcp.runtime.child --device cpu|cuda`, started by the runner
+inside the sandbox (sandbox.py). It imports torch and triton and creates the device context, says
+"ready", then waits (a spare). Its first request loads ONE source (a candidate, or a reference) and it
+serves only that source until it is killed: no process ever runs code from two sources.
+
+Protocol (frames.py): requests on stdin, replies on a private dup of the original stdout; fd 1 and 2
+point at capped files in the scratch dir (stdout.txt, stderr.txt) from the start, so nothing the agent
+prints can reach the protocol except by writing to it on purpose, which only spoils its own job.
+Replies: {"ok": true, "result": ...} or {"ok": false, "error": {kind, message, detail}}.
+The ops (verify/sides.py, benchmark/sides.py) are harness code that calls into the loaded module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import os
+import sys
+import time
+import traceback
+from typing import Any
+
+from evokernel_mcp.runtime import frames
+
+OPS = {
+    "reference": {"case": "evokernel_mcp.verify.sides:ref_case",
+                  "expected": "evokernel_mcp.verify.sides:ref_expected",
+                  "time": "evokernel_mcp.benchmark.sides:time_arm"},
+    "candidate": {"run": "evokernel_mcp.verify.sides:cand_run",
+                  "time": "evokernel_mcp.benchmark.sides:time_arm",
+                  "bench_checks": "evokernel_mcp.benchmark.sides:cand_checks"},
+}
+MAX_REQUEST_BYTES = 1 << 40  # the runner is trusted: its requests are not limited
+
+
+class Loaded:
+    """What the one load request produced: the role, the module, the task, per-seed built models."""
+
+    def __init__(self, role: str, module: Any, task: Any, device: str):
+        self.role, self.module, self.task, self.device = role, module, task, device
+        self.models: dict[Any, Any] = {}
+
+
+def _info(device: str) -> dict[str, Any]:
+    info: dict[str, Any] = {"python": sys.version.split()[0], "pid": os.getpid(), "uid": os.getuid()}
+    import torch
+
+    info["torch"] = torch.__version__
+    if device != "cpu" and torch.cuda.is_available():
+        torch.cuda.init()
+        torch.zeros(1, device="cuda")  # the context, ahead of the job
+        info["device_name"] = torch.cuda.get_device_name(0)
+    else:
+        info["device_name"] = "cpu"
+    try:
+        import triton
+
+        info["triton"] = triton.__version__
+    except Exception as e:  # noqa: BLE001
+        info["triton_error"] = repr(e)
+    import evokernel_mcp.verify.sides  # noqa: F401 - warm the harness side, off the job's clock
+    return info
+
+
+def _load(req: dict[str, Any], device: str) -> Loaded:
+    from evokernel_mcp import candidate as cand
+    from evokernel_mcp.tasks import Task
+
+    role, task = req["role"], Task(**req["task"])
+    if role == "reference":
+        mod = cand.load_module(task.reference_source, "reference", ".")
+    elif role == "candidate":
+        mod = cand.load_candidate_module(req["source"], ".")
+    else:
+        raise ValueError(f"unknown role {role!r}")
+    return Loaded(role, mod, task, "cuda" if device != "cpu" else "cpu")
+
+
+def _error(e: BaseException, kind: str | None = None) -> dict[str, Any]:
+    from evokernel_mcp.runtime.protocol import classify_text, tail
+
+    text = f"{type(e).__name__}: {e}"
+    tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    k = kind or getattr(e, "kind", None) or classify_text(text) or "exception"
+    return {"kind": k, "message": tail(text, 2000), "detail": tail(tb, 6000)}
+
+
+def serve(device: str, out) -> None:
+    from evokernel_mcp import candidate as cand
+    from evokernel_mcp.runtime.ops import resolve
+
+    frames.write(out, {"event": "ready", "info": _info(device)})
+    loaded: Loaded | None = None
+    inp = sys.stdin.buffer
+    while True:
+        try:
+            req = frames.read(inp, max_bytes=MAX_REQUEST_BYTES, device=None)
+        except EOFError:
+            return
+        t0 = time.perf_counter()
+        try:
+            if req.get("op") == "load":
+                if loaded is not None:
+                    raise RuntimeError("this process has loaded a source already")
+                loaded = _load(req, device)
+                result: Any = {"loaded": req["role"]}
+            else:
+                if loaded is None:
+                    raise RuntimeError("load a source first")
+                target = OPS[loaded.role].get(req.get("op"))
+                if target is None:
+                    raise ValueError(f"op {req.get('op')!r} is not served to a {loaded.role}")
+                result = resolve(target)(loaded, req)
+            reply = {"ok": True, "result": result, "duration_s": time.perf_counter() - t0}
+        except cand.CandidateError as e:
+            reply = {"ok": False, "error": _error(e, "bad_candidate")}
+        except Exception as e:  # noqa: BLE001 - every failure becomes an error reply
+            reply = {"ok": False, "error": _error(e)}
+        frames.write(out, reply)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cpu")
+    args = ap.parse_args()
+    from evokernel_mcp.runtime.sandbox import not_dumpable
+
+    not_dumpable()
+    proto = os.fdopen(os.dup(1), "wb", buffering=1 << 20)
+    for fd, name in ((1, "stdout.txt"), (2, "stderr.txt")):
+        f = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(f, fd)
+        os.close(f)
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    serve(args.device, proto)
+
+
+if __name__ == "__main__":
+    main()

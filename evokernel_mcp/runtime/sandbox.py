@@ -1,0 +1,355 @@
+"""How a process that runs agent code is started and contained (the trust model in ARCHITECTURE.md).
+
+Levels, best first (the first that works on this host is used; `doctor` and every result name it):
+- "bwrap+uid": bubblewrap (Debian `bubblewrap`): a read-only view of the system (/usr, /lib, /etc, the
+  Python install, our package), /root, /home, /tmp, the state dir and any secret file hidden, a private
+  writable scratch dir as cwd/HOME/TMPDIR, device nodes bound in, new pid/ipc/net/uts namespaces
+  (nothing of the server is visible; no network), all capabilities dropped, and, when the server runs
+  as root, the agent's process switched to the unprivileged uid 65534 inside (setpriv) before any
+  agent code runs. Killing bwrap (or its parent dying: --die-with-parent) ends the pid namespace,
+  so every process of the job dies, setsid children included.
+- "bwrap": the same without the uid switch (the server is not root, or setpriv is missing).
+- "process": no bwrap here: a fresh process in its own session, minimal environment, scratch as
+  cwd/HOME/TMPDIR, rlimits, uid 65534 when root and the Python install is readable to it, parent-death
+  signal; the tree (found through /proc; the runner is a child subreaper) is killed at the end. The
+  filesystem is NOT hidden at this level: say so.
+Every level: an environment allow-list (no server secrets), rlimits (file size, processes, core
+dumps; CPU time when asked), stdout/stderr to capped files in the scratch dir.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import resource
+import shutil
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from evokernel_mcp.paths import REPO_DIR, state_dir
+
+log = logging.getLogger(__name__)
+
+NOBODY = 65534
+FSIZE_BYTES = int(os.environ.get("EVOKERNEL_SANDBOX_FSIZE", str(256 * 1024 * 1024)))
+NPROC = int(os.environ.get("EVOKERNEL_SANDBOX_NPROC", "4096"))
+ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "TZ", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "ROCM_PATH",
+             "HIP_PATH", "HSA_OVERRIDE_GFX_VERSION", "TRITON_HIP_LLD_PATH", "TRITON_PTXAS_PATH")
+GPU_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset", "/dev/kfd",
+             "/dev/dri")
+SYSTEM_RO = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/opt", "/sys")
+HIDDEN_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/sudoers")
+PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE = 1, 36, 4
+
+
+@dataclass
+class Spec:
+    """One sandboxed process: its argv (inside), scratch dir, extra binds and environment."""
+
+    argv: list[str]
+    scratch: Path
+    env: dict[str, str] = field(default_factory=dict)
+    ro_binds: list[str] = field(default_factory=list)
+    rw_binds: list[str] = field(default_factory=list)
+    devices: bool = False
+    cpu_s: int | None = None
+    net: bool = False
+
+
+def bwrap_path() -> str | None:
+    exe = os.environ.get("EVOKERNEL_BWRAP") or shutil.which("bwrap")
+    if os.environ.get("EVOKERNEL_SANDBOX", "").lower() == "process":
+        return None
+    return exe if exe and os.access(exe, os.X_OK) else None
+
+
+def base_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The allow-listed environment: no tokens, keys or server settings ever reach agent code."""
+    env = {k: os.environ[k] for k in ENV_ALLOW if k in os.environ}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env["PYTHONPATH"] = python_path()
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def python_path() -> str:
+    """Our package plus the server's PYTHONPATH entries that exist (e.g. carried wheels on a GPU host)."""
+    parts = [str(REPO_DIR)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    seen: list[str] = []
+    for p in parts:
+        if p not in seen and os.path.isdir(p):
+            seen.append(p)
+    return os.pathsep.join(seen)
+
+
+def python_roots() -> list[str]:
+    """Directories the interpreter and its packages live in (bound read-only into the sandbox)."""
+    roots = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    roots.update(p for p in sys.path if p and os.path.isdir(p))
+    roots.update(python_path().split(os.pathsep))
+    state = str(state_dir()).rstrip("/")
+    keep = sorted(r for r in roots if r.startswith("/") and r not in ("/", "/tmp", "/root", "/home")
+                  and not any(r == s or r.startswith(s + "/") for s in SYSTEM_RO)
+                  and not (r == state or r.startswith(state + "/")))
+    return [r for r in keep if not any(r != o and r.startswith(o.rstrip("/") + "/") for o in keep)]
+
+
+def _secret_paths() -> list[str]:
+    """Files and dirs agent code must never see even read-only: the state dir, the server's token file."""
+    out = [str(state_dir())]
+    for var in ("EVOKERNEL_HTTP_TOKEN_FILE",):
+        if os.environ.get(var):
+            out.append(os.environ[var])
+    return out
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _dirs_for(path: str, mounts: dict[str, str], args: list[str]) -> None:
+    """--dir (0755) for each ancestor of a mount target that does not exist in the sandbox yet, so the
+    uid inside can traverse it (bwrap would make it 0700). `mounts` maps each mount point so far to
+    "bind" or "dir" (a tmpfs or a made dir); an ancestor whose deepest enclosing mount is a bind exists
+    already (nothing is created inside a bind)."""
+    parts = Path(path).parts
+    for i in range(2, len(parts)):
+        anc = str(Path(*parts[:i]))
+        if anc in mounts:
+            continue
+        owners = [m for m in mounts if _under(anc, m)]
+        if owners and mounts[max(owners, key=len)] == "bind":
+            continue
+        mounts[anc] = "dir"
+        args += ["--perms", "0755", "--dir", anc]
+
+
+def bwrap_argv(spec: Spec, exe: str, drop_uid: bool) -> list[str]:
+    args = [exe, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try"]
+    if not spec.net:
+        args.append("--unshare-net")
+    for d in SYSTEM_RO:
+        if os.path.exists(d):
+            args += ["--ro-bind", d, d]
+    for f in HIDDEN_FILES:
+        if os.path.exists(f):
+            args += ["--ro-bind", "/dev/null", f]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    if spec.devices:
+        for node in _gpu_nodes():
+            args += ["--dev-bind", node, node]
+    args += ["--perms", "1777", "--tmpfs", "/tmp", "--perms", "0755", "--tmpfs", "/root",
+             "--perms", "0755", "--tmpfs", "/home", "--perms", "0755", "--tmpfs", "/run"]
+    mounts: dict[str, str] = {d: "bind" for d in SYSTEM_RO}
+    mounts.update({d: "dir" for d in ("/tmp", "/root", "/home", "/run")})
+    for p in python_roots() + spec.ro_binds:
+        if os.path.exists(p):
+            _dirs_for(p, mounts, args)
+            args += ["--ro-bind", p, p]
+            mounts[p] = "bind"
+    for secret in _secret_paths():  # after the read-only roots (one may contain it), before the scratch
+        if os.path.isdir(secret):
+            _dirs_for(secret, mounts, args)
+            args += ["--perms", "0755", "--tmpfs", secret]
+            mounts = {m: k for m, k in mounts.items() if not _under(m, secret)}
+            mounts[secret] = "dir"
+        elif os.path.isfile(secret):
+            args += ["--ro-bind", "/dev/null", secret]
+    for p in [str(spec.scratch)] + spec.rw_binds:
+        if os.path.exists(p):
+            _dirs_for(p, mounts, args)
+            args += ["--bind", p, p]
+            mounts[p] = "bind"
+    args += ["--chdir", str(spec.scratch), "--clearenv"]
+    for k, v in spec.env.items():
+        args += ["--setenv", k, v]
+    if drop_uid:
+        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--", _setpriv(),
+                 f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all",
+                 "--bounding-set=-all", "--"]
+    else:
+        args.append("--")
+    return args + spec.argv
+
+
+def _setpriv() -> str:
+    return shutil.which("setpriv") or "/usr/bin/setpriv"
+
+
+def _gpu_nodes() -> list[str]:
+    nodes = [n for n in GPU_NODES if os.path.exists(n)]
+    try:
+        nodes += sorted(f"/dev/{n}" for n in os.listdir("/dev") if n.startswith("nvidia") and n[6:].isdigit())
+    except OSError:
+        pass
+    return nodes
+
+
+def level_candidates() -> list[str]:
+    """Isolation levels to try on this host, best first."""
+    out = []
+    if bwrap_path():
+        if os.geteuid() == 0 and shutil.which("setpriv"):
+            out.append("bwrap+uid")
+        out.append("bwrap")
+    out.append("process")
+    return out
+
+
+def argv_for(spec: Spec, level: str) -> list[str]:
+    if level.startswith("bwrap"):
+        exe = bwrap_path()
+        if exe is None:
+            raise RuntimeError("bwrap is not available")
+        return bwrap_argv(spec, exe, drop_uid=level == "bwrap+uid")
+    return list(spec.argv)
+
+
+def prepare_scratch(scratch: Path, level: str) -> None:
+    scratch.mkdir(parents=True, exist_ok=True)
+    (scratch / "tmp").mkdir(exist_ok=True)
+    if os.geteuid() == 0 and (level == "bwrap+uid" or level == "process" and process_level_drops_uid()):
+        for p in (scratch, scratch / "tmp"):
+            os.chown(p, NOBODY, NOBODY)
+        os.chmod(scratch, 0o700)
+
+
+def preexec(level: str, cpu_s: int | None):
+    """Runs in the child between fork and exec: rlimits, parent-death signal, uid switch (process level)."""
+    def fn() -> None:
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (FSIZE_BYTES, FSIZE_BYTES))
+        resource.setrlimit(resource.RLIMIT_NPROC, (NPROC, NPROC))
+        if cpu_s:
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 5))
+        if level == "process" and process_level_drops_uid():
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+    return fn
+
+
+def _world_can_reach(path: str) -> bool:
+    """Can an unprivileged user (other) traverse to and execute/read this path? (mode bits only)"""
+    import stat
+
+    p = Path(os.path.realpath(path))
+    for part in [*reversed(p.parents), p]:
+        try:
+            mode = os.stat(part).st_mode
+        except OSError:
+            return False
+        if stat.S_ISDIR(mode) and not mode & stat.S_IXOTH:
+            return False
+    return bool(os.stat(p).st_mode & stat.S_IROTH)
+
+
+def process_level_drops_uid() -> bool:
+    """At the 'process' level a root server runs agent code as uid 65534 when that uid can reach the
+    interpreter and our package; otherwise it stays root (reported in the isolation notes)."""
+    if os.geteuid() != 0 or os.environ.get("EVOKERNEL_SANDBOX_UID") == "keep":
+        return False
+    return all(_world_can_reach(p) for p in (sys.executable, str(REPO_DIR / "evokernel_mcp" / "__init__.py")))
+
+
+def _prctl(option: int, arg: int) -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def become_subreaper() -> None:
+    """Orphans of our children (setsid'd grandchildren too) are re-parented to us, so kill_tree finds them."""
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def not_dumpable() -> None:
+    """No same-uid process may ptrace us or read our memory (/proc/<pid>/mem)."""
+    _prctl(PR_SET_DUMPABLE, 0)
+
+
+def _children_map() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+            fields = stat.rsplit(")", 1)[1].split()
+            if fields[0] == "Z":  # already dead; its parent reaps it
+                continue
+            ppid = int(fields[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        kids.setdefault(ppid, []).append(int(name))
+    return kids
+
+
+def descendants(pid: int) -> list[int]:
+    kids, out, todo = _children_map(), [], [pid]
+    while todo:
+        for c in kids.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def kill_tree(pid: int, include_self: bool = True) -> None:
+    """SIGKILL pid and every descendant (found through /proc, not the process group: setsid children
+    are included), repeated until none is left (a fork racing the kill)."""
+    for _ in range(5):
+        victims = descendants(pid) + ([pid] if include_self else [])
+        if not victims:
+            return
+        for v in victims:
+            try:
+                os.kill(v, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if not descendants(pid):
+            return
+        time.sleep(0.05)
+
+
+def reap_zombies() -> int:
+    """Collect exited children that nobody else waits for (orphans re-parented to us: we are a
+    subreaper). Only zombies found in /proc whose parent is us and that are not tracked by a Popen
+    object (`owned`) are reaped: a blind waitpid(-1) would steal Popen's exit statuses."""
+    me, n = os.getpid(), 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) in _OWNED:
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                rest = f.read().decode(errors="replace").rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if rest[0] == "Z" and int(rest[1]) == me:
+            try:
+                os.waitpid(int(name), os.WNOHANG)
+                n += 1
+            except ChildProcessError:
+                pass
+    return n
+
+
+_OWNED: set[int] = set()
+
+
+def own(pid: int) -> None:
+    """Mark a child as waited for by its Popen object (reap_zombies leaves it alone)."""
+    _OWNED.add(pid)
+
+
+def disown(pid: int) -> None:
+    _OWNED.discard(pid)
