@@ -18,7 +18,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-Act = tuple[str, int, int]  # (name, start_ns, end_ns) of one device activity
+Act = tuple  # (name, start_ns, end_ns[, stream]) of one device activity; the stream id when the records have it
+
+
+class CutFailure(str):
+    """Why the records cannot time the calls (a str, so callers that only report it keep working), with a
+    kind the verdict reads: 'outside_window' (the call's device work is on another stream or outside its
+    repetition), 'no_device_work' (none seen for the call), 'cut' (other count / name mismatches)."""
+
+    kind: str = "cut"
+
+    def __new__(cls, text: str, kind: str = "cut") -> CutFailure:
+        obj = super().__new__(cls, text)
+        obj.kind = kind
+        return obj
 
 
 class TorchActivity:
@@ -44,7 +57,8 @@ class TorchActivity:
         from torch.autograd import DeviceType
 
         events = self._prof.profiler.kineto_results.events()
-        acts = [(e.name(), int(e.start_ns()), int(e.end_ns())) for e in events if e.device_type() != DeviceType.CPU]
+        acts = [(e.name(), int(e.start_ns()), int(e.end_ns()), _stream(e)) for e in events
+                if e.device_type() != DeviceType.CPU]
         return sorted(acts, key=lambda a: (a[1], a[2]))
 
 
@@ -59,6 +73,7 @@ class Plan:
     flush_count: int
     separator_names: frozenset[str]
     per_call: int | None  # device activities per call of the callable; None if it varies
+    outside_window: str | None = None  # the callable's work on a stream other than the timed one: why
 
 
 def _record(session: SessionFactory, ops: Sequence[Callable[[], Any]], sync: Callable[[], None]) -> list[Act]:
@@ -75,21 +90,23 @@ def calibrate(session: SessionFactory, calls: Sequence[Callable[[], Any]], flush
     be used for these calls (the reason is reported to the user)."""
     flush_names: frozenset[str] = frozenset()
     flush_count = 0
+    fa: list[Act] = []
     if flush is not None:
         fa = _record(session, [flush, flush], sync)
         if not fa or len(fa) % 2:
             return f"the profiler saw {len(fa)} device activities for 2 cache flushes (expected an even number > 0)"
         flush_names, flush_count = frozenset(a[0] for a in fa), len(fa) // 2
-    seps: frozenset[str] = frozenset()
-    if sleep is not None:
-        seps = frozenset(a[0] for a in _record(session, [sleep], sync))
+    sa = _record(session, [sleep], sync) if sleep is not None else []
+    seps = frozenset(a[0] for a in sa)
     ca = _record(session, [calls[0], calls[1 % len(calls)]], sync)
     if not ca:
-        return "the profiler saw no device activity for the callable (host-only work, or no activity records)"
+        return CutFailure("the profiler saw no device activity for the callable (host-only work, or no activity "
+                          "records)", "no_device_work")
     clash = {a[0] for a in ca} & (flush_names | seps)
     if clash:
         return f"the callable launches a kernel named like the harness's own ({sorted(clash)[0][:80]})"
-    return Plan(flush_names, flush_count, seps, len(ca) // 2 if len(ca) % 2 == 0 else None)
+    return Plan(flush_names, flush_count, seps, len(ca) // 2 if len(ca) % 2 == 0 else None,
+                side_stream_work(ca, _streams(fa) | _streams(sa)))
 
 
 def spans_ms(acts: Sequence[Act], plan: Plan, n: int) -> list[float] | str:
@@ -117,7 +134,8 @@ def spans_ms(acts: Sequence[Act], plan: Plan, n: int) -> list[float] | str:
             if name in plan.separator_names:
                 open_ = False
             elif not open_:
-                return f"device work ({name[:60]}) outside any repetition"
+                return CutFailure(f"device work ({name[:60]}) outside any repetition (after the timed window)",
+                                  "outside_window")
             else:
                 groups[-1].append(acts[i])
             i += 1
@@ -134,3 +152,27 @@ def spans_ms(acts: Sequence[Act], plan: Plan, n: int) -> list[float] | str:
     if empty:
         return f"{empty} repetition(s) with no device activity"
     return [(max(a[2] for a in g) - min(a[1] for a in g)) / 1e6 for g in groups]
+
+
+def _stream(e: Any) -> int | None:
+    try:
+        return int(e.device_resource_id())
+    except Exception:  # noqa: BLE001 - a torch build without it: no stream check
+        return None
+
+
+def _streams(acts: Sequence[Act]) -> set[int]:
+    return {a[3] for a in acts if len(a) > 3 and a[3] is not None}
+
+
+def side_stream_work(call_acts: Sequence[Act], timed_streams: set[int]) -> str | None:
+    """Why the callable's device work is not all on the timed stream (the stream the harness's own flush /
+    sleep kernels ran on), or None. Work on another stream that the call does not join back runs outside
+    the events' window and can outlast it (`with torch.cuda.stream(s): return a @ b`)."""
+    if not timed_streams:
+        return None
+    other = [a for a in call_acts if len(a) > 3 and a[3] is not None and a[3] not in timed_streams]
+    if not other:
+        return None
+    return (f"{len(other)} of {len(call_acts)} device activities of the call ran on stream(s) "
+            f"{sorted({a[3] for a in other})}, not the timed stream {sorted(timed_streams)} ({other[0][0][:60]})")

@@ -118,7 +118,52 @@ def shape_result(raw: dict[str, Any], task: Task, info: dict[str, Any], ceil: Ce
         correct_after_timing=bool((raw.get("check_timed") or {}).get("passed"))
         and bool((raw.get("check_fresh") or {}).get("passed")),
         check_detail=str({"timed": raw.get("check_timed"), "fresh": raw.get("check_fresh")})[:1500])
+    _paired(sr, raw, confidence)
+    sr.clocks_moved = _clocks_moved(raw)
     sr.flags = _flags(sr, raw, host)
+    return apply_verdict(sr, raw, roof.roofline_datasheet_ms if roof else None)
+
+
+def _paired(sr: ShapeResult, raw: dict[str, Any], confidence: float) -> None:
+    """With interleaved rounds (raw['rounds']: arm -> per-round block medians, ms): the paired speedup and
+    interval replace the unpaired ones, a control arm gives the noise floor, and `resolved` is set."""
+    rounds = raw.get("rounds") or {}
+    if rounds.get("baseline") and rounds.get("candidate"):
+        s, lo, hi, noise = stats.paired_speedup(rounds["baseline"], rounds["candidate"], confidence)
+        sr.speedup, sr.speedup_ci, sr.noise = s, (lo, hi), noise
+        if rounds.get("control"):
+            sr.noise_floor = stats.noise_floor(rounds["baseline"], rounds["control"], confidence)
+    if sr.speedup_ci is not None:
+        sr.resolved = stats.resolved(sr.speedup_ci, sr.noise_floor)
+
+
+def _clocks_moved(raw: dict[str, Any]) -> bool | None:
+    from evokernel_mcp.benchmark.clocks import clocks_moved
+
+    a, b = raw.get("clocks_before"), raw.get("clocks_after")
+    if not a or not b:
+        return None
+    return clocks_moved(Clocks(**a), Clocks(**b))[0]
+
+
+NULLED = ("speedup", "speedup_ci", "noise", "resolved", "achieved_gbs", "achieved_tflops", "fraction_of_roofline",
+          "candidate", "roofline")
+
+
+def apply_verdict(sr: ShapeResult, raw: dict[str, Any], floor_ms: float | None) -> ShapeResult:
+    """Set valid / invalid_reason / invalid_detail from verdict.judge_shape; when invalid, null the speedup
+    and the candidate's timing figures (kept in raw_invalid, excluded from the default dump)."""
+    from evokernel_mcp.benchmark.verdict import judge_shape
+
+    valid, reason, detail = judge_shape(raw, floor_ms)
+    sr.valid, sr.invalid_reason, sr.invalid_detail = valid, reason, detail
+    if valid:
+        return sr
+    sr.raw_invalid = {k: (v.model_dump() if hasattr(v, "model_dump") else v)
+                      for k in NULLED if (v := getattr(sr, k)) is not None}
+    for k in NULLED:
+        setattr(sr, k, None)
+    sr.flags.insert(0, f"INVALID ({reason}): {detail or ''}"[:600])
     return sr
 
 
@@ -256,6 +301,7 @@ async def benchmark(
     t = _load(task, reference)
     compute_unit = compute_unit or t.compute_unit or "matrix"
     payload = build_payload(t, candidate, baseline, shapes, opt, seed)
+    payload["budget_s"] = max(1.0, timeout_s - 5.0)
     outcome = await run_worker_job(
         kind="benchmark", op="benchmark", payload=payload, device=device, timeout_s=timeout_s, wait_s=wait_s,
         ctx=ctx, build=lambda reply, _j: result_from_reply(reply, t, compute_unit, opt.confidence, add_launch_cost))

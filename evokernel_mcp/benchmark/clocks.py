@@ -19,6 +19,42 @@ from evokernel_mcp.subproc import resolve_executable, run_sync
 
 log = logging.getLogger(__name__)
 NVSMI_ARGS = ["--query-gpu=clocks.sm,clocks.mem", "--format=csv,noheader,nounits"]
+NVSMI_FULL_ARGS = ["--query-gpu=clocks.sm,clocks.mem,clocks_event_reasons.active,power.draw,temperature.gpu",
+                   "--format=csv,noheader,nounits"]
+# nvmlClocksEventReasons bits (nvml.h); gpu_idle and applications_clocks_setting are not slow-downs
+NV_REASON_BITS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
+                  0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
+                  0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting"}
+NOT_SLOWDOWN = {"gpu_idle", "applications_clocks_setting", "display_clock_setting"}
+SM_CLOCK_MOVED_FRAC = 0.03  # an SM clock change above 3 % between readings is reported as moved
+
+
+def decode_nv_reasons(text: str) -> list[str] | None:
+    """'0x0000000000000004' -> ['sw_power_cap']; None when the field is not a number ('[N/A]')."""
+    try:
+        mask = int(text.strip(), 16)
+    except ValueError:
+        return None
+    names = [name for bit, name in NV_REASON_BITS.items() if mask & bit]
+    rest = mask & ~sum(NV_REASON_BITS)
+    return names + ([f"other_0x{rest:x}"] if rest else [])
+
+
+def clocks_moved(before: Clocks | None, after: Clocks | None,
+                 frac: float = SM_CLOCK_MOVED_FRAC) -> tuple[bool | None, str | None]:
+    """(moved, why) between two readings: the SM clock changed by more than `frac`, or a slow-down reason
+    (power cap, thermal, power brake, hw slowdown) is active after that was not before. (None, None) when
+    either reading is missing."""
+    if before is None or after is None:
+        return None, None
+    why = []
+    a, b = before.sm_mhz, after.sm_mhz
+    if a and b and abs(b - a) / a > frac:
+        why.append(f"SM clock {a:g} -> {b:g} MHz")
+    new = set(after.throttle_reasons or []) - set(before.throttle_reasons or []) - NOT_SLOWDOWN
+    if new:
+        why.append(f"throttle reasons appeared: {', '.join(sorted(new))}")
+    return bool(why), "; ".join(why) or None
 
 
 def _num(text: str) -> float | None:
@@ -32,9 +68,13 @@ def parse_nvidia_smi_clocks(text: str) -> Clocks:
     if not lines:
         raise ParseError("nvidia-smi", "line 1", message="empty output")
     parts = [p.strip() for p in lines[0].split(",")]
-    if len(parts) != 2:
-        raise ParseError("nvidia-smi", "line 1", message=f"expected 'sm, mem', got {lines[0]!r}")
-    return Clocks(sm_mhz=_num(parts[0]), mem_mhz=_num(parts[1]), source="nvidia-smi")
+    if len(parts) not in (2, 5):
+        raise ParseError("nvidia-smi", "line 1", message=f"expected 'sm, mem[, reasons, power, temp]', got {lines[0]!r}")
+    c = Clocks(sm_mhz=_num(parts[0]), mem_mhz=_num(parts[1]), source="nvidia-smi")
+    if len(parts) == 5:
+        c.throttle_reasons = decode_nv_reasons(parts[2])
+        c.power_w, c.temperature_c = _num(parts[3]), _num(parts[4])
+    return c
 
 
 def parse_amd_smi_clock_text(text: str) -> Clocks:
@@ -71,8 +111,10 @@ def read_clocks(backend: str, index: int = 0, timeout_s: float = 10.0) -> Clocks
             exe = resolve_executable("nvidia-smi")
             if exe is None:
                 return None
-            res = run_sync([exe, *NVSMI_ARGS, "-i", _physical_index("CUDA_VISIBLE_DEVICES", index)],
-                           timeout_s=timeout_s)
+            gpu = _physical_index("CUDA_VISIBLE_DEVICES", index)
+            res = run_sync([exe, *NVSMI_FULL_ARGS, "-i", gpu], timeout_s=timeout_s)
+            if res.returncode != 0:  # an older driver without clocks_event_reasons: clocks only
+                res = run_sync([exe, *NVSMI_ARGS, "-i", gpu], timeout_s=timeout_s)
             return parse_nvidia_smi_clocks(res.stdout) if res.returncode == 0 else None
         if backend == "rocm":
             exe = resolve_executable("amd-smi", env_var="AMD_SMI")

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
+from evokernel_mcp.benchmark.verdict import InvalidReason
 from evokernel_mcp.models import ErrorInfo, Model, Provenance
 
 
@@ -80,9 +81,20 @@ class TimingInfo(Model):
         "launch_cost_us), so the times read as ncu's gpu__time_duration would; None: nothing added.")
 
 
+class NoiseFloor(Model):
+    """The ratio of the baseline to a byte-identical copy of itself, timed interleaved (the control arm)."""
+
+    ratio: float = Field(description="baseline / control, exp(median per-round log ratio); 1 = no noise.")
+    ci: tuple[float, float] = Field(description="Distribution-free interval of that ratio [lo, hi].")
+    band: tuple[float, float] = Field(
+        description="The interval made symmetric in log around 1 [1/x, x]: a speedup inside it is not resolved.")
+    rounds: int = Field(description="Interleaved rounds the floor was measured over.")
+
+
 class ShapeResult(Model):
     shape: str
-    candidate: TimingStats
+    candidate: TimingStats | None = Field(
+        default=None, description="The candidate's timing figures; null when valid is false.")
     baseline: TimingStats | None = None
     speedup: float | None = None
     speedup_ci: tuple[float, float] | None = None
@@ -99,12 +111,36 @@ class ShapeResult(Model):
     correct_after_timing: bool | None = Field(
         default=None, description="The candidate's output on fresh inputs matched the reference after timing.")
     check_detail: str | None = None
+    valid: bool = Field(
+        default=True, description="False when the timing is not of the requested computation (invalid_reason "
+        "says why); then speedup, speedup_ci and the timing figures are null. Read this before speedup.")
+    invalid_reason: InvalidReason | None = Field(
+        default=None, description="One of a closed set (benchmark/verdict.py EXPLAIN has one line per reason); "
+        "null when valid.")
+    invalid_detail: str | None = Field(default=None, description="The evidence behind invalid_reason.")
+    noise_floor: NoiseFloor | None = Field(
+        default=None, description="With control=true: the baseline's paired ratio to a byte-identical copy of "
+        "itself (the measured noise floor); null without a control arm.")
+    resolved: bool | None = Field(
+        default=None, description="True when speedup_ci lies wholly outside the noise floor's band (without a "
+        "control arm: outside 1); null when there is no speedup.")
+    clocks_moved: bool | None = Field(
+        default=None, description="True when the SM clock changed by more than a few % or a throttle reason "
+        "appeared between the readings around this shape's series (a flag, not invalid); null: not read.")
+    raw_invalid: dict[str, Any] | None = Field(
+        default=None, exclude=True, description="The nulled figures of an invalid result, for a person (kept "
+        "out of the default dump; the runner stores them as an artifact).")
 
 
 class Clocks(Model):
     sm_mhz: float | None = None
     mem_mhz: float | None = None
     source: str | None = Field(default=None, description="nvidia-smi / amd-smi; None when unavailable.")
+    throttle_reasons: list[str] | None = Field(
+        default=None, description="Active clock-event (throttle) reasons, e.g. sw_power_cap, hw_thermal_slowdown "
+        "(nvidia-smi clocks_event_reasons.active decoded); [] none active; None: not read.")
+    power_w: float | None = Field(default=None, description="Board power draw, W; None: not read.")
+    temperature_c: float | None = Field(default=None, description="GPU temperature, degrees C; None: not read.")
 
 
 class ClockReadings(Model):

@@ -254,6 +254,7 @@ def time_device(fn: Callable[..., Any], arg_sets: Sequence[tuple], opt: TimingOp
     overhead = _event_overhead_ms(flusher, api, 50)
     plan, why_not = _activity_plan(calls, flusher, cycles_per_ms, api) if opt.timer == "auto" else (
         None, "timer='events' was asked for")
+    failure: Any = why_not
     times: list[float] = []
     session = None
     t0 = _monotonic()
@@ -292,12 +293,14 @@ def time_device(fn: Callable[..., Any], arg_sets: Sequence[tuple], opt: TimingOp
                 raise
             spans = f"{type(e).__name__}: {str(e)[:200]}"
         if isinstance(spans, str):
+            failure = spans
             why_not = f"activity records did not cut into repetitions: {spans}"
         else:
             extra["event_median_ms"] = sorted(times)[len(times) // 2]
             times, timer = spans, "activity"
     if why_not:
         extra["activity_timer_unused"] = why_not
+    extra.update(window_marks(plan, failure))
     subtract = timer == "events" and opt.subtract_overhead and bool(overhead)
     if subtract:
         times = [max(t - overhead, 0.0) for t in times]
@@ -374,23 +377,44 @@ def _is_device_error(e: BaseException) -> bool:
     return bool(protocol.classify_text(f"{type(e).__name__}: {e}"))
 
 
-def _warm_up(calls: Sequence[Callable[[], Any]], opt: TimingOptions, api: dict[str, Any]) -> tuple[int, float]:
-    """Run until warmup_ms of wall time (at least 2 calls); returns (calls, host seconds per call)."""
-    api["sync"]()
+WARMUP_FRACTION = 0.05  # warm-up never takes more than this share of max_time_s (after the first call)
+WARMUP_MAX_CALLS = 1000
+
+
+def warm_up_by_time(calls: Sequence[Callable[[], Any]], budget_s: float, sync: Callable[[], None],
+                    min_calls: int = 2, max_calls: int = WARMUP_MAX_CALLS) -> tuple[int, float]:
+    """Call (round-robin) until `budget_s` of wall time has passed with the device's work COMPLETED
+    (synchronized after every call, so a 50 ms kernel is not queued a thousand times behind the host), at
+    least min_calls; the first call (compilation, autotuning) is not counted against the budget. Returns
+    (calls made, wall seconds of the last call)."""
+    sync()
     calls[0]()
-    api["sync"]()
-    n, w0 = 1, _perf_ns()
-    while n < 2 or ((_perf_ns() - w0) / 1e6 < opt.warmup_ms and n < 1000):
+    sync()
+    n, w0, last = 1, _perf_ns(), 0.0
+    while n < min_calls or ((_perf_ns() - w0) / 1e9 < budget_s and n < max_calls):
+        c0 = _perf_ns()
         calls[n % len(calls)]()
+        sync()
+        last = (_perf_ns() - c0) / 1e9
         n += 1
-    api["sync"]()
+    return n, last
+
+
+def warmup_budget_s(opt: TimingOptions) -> float:
+    """warmup_ms, capped at WARMUP_FRACTION of max_time_s."""
+    return min(opt.warmup_ms / 1e3, WARMUP_FRACTION * opt.max_time_s)
+
+
+def _warm_up(calls: Sequence[Callable[[], Any]], opt: TimingOptions, api: dict[str, Any]) -> tuple[int, float]:
+    """Warm up by time (warm_up_by_time); returns (calls, host seconds per enqueue)."""
+    n, _ = warm_up_by_time(calls, warmup_budget_s(opt), api["sync"])
     # host cost of one enqueue, measured without waiting for the device
     h0 = _perf_ns()
-    for i in range(5):
+    for i in range(3):
         calls[i % len(calls)]()
-    host = (_perf_ns() - h0) / 5 / 1e9
+    host = (_perf_ns() - h0) / 3 / 1e9
     api["sync"]()
-    return n + 5, host
+    return n + 3, host
 
 
 def _event_overhead_ms(flusher: CacheFlusher | None, api: dict[str, Any], n: int) -> float:
@@ -425,6 +449,20 @@ def _timed_batch(calls: Sequence[Callable[[], Any]], start: int, n: int, flusher
         api["record"](ends[i])
     api["sync"]()
     return [api["elapsed"](s, e) for s, e in zip(starts, ends)]
+
+
+def window_marks(plan: Any, failure: Any) -> dict[str, str]:
+    """The verdict's keys (verdict.py) for a series: outside_window / no_device_work / activity_cut_failed,
+    from the calibration plan and the activity clock's failure (an activity.CutFailure carries its kind).
+    A profiler that is merely unavailable (a plain str) marks nothing: the event clock then stands."""
+    marks: dict[str, str] = {}
+    if plan is not None and getattr(plan, "outside_window", None):
+        marks["outside_window"] = plan.outside_window
+    key = {"outside_window": "outside_window", "no_device_work": "no_device_work",
+           "cut": "activity_cut_failed"}.get(getattr(failure, "kind", None) or "")
+    if key:
+        marks.setdefault(key, str(failure))
+    return marks
 
 
 def copies_for(input_bytes: int, cache_total: int, memory_free: int | None = None) -> int:

@@ -50,7 +50,9 @@ def test_flags_big_speedup_and_wrong_output():
     task = load_task("conv3d_depthwise")
     bad = {"passed": False, "mismatches": 12, "note": "first mismatch at [0, 1]"}
     sr = api.shape_result(_raw("full", 0.05, 1.0, check_fresh=bad), task, H200, None, "vector", 0.95)
-    assert sr.speedup > 10
+    assert sr.valid is False and sr.invalid_reason == "wrong_output_after_timing"
+    assert sr.speedup is None and sr.candidate is None  # issue 12: no number a loop could read
+    assert sr.raw_invalid["speedup"] > 10 and "raw_invalid" not in sr.model_dump()
     assert any("> 10x" in f for f in sr.flags)
     assert any("fresh inputs does NOT match" in f for f in sr.flags)
     assert sr.correct_after_timing is False

@@ -1,0 +1,110 @@
+"""One arm's side of interleaved timing (interleave.py), inside that arm's process: time a block of k
+repetitions on request, with the method of timing.py (cold-cache flush, rotated inputs, activity clock
+with events behind it; host clock on the CPU path).
+
+Per block: refill the rotating input sets with new values (settle.refill_inputs; between blocks, outside
+any timed window and outside the block's profiler session, so the copies are never charged to a
+repetition), then time k repetitions, then offer the block's LAST repetition (its output and the inputs
+it used) to a seeded reservoir (settle.OutputSampler) for the runner to check. `report()` returns the
+sampled outputs, the verdict's marks (timing.window_marks) and the method, for the runner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from evokernel_mcp.benchmark import settle, timing
+from evokernel_mcp.benchmark.timing import TimingOptions
+
+
+class BlockTimer:
+    def __init__(self, fn: Callable[..., Any], arg_sets: Sequence[tuple], opt: TimingOptions, *, gpu: bool,
+                 refill_pool: Sequence[Sequence[Any]] = (), sample_size: int = 4, seed: int = 0,
+                 flusher: Any = None) -> None:
+        if not arg_sets:
+            raise ValueError("no input sets to time with")
+        self.fn, self.arg_sets, self.opt, self.gpu = fn, list(arg_sets), opt, gpu
+        self.pool, self.flusher = list(refill_pool), flusher
+        self.sampler = settle.OutputSampler(sample_size, seed)
+        self.rep, self.block, self.last = 0, 0, None
+        self.calls = [self._call_of(a) for a in self.arg_sets]
+        self.plan: Any = None
+        self.failure: Any = None
+        self.marks: dict[str, str] = {}
+        self.timer = "host" if not gpu else "events"
+        self.warmup_calls = 0
+        self.api: dict[str, Any] = timing._bind_event_api() if gpu else {"sync": lambda: None}
+        self.cycles_per_ms: float | None = None
+        self.host_per_rep_s = 0.0
+
+    def _call_of(self, a: tuple) -> Callable[[], None]:
+        def call() -> None:
+            self.last = self.fn(*a)
+        return call
+
+    def warm_up(self) -> int:
+        """Warm up by time (timing.warm_up_by_time), then (GPU) calibrate the activity clock once."""
+        n, per_call = timing.warm_up_by_time(self.calls, timing.warmup_budget_s(self.opt), self.api["sync"])
+        self.warmup_calls, self.host_per_rep_s = n, per_call
+        if self.gpu:
+            self.cycles_per_ms = timing._sleep_cycles_per_ms(self.api)
+            if self.opt.timer == "auto":
+                self.plan, self.failure = timing._activity_plan(self.calls, self.flusher, self.cycles_per_ms,
+                                                                self.api)
+            self.marks.update(timing.window_marks(self.plan, self.failure))
+        return n
+
+    def time_block(self, k: int) -> list[float]:
+        """Times (ms) of k repetitions: refill, time, offer the last repetition to the sampler."""
+        if self.block:
+            settle.refill_inputs(self.arg_sets, self.pool, self.block)
+        start = self.rep
+        times = self._device_block(start, k) if self.gpu else self._host_block(start, k)
+        j = (start + k - 1) % len(self.arg_sets)
+        self.sampler.offer(start + k - 1, j, self.arg_sets[j], self.last)
+        self.rep, self.block, self.last = self.rep + k, self.block + 1, None
+        return times
+
+    def _host_block(self, start: int, k: int) -> list[float]:
+        import torch
+
+        out = []
+        with torch.no_grad():
+            for i in range(k):
+                call = self.calls[(start + i) % len(self.calls)]
+                s = timing._perf_ns()
+                call()
+                out.append((timing._perf_ns() - s) / 1e6)
+        return out
+
+    def _device_block(self, start: int, k: int) -> list[float]:
+        import torch
+
+        from evokernel_mcp.benchmark import activity
+
+        session = (timing._activity_session or timing._torch_activity)() if self.plan is not None else None
+        if session is not None:
+            session.__enter__()
+        try:
+            with torch.no_grad():
+                ev = timing._timed_batch(self.calls, start, k, self.flusher, self.api, self.cycles_per_ms,
+                                         self.host_per_rep_s)
+        finally:
+            if session is not None:
+                session.__exit__(None, None, None)
+        if session is None:
+            return ev
+        spans = activity.spans_ms(session.activities(), self.plan, k)
+        if isinstance(spans, str):  # the block's records did not cut: events for this run from now on
+            self.failure, self.plan = spans, None
+            self.marks.update(timing.window_marks(None, spans))
+            return ev
+        self.timer = "activity"
+        return spans
+
+    def report(self) -> dict[str, Any]:
+        """What the runner needs besides the times: sampled outputs, verdict marks, how it was timed."""
+        return {"samples": self.sampler.samples, "offered": self.sampler.seen, "marks": dict(self.marks),
+                "timer": self.timer, "warmup_calls": self.warmup_calls, "reps": self.rep, "blocks": self.block,
+                "refilled_from_pool": len(self.pool), "activity_timer_unused": str(self.failure or "") or None}

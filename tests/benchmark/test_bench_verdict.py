@@ -1,0 +1,228 @@
+"""The verdict (valid / invalid_reason), the checks run beside the candidate (settled output, sampled timed
+outputs, refilled inputs, the block timer on the host path), side-stream detection in the activity
+records, and clock readings that moved. CPU only; no timing assertions."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+import torch
+
+from evokernel_mcp.benchmark import activity as act
+from evokernel_mcp.benchmark import api, clocks, settle, timing, verdict
+from evokernel_mcp.benchmark.blocks import BlockTimer
+from evokernel_mcp.benchmark.models import Clocks
+from evokernel_mcp.tasks import load_task
+
+H200 = {"backend": "cuda", "name": "NVIDIA H200", "arch": "sm_90"}
+OK = {"passed": True, "mismatches": 0}
+
+
+def _run(ms, n=60, seed=0, **extra):
+    rng = random.Random(seed)
+    return {"times_ms": [ms * (1 + rng.uniform(-0.01, 0.01)) for _ in range(n)], "method": "m",
+            "host_timing": False, "stop_reason": "max_time_s", "extra": extra}
+
+
+def _raw(cand_ms=1.0, base_ms=1.0, **kw):
+    return {"shape": "full", "candidate": _run(cand_ms), "baseline": _run(base_ms, seed=1), "check_timed": OK,
+            "check_fresh": OK, "output_dtype": "float32", **kw}
+
+
+def test_every_reason_has_an_explanation():
+    assert set(verdict.EXPLAIN) == set(verdict.REASONS) and all(len(v) > 20 for v in verdict.EXPLAIN.values())
+
+
+@pytest.mark.parametrize("raw,reason", [
+    ({"error": "RuntimeError: boom"}, "candidate_error"),
+    ({"settled": {"plain_tensor": False, "detail": "LazyTensor"}}, "output_not_plain_tensor"),
+    ({"check_sampled": {"passed": False, "checked": 4, "mismatches": 9}}, "wrong_output_in_timed_call"),
+    ({"check_fresh": {"passed": False, "mismatches": 3}}, "wrong_output_after_timing"),
+    ({"check_timed": {"passed": False, "mismatches": 3}}, "wrong_output_after_timing"),
+    ({"settled": {"plain_tensor": True, "pending": True, "detail": "changed"}}, "work_pending_at_return"),
+    ({"candidate": _run(1.0, outside_window="stream 7")}, "device_work_outside_timed_window"),
+    ({"candidate": _run(1.0, no_device_work="none")}, "no_device_work"),
+    ({"candidate": _run(1.0, activity_cut_failed="3 reps, 4 timed")}, "timer_fallback"),
+    ({"candidate": _run(0.5)}, "below_physical_floor"),
+])
+def test_judge_shape_reasons(raw, reason):
+    valid, got, detail = verdict.judge_shape({**_raw(), **raw}, floor_ms=0.8)
+    assert (valid, got) == (False, reason) and detail
+
+
+def test_judge_shape_valid_and_what_is_only_a_flag():
+    assert verdict.judge_shape(_raw(), floor_ms=0.8) == (True, None, None)
+    # the profiler merely unavailable (events used), host timing below any floor, unknown floor: still valid
+    assert verdict.judge_shape(_raw(candidate=_run(1.0, activity_timer_unused="CUPTI busy")), 0.8)[0]
+    assert verdict.judge_shape(_raw(candidate={**_run(0.1), "host_timing": True}), 0.8)[0]
+    assert verdict.judge_shape(_raw(candidate=_run(0.1)), None)[0]
+
+
+def test_invalid_shape_result_has_no_speedup_and_keeps_raw_out_of_the_dump():
+    task = load_task("vector_add")
+    raw = _raw(0.1, 1.0, candidate=_run(0.1, outside_window="stream 7"))
+    sr = api.shape_result(raw, task, H200, None, "vector", 0.95)
+    assert sr.valid is False and sr.invalid_reason == "device_work_outside_timed_window"
+    assert sr.speedup is None and sr.speedup_ci is None and sr.candidate is None and sr.achieved_gbs is None
+    assert sr.raw_invalid["speedup"] > 5 and "raw_invalid" not in sr.model_dump()
+    assert sr.flags[0].startswith("INVALID (device_work_outside_timed_window)")
+    good = api.shape_result(_raw(1.0, 2.0), task, H200, None, "vector", 0.95)
+    assert not api.shape_result(_raw(0.5, 1.0), task, H200, None, "vector", 0.95).valid  # below 0.67 ms floor
+    assert good.valid and good.invalid_reason is None and good.speedup > 1.9 and good.resolved is True
+
+
+def test_paired_rounds_and_control_give_noise_floor_and_resolution():
+    task = load_task("vector_add")
+    rng = random.Random(2)
+    drift = [1 + 0.002 * i for i in range(20)]
+    base = [d * (1 + rng.gauss(0, 0.003)) for d in drift]
+    ctrl = [d * (1 + rng.gauss(0, 0.003)) for d in drift]
+    cand = [d * (1 + rng.gauss(0, 0.003)) / 1.004 for d in drift]  # 0.4 %: inside the noise floor
+    raw = _raw(rounds={"baseline": base, "candidate": cand, "control": ctrl})
+    sr = api.shape_result(raw, task, H200, None, "vector", 0.95)
+    assert sr.noise_floor is not None and sr.noise_floor.rounds == 20
+    lo, hi = sr.speedup_ci
+    assert lo <= sr.speedup <= hi and sr.resolved is (lo > sr.noise_floor.band[1] or hi < sr.noise_floor.band[0])
+    far = api.shape_result(_raw(rounds={"baseline": base, "candidate": [c / 1.2 for c in cand], "control": ctrl}),
+                           task, H200, None, "vector", 0.95)
+    assert far.resolved is True and far.noise is False
+
+
+def test_clocks_moved_and_nvidia_smi_reasons():
+    c = clocks.parse_nvidia_smi_clocks("1980, 2619, 0x0000000000000004, 612.3, 71\n")
+    assert c.throttle_reasons == ["sw_power_cap"] and c.power_w == pytest.approx(612.3) and c.temperature_c == 71
+    idle = Clocks(sm_mhz=1980, throttle_reasons=["gpu_idle"])
+    assert clocks.clocks_moved(idle, Clocks(sm_mhz=1980, throttle_reasons=[])) == (False, None)
+    moved, why = clocks.clocks_moved(idle, c)
+    assert moved and "sw_power_cap" in why
+    moved, why = clocks.clocks_moved(Clocks(sm_mhz=1980), Clocks(sm_mhz=1755))
+    assert moved and "1980 -> 1755" in why
+    assert clocks.clocks_moved(None, c) == (None, None)
+    assert clocks.decode_nv_reasons("[N/A]") is None
+    sr = api.shape_result(_raw(clocks_before=idle.model_dump(), clocks_after=c.model_dump()),
+                          load_task("vector_add"), H200, None, "vector", 0.95)
+    assert sr.clocks_moved is True and sr.valid  # a flag, not invalid
+
+
+def _us(name, s, e, stream=7):
+    return (name, s * 1000, e * 1000, stream)
+
+
+def test_side_stream_work_found_in_calibration_and_after_the_window():
+    class Rec:
+        def __init__(self):
+            self.acts = []
+
+        def session(self):
+            rec = self
+
+            class S:
+                def __enter__(self):
+                    rec.acts = []
+                    return self
+
+                def __exit__(self, *e):
+                    self.got = list(rec.acts)
+
+                def activities(self):
+                    return self.got
+            return S()
+
+        def op(self, name, stream=7):
+            return lambda: self.acts.append(_us(name, len(self.acts), len(self.acts) + 1, stream))
+
+    r = Rec()
+    plan = act.calibrate(r.session, [r.op("gemm", stream=13)], r.op("flush"), r.op("spin"), lambda: None)
+    assert "stream(s) [13]" in plan.outside_window
+    assert timing.window_marks(plan, None) == {"outside_window": plan.outside_window}
+    same = act.calibrate(r.session, [r.op("gemm")], r.op("flush"), r.op("spin"), lambda: None)
+    assert same.outside_window is None and timing.window_marks(same, None) == {}
+    none = act.calibrate(r.session, [lambda: None], r.op("flush"), r.op("spin"), lambda: None)
+    assert none.kind == "no_device_work" and "no_device_work" in timing.window_marks(None, none)
+    p = act.Plan(frozenset({"flush"}), 1, frozenset({"spin"}), 1)
+    late = act.spans_ms([_us("flush", 0, 5), _us("k", 5, 6), _us("spin", 6, 7), _us("k", 8, 9)], p, 1)
+    assert late.kind == "outside_window" and "after the timed window" in late
+    assert timing.window_marks(None, "CUPTI busy") == {}  # profiler unavailable: no mark
+
+
+def test_settled_check_plain_pending_and_subclass():
+    x = torch.randn(1000)
+    ok = settle.settled_check(lambda a: a * 2, [x])
+    assert ok["plain_tensor"] and ok["pending"] is False
+
+    def background(a):  # returns at once, a thread writes the answer later
+        out = torch.zeros_like(a)
+        threading.Thread(target=lambda: (time.sleep(0.01), out.copy_(a * 2)), name="finisher").start()
+        return out
+    bad = settle.settled_check(background, [x])
+    assert bad["pending"] is True and "changed after the call returned" in bad["detail"]
+
+    class Lazy(torch.Tensor):
+        pass
+    sub = settle.settled_check(lambda a: (a * 2).as_subclass(Lazy), [x])
+    assert sub["plain_tensor"] is False and "Lazy" in sub["detail"]
+    assert settle.settled_check(lambda a: [a, 3.0], [x])["plain_tensor"] is False
+
+
+def test_refill_keeps_addresses_and_changes_values():
+    sets = [(torch.zeros(8), 3), (torch.zeros(8), 3)]
+    ptrs = [s[0].data_ptr() for s in sets]
+    pool = [(torch.ones(8), 5), (torch.full((8,), 2.0), 5)]
+    assert settle.refill_inputs(sets, pool, block=1) == 2
+    assert [s[0].data_ptr() for s in sets] == ptrs and sets[0][0][0] == 2.0 and sets[1][0][0] == 1.0
+    assert sets[0][1] == 3  # non-tensors stay
+
+
+def test_block_timer_host_samples_timed_outputs_that_catch_an_nth_call_switch_and_an_address_cache():
+    x = torch.randn(256)
+    pool = [(torch.randn(256),) for _ in range(3)]
+    calls = {"n": 0}
+
+    def nth_call(a):
+        calls["n"] += 1
+        return a * 2 if calls["n"] <= 8 else torch.zeros_like(a)
+
+    seen = {}
+
+    def by_address(a):
+        return seen.setdefault(a.data_ptr(), a * 2)
+
+    for fn in (nth_call, by_address):
+        bt = BlockTimer(fn, [(x.clone(),), (x.clone(),)], timing.TimingOptions(max_time_s=0.1), gpu=False,
+                        refill_pool=pool, sample_size=3, seed=1)
+        assert bt.warm_up() >= 2
+        for k in (3, 5, 4, 6):
+            assert len(bt.time_block(k)) == k
+        rep = bt.report()
+        assert rep["reps"] == 18 and rep["blocks"] == 4 and 1 <= len(rep["samples"]) <= 3
+        wrong = [s for s in rep["samples"] if not torch.equal(s["outputs"][0], s["inputs"][0] * 2)]
+        assert wrong, f"{fn.__name__}: a sampled timed output should be wrong"
+    honest = BlockTimer(lambda a: a * 2, [(x.clone(),)], timing.TimingOptions(), gpu=False, refill_pool=pool)
+    honest.warm_up()
+    for k in (2, 2, 2):
+        honest.time_block(k)
+    assert all(torch.equal(s["outputs"][0], s["inputs"][0] * 2) for s in honest.report()["samples"])
+
+
+def test_sampler_is_a_bounded_seeded_reservoir():
+    a, b = settle.OutputSampler(2, seed=3), settle.OutputSampler(2, seed=3)
+    for s in (a, b):
+        for i in range(50):
+            s.offer(i, 0, [torch.tensor([i])], torch.tensor([float(i)]))
+    assert [x["rep"] for x in a.samples] == [x["rep"] for x in b.samples] and len(a.samples) == 2
+    assert any(x["rep"] >= 2 for x in a.samples)  # later repetitions get in, not only the first ones
+
+
+def test_warm_up_by_time_is_bounded_by_time_not_count():
+    n = {"c": 0}
+
+    def slow():
+        n["c"] += 1
+        time.sleep(0.02)
+    calls, last = timing.warm_up_by_time([slow], budget_s=0.05, sync=lambda: None)
+    assert 2 <= calls <= 6 and n["c"] == calls and last > 0
+    opt = timing.TimingOptions(max_time_s=1.0, warmup_ms=500)
+    assert timing.warmup_budget_s(opt) == pytest.approx(0.05)
