@@ -1,0 +1,360 @@
+"""The correctness bar for one output tensor: scales with the output, respects PyTorch's own rounding.
+
+Pure torch, no I/O, device-agnostic: everything is computed on the candidate output's device, in
+blocks of at most `chunk_elems` elements (each block is converted to float64 there; the reference
+blocks are moved to that device one at a time), so no full float64 copy is ever made and the extra
+memory is a few float64 blocks.
+
+Floating (and complex) outputs. Let ref be the higher-precision reference (float64) when it exists,
+else the reference computed in the input dtype ("native"). Element i passes when
+
+    |out_i - ref_i| <= max(tol * RMS(ref) + tol * |ref_i|,  2 * E_torch)
+
+with RMS over the elements finite in ref and in native (GEAK's RMS-floored bar: an output whose elements are all
+tiny, like a softmax over 393216 columns, is judged against its own scale, not a fixed atol), and
+E_torch = max_i |native_i - ref_i| over finite elements: PyTorch's own error in the output dtype.
+
+Why a scalar floor (2 x the largest native error) and not a per-element one (2 x |native_i - ref_i|):
+a correct candidate that sums in another order has errors of the same size as PyTorch's but at other
+elements; a per-element floor would let only PyTorch's own rounding pattern through. The floor only
+matters where PyTorch itself is less accurate than tol (cancellation in large sums); elsewhere the
+RMS bar dominates. The native reference always passes itself: |native_i - ref_i| <= E_torch <= floor.
+
+Non-finite elements: where ref_i is NaN/Inf the output must be the same (NaN, or the same infinity),
+or equal native_i. Where only native_i is non-finite (fp32 overflow where float64 did not), an
+output equal to native_i passes too, so PyTorch's own result always passes itself.
+
+Without a float64 reference (it did not fit in memory) the bar is judged against native with
+2 x tol: both sides then carry rounding, and |out - native| <= |out - true| + |native - true|.
+
+Integer and bool outputs: exact match. Arg-reductions (argmax/argmin, ties legal): the values the
+indices select are compared, `judge_arg_reduction`.
+
+Unwritten detection: the caller passes `unwritten`, a bool mask (same shape) of elements that still
+hold the poison after the candidate ran; each one is a mismatch and is counted.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+# One tolerance per dtype preset (the rtol column of verify/compare.py's DEFAULT_TOLERANCES).
+DEFAULT_TOL: dict[str, float] = {
+    "float64": 1e-9, "fp32": 1e-4, "tf32": 5e-3, "bf16": 1.6e-2, "fp16": 2e-3, "fp8": 1.25e-1,
+}
+PRESET_OF_DTYPE: dict[str, str] = {
+    "float64": "float64", "float32": "fp32", "bfloat16": "bf16", "float16": "fp16",
+    "float8_e4m3fn": "fp8", "float8_e5m2": "fp8", "float8_e4m3fnuz": "fp8", "float8_e5m2fnuz": "fp8",
+    "complex128": "float64", "complex64": "fp32",
+}
+FLOOR_FACTOR = 2.0        # floor = FLOOR_FACTOR x PyTorch's own largest error in the native dtype
+NATIVE_ONLY_FACTOR = 2.0  # tol multiplier when the reference is the native-dtype result
+MAX_INDICES = 10
+DEFAULT_CHUNK = 2**24
+
+
+def preset_of(dtype: Any) -> str:
+    """The tolerance preset of a torch dtype (or its name); fp32 for unknown floating dtypes."""
+    return PRESET_OF_DTYPE.get(str(dtype).removeprefix("torch."), "fp32")
+
+
+def effective_tolerance(preset: str, override: float | dict | None) -> tuple[float, bool, str]:
+    """(tol, custom, note): the dtype default, or an override that may only TIGHTEN it.
+
+    `override` is a number, or a dict with "tol" (or the old "atol"/"rtol": the larger is used).
+    A looser override is capped at the default and the note says so.
+    """
+    if preset not in DEFAULT_TOL:
+        raise ValueError(f"unknown dtype preset {preset!r}; one of {sorted(DEFAULT_TOL)}")
+    default = DEFAULT_TOL[preset]
+    if override is None:
+        return default, False, f"default tol for {preset}"
+    if isinstance(override, dict):
+        vals = [override[k] for k in ("tol",) if k in override] or \
+               [override[k] for k in ("atol", "rtol") if k in override]
+        if not vals:
+            raise ValueError("tolerance override needs 'tol' (or 'atol'/'rtol')")
+        value = max(float(v) for v in vals)
+    else:
+        value = float(override)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"tolerance override must be a finite number >= 0, got {value}")
+    if value > default:
+        return default, False, f"override {value:.1e} is looser than the {preset} default; capped at {default:.1e}"
+    return value, True, f"custom tol {value:.1e} (tighter than the {preset} default {default:.1e})"
+
+
+def _unravel(flat: int, shape: tuple[int, ...]) -> list[int]:
+    idx = []
+    for d in reversed(shape):
+        idx.append(flat % d if d else 0)
+        flat = flat // d if d else 0
+    return list(reversed(idx))
+
+
+def _blocks(shape: tuple[int, ...], chunk: int) -> Iterator[tuple]:
+    """Index tuples covering a tensor of `shape` in C order, each a contiguous flat range <= chunk
+    elements (a single index row may be bigger only when one innermost row exceeds chunk)."""
+    n = math.prod(shape)
+    if n <= chunk or len(shape) <= 1:
+        if len(shape) == 1 and n > chunk:
+            for s in range(0, n, chunk):
+                yield (slice(s, min(s + chunk, n)),)
+        else:
+            yield ()
+        return
+    inner = math.prod(shape[1:])
+    if inner <= chunk:
+        rows = max(1, chunk // max(inner, 1))
+        for s in range(0, shape[0], rows):
+            yield (slice(s, min(s + rows, shape[0])),)
+    else:
+        for i in range(shape[0]):
+            for rest in _blocks(shape[1:], chunk):
+                yield (i, *rest)
+
+
+def _hi(t, device):
+    import torch
+
+    t = t.to(device)
+    return t.to(torch.complex128) if t.is_complex() else t.to(torch.float64)
+
+
+def _same(a, b):
+    import torch
+
+    return (a == b) | (torch.isnan(a) & torch.isnan(b))
+
+
+def _finite_or_none(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def _num(x: Any) -> float | str | list:
+    if isinstance(x, complex):
+        return [_num(x.real), _num(x.imag)]
+    v = float(x)
+    return v if math.isfinite(v) else str(v)
+
+
+@dataclass
+class _Acc:
+    """Running statistics over blocks (all sums in float64 on the output's device, read at the end)."""
+
+    shape: tuple[int, ...]
+    rms: float = 0.0
+    mismatches: int = 0
+    nan: int = 0
+    inf: int = 0
+    unwritten: int = 0
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    err2: float = 0.0
+    ref2: float = 0.0
+    cross: float = 0.0
+    both2: float = 0.0
+    first: list[list[int]] = field(default_factory=list)
+
+    def add(self, o, r, bad, unw, offset: int) -> None:
+        import torch
+
+        fin = torch.isfinite(o) & torch.isfinite(r)
+        self.nan += int((torch.isnan(o) & ~unw).sum()) if unw is not None else int(torch.isnan(o).sum())
+        self.inf += int(torch.isinf(o).sum())
+        self.unwritten += int(unw.sum()) if unw is not None else 0
+        self.mismatches += int(bad.sum())
+        if len(self.first) < MAX_INDICES and self.mismatches:
+            idx = torch.nonzero(bad)[: MAX_INDICES - len(self.first), 0].tolist()
+            self.first += [_unravel(offset + i, self.shape) for i in idx]
+        o, r = o[fin], r[fin]
+        if not o.numel():
+            return
+        err = (o - r).abs()
+        self.max_abs = max(self.max_abs, float(err.max()))
+        self.max_rel = max(self.max_rel, float((err / (r.abs() + self.rms).clamp_min(1e-300)).max()))
+        self.err2 += float((err * err).sum())
+        self.ref2 += float((r.abs() ** 2).sum())
+        self.cross += float((o * r.conj()).real.sum()) if o.is_complex() else float((o * r).sum())
+        self.both2 += float((o.abs() ** 2).sum() + (r.abs() ** 2).sum())
+
+    def result(self, numel: int) -> dict[str, Any]:
+        rel_l2 = math.sqrt(self.err2) / math.sqrt(self.ref2) if self.ref2 > 0 else (0.0 if self.err2 == 0 else None)
+        return {
+            "passed": self.mismatches == 0,
+            "max_abs_err": _finite_or_none(self.max_abs), "max_rel_err": _finite_or_none(self.max_rel),
+            "rel_l2_err": _finite_or_none(rel_l2) if rel_l2 is not None else None,
+            "calc_diff": _finite_or_none(1.0 - 2.0 * self.cross / self.both2) if self.both2 > 0 else 0.0,
+            "mismatches": self.mismatches,
+            "first_mismatch_index": self.first[0] if self.first else None, "mismatch_indices": self.first,
+            "nan_count": self.nan, "inf_count": self.inf, "unwritten_count": self.unwritten, "numel": numel,
+        }
+
+
+def _examples(out, ref, indices: list[list[int]]) -> list[dict[str, Any]]:
+    return [{"index": i, "got": _num(out[tuple(i)].item()), "expected": _num(ref[tuple(i)].item())}
+            for i in indices[:3]]
+
+
+def _reference_scale(ref, native, chunk: int, device) -> tuple[float, float | None, int]:
+    """(RMS of the reference over elements finite in ref and native, PyTorch's largest finite native
+    error or None, native non-finite elements where ref is finite)."""
+    import torch
+
+    sumsq, count, worst, overflow = 0.0, 0, 0.0, 0
+    for idx in _blocks(tuple(ref.shape), chunk):
+        r = _hi(ref[idx].reshape(-1), device)
+        fin = torch.isfinite(r)
+        if native is not None:
+            n = _hi(native[idx].reshape(-1), device)
+            d = (n - r).abs()
+            ok = torch.isfinite(d)
+            if ok.any():
+                worst = max(worst, float(d[ok].max()))
+            overflow += int((fin & ~torch.isfinite(n)).sum())
+            fin &= torch.isfinite(n)  # the scale the output dtype can hold
+        sumsq += float((r[fin].abs() ** 2).sum())
+        count += int(fin.sum())
+    rms = math.sqrt(sumsq / count) if count else 0.0
+    return rms, (worst if native is not None else None), overflow
+
+
+def _bar_text(preset: str, tol: float, custom: bool, native_only: bool, floor: float) -> str:
+    kind = "custom " if custom else ""
+    if native_only:
+        return (f"rms-floored {kind}tol={NATIVE_ONLY_FACTOR:g}x{tol:.1e} ({preset}) vs the native-dtype "
+                f"reference (no float64 reference: it did not fit)")
+    return f"rms-floored {kind}tol={tol:.1e} ({preset}) floor={FLOOR_FACTOR:g}x torch native error ({floor:.2e})"
+
+
+def _judge_float(out, ref_hi, ref_native, preset: str, tol_arg, chunk: int, unwritten) -> dict[str, Any]:
+    import torch
+
+    tol, custom, note = effective_tolerance(preset, tol_arg)
+    ref = ref_hi if ref_hi is not None else ref_native
+    native = ref_native if ref_hi is not None else None
+    tol_eff = tol if ref_hi is not None else NATIVE_ONLY_FACTOR * tol
+    dev = out.device
+    rms, torch_err, overflow = _reference_scale(ref, native, chunk, dev)
+    floor = FLOOR_FACTOR * torch_err if torch_err is not None else 0.0
+    acc = _Acc(tuple(out.shape), rms=rms)
+    offset = 0
+    for idx in _blocks(tuple(out.shape), chunk):
+        o, r = _hi(out[idx].reshape(-1), dev), _hi(ref[idx].reshape(-1), dev)
+        thr = (tol_eff * r.abs() + tol_eff * rms).clamp_min(floor)
+        ok = (o - r).abs() <= thr
+        ok = torch.where(torch.isfinite(r), ok, _same(o, r))
+        if native is not None:  # PyTorch's own non-finite result (or where ref is non-finite) passes
+            n = _hi(native[idx].reshape(-1), dev)
+            ok |= (~torch.isfinite(n) | ~torch.isfinite(r)) & _same(o, n)
+        unw = unwritten[idx].reshape(-1).to(dev) if unwritten is not None else None
+        bad = ~ok if unw is None else (~ok | unw)
+        acc.add(o, r, bad, unw, offset)
+        offset += o.numel()
+    res = acc.result(out.numel())
+    res.update({
+        "bar": _bar_text(preset, tol, custom, ref_hi is None, floor), "tol": tol, "tol_custom": custom,
+        "tol_note": note, "reference": "float64" if ref_hi is not None else "native", "rms_ref": rms,
+        "torch_max_abs_err": torch_err, "floor_abs_err": floor, "torch_overflow_count": overflow,
+        "mismatch_examples": _examples(out, ref, res["mismatch_indices"]),
+    })
+    return res
+
+
+def _judge_exact(out, ref, chunk: int, unwritten) -> dict[str, Any]:
+    dev = out.device
+    acc = _Acc(tuple(out.shape))
+    offset = 0
+    for idx in _blocks(tuple(out.shape), chunk):
+        o, r = out[idx].reshape(-1), ref[idx].reshape(-1).to(dev)
+        bad = o != r
+        unw = unwritten[idx].reshape(-1).to(dev) if unwritten is not None else None
+        if unw is not None:
+            bad |= unw
+        acc.add(_hi(o, dev), _hi(r, dev), bad, unw, offset)
+        offset += o.numel()
+    res = acc.result(out.numel())
+    res.update({"bar": f"exact match ({str(out.dtype).removeprefix('torch.')})", "tol": 0.0, "tol_custom": False,
+                "tol_note": "integer and bool outputs must match exactly", "reference": "native",
+                "mismatch_examples": _examples(out, ref, res["mismatch_indices"])})
+    return res
+
+
+def _shape_failure(out, other, what: str) -> dict[str, Any]:
+    return {"passed": False, "numel": out.numel(), "mismatches": None, "bar": "not judged",
+            "note": f"output shape {list(out.shape)} != {what} {list(other.shape)}"}
+
+
+def judge(out, ref_hi, ref_native, *, dtype_preset: str, tol: float | dict | None = None,
+          chunk_elems: int = DEFAULT_CHUNK, unwritten=None) -> dict[str, Any]:
+    """Judge one output leaf against the reference (see the module docstring for the bar).
+
+    out: the candidate's tensor. ref_hi: the reference computed in float64 (None when it did not fit).
+    ref_native: the reference computed in the input dtype (same dtype as out). dtype_preset: the key
+    of DEFAULT_TOL (e.g. preset_of(input dtype)). tol: an override, which may only tighten the
+    default (effective_tolerance). unwritten: optional bool mask of poison survivors.
+    Returns a dict: passed, mismatches, first_mismatch_index, mismatch_indices (<= 10, unravelled),
+    mismatch_examples, max_abs_err, max_rel_err (relative to |ref| + RMS(ref)), rel_l2_err,
+    calc_diff, nan_count, inf_count, unwritten_count, numel, bar, tol, tol_custom, tol_note,
+    reference ("float64" | "native"), and for floating outputs rms_ref, torch_max_abs_err,
+    floor_abs_err, torch_overflow_count.
+    """
+    if chunk_elems < 1:
+        raise ValueError(f"chunk_elems must be >= 1, got {chunk_elems}")
+    for other, what in ((ref_native, "reference"), (ref_hi, "float64 reference"), (unwritten, "unwritten mask")):
+        if other is not None and tuple(other.shape) != tuple(out.shape):
+            return _shape_failure(out, other, what)
+    if out.is_floating_point() or out.is_complex():
+        return _judge_float(out, ref_hi, ref_native, dtype_preset, tol, chunk_elems, unwritten)
+    return _judge_exact(out, ref_native, chunk_elems, unwritten)
+
+
+def _selected(idx, values, dim: int | None):
+    """Values picked by indices `idx` (clamped into range) and a mask of out-of-range indices."""
+    import torch
+
+    size = values.numel() if dim is None else values.shape[dim]
+    bad = (idx < 0) | (idx >= size)
+    safe = idx.clamp(0, max(size - 1, 0))
+    if dim is None:
+        return values[torch.unravel_index(safe, tuple(values.shape))], bad
+    keepdim = safe.dim() == values.dim()
+    sel = values.gather(dim, safe if keepdim else safe.unsqueeze(dim))
+    return (sel if keepdim else sel.squeeze(dim)), bad
+
+
+def judge_arg_reduction(cand_idx, ref_idx, values, dim: int | None) -> dict[str, Any]:
+    """Judge argmax/argmin indices by the values they select (ties are legal).
+
+    values: the tensor reduced (the input); dim: the reduced dimension (None: over the flattened
+    tensor; keepdim is inferred from cand_idx's rank). An index passes when values at the candidate's
+    index equal values at the reference's (NaN == NaN); an out-of-range index fails. Indices are
+    moved to values' device; nothing else is copied.
+    """
+    if tuple(cand_idx.shape) != tuple(ref_idx.shape):
+        return _shape_failure(cand_idx, ref_idx, "reference")
+    import torch
+
+    if cand_idx.is_floating_point() or cand_idx.is_complex() or cand_idx.dtype == torch.bool:
+        return {"passed": False, "numel": cand_idx.numel(), "mismatches": None, "bar": "not judged",
+                "note": f"arg-reduction output has dtype {cand_idx.dtype}; expected integer indices"}
+    d = None if dim is None else dim % max(values.dim(), 1)
+    c = cand_idx.to(values.device).long()
+    r = ref_idx.to(values.device).long()
+    c_val, c_bad = _selected(c, values, d)
+    r_val, _ = _selected(r, values, d)
+    bad = (~_same(c_val, r_val) | c_bad).reshape(-1)
+    acc = _Acc(tuple(cand_idx.shape))
+    acc.add(c_val.reshape(-1).double(), r_val.reshape(-1).double(), bad, None, 0)
+    res = acc.result(cand_idx.numel())
+    res.update({
+        "bar": "arg-reduction: selected values equal (ties legal)", "tol": 0.0, "tol_custom": False,
+        "tol_note": "the values at the candidate's indices must equal those at the reference's",
+        "reference": "native", "index_differences": int((c != r).sum()), "out_of_range_count": int(c_bad.sum()),
+        "mismatch_examples": [{"index": i, "got_index": int(c[tuple(i)]), "expected_index": int(r[tuple(i)]),
+                               "got": _num(c_val[tuple(i)].item()), "expected": _num(r_val[tuple(i)].item())}
+                              for i in res["mismatch_indices"][:3]],
+    })
+    return res

@@ -1,0 +1,219 @@
+"""How many bytes a verify case needs, and the plan that fits it (or a refusal naming the sizes).
+
+Pure arithmetic on shapes/dtypes plus shape inference on meta tensors; no I/O, no allocation of
+real data. The runner estimates a case from get_inputs' shapes (`meta_input_specs`) and one dry
+forward on meta tensors (`meta_output_specs`), then `plan_case` decides whether the float64
+reference fits, how big the comparison blocks are (verify/bar.py), or refuses with a clear message
+instead of being SIGKILLed.
+
+What a case holds (all counted where the comparison runs, the device, or the host on CPU):
+  inputs              the generated inputs, once per seed
+  clones              `clones` x inputs (what the checks copy: the candidate's runs, mutation check)
+  outputs             OUTPUT_COPIES x outputs (reference native, candidate runs A and B)
+  float64 reference   floating inputs and outputs again in float64 (complex in complex128);
+                      integer/bool outputs at their own size (optional: dropped when it does not fit)
+  comparison blocks   JUDGE_ARRAYS float64 arrays of chunk_elems each
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+OUTPUT_COPIES = 3
+JUDGE_ARRAYS = 8
+DEFAULT_CHUNK = 2**24
+MIN_CHUNK = 2**16
+HEADROOM = 0.9  # plan within this fraction of the free memory reported
+
+
+class TensorSpec(BaseModel):
+    """Shape and dtype of one tensor (no data)."""
+
+    shape: list[int]
+    dtype: str = Field(description="torch dtype name without 'torch.', e.g. 'float32'.")
+    path: str | None = Field(default=None, description="Where it sits, e.g. 'out[0]' (outputs) or 'in[1]'.")
+
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    def itemsize(self) -> int:
+        import torch
+
+        return getattr(torch, self.dtype).itemsize
+
+    def nbytes(self) -> int:
+        return self.numel() * self.itemsize()
+
+    def is_floating(self) -> bool:
+        import torch
+
+        dt = getattr(torch, self.dtype)
+        return dt.is_floating_point or dt.is_complex
+
+    def hi_bytes(self) -> int:
+        """Bytes of this tensor in float64 (complex128 for complex dtypes)."""
+        import torch
+
+        return self.numel() * (16 if getattr(torch, self.dtype).is_complex else 8)
+
+
+def spec_of(t: Any, path: str | None = None) -> TensorSpec:
+    return TensorSpec(shape=list(t.shape), dtype=str(t.dtype).removeprefix("torch."), path=path)
+
+
+def specs_of(obj: Any, path: str = "in") -> list[TensorSpec]:
+    """Specs of every tensor in a (nested) list/tuple/dict; other values (Python numbers) are skipped."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return [spec_of(obj, path)]
+    if isinstance(obj, (list, tuple)):
+        return [s for i, x in enumerate(obj) for s in specs_of(x, f"{path}[{i}]")]
+    if isinstance(obj, dict):
+        return [s for k, x in obj.items() for s in specs_of(x, f"{path}[{k!r}]")]
+    return []
+
+
+class CaseEstimate(BaseModel):
+    """Bytes one verify case needs, by part (see the module docstring)."""
+
+    input_bytes: int
+    clone_bytes: int
+    output_bytes: int = Field(description=f"{OUTPUT_COPIES} copies: reference native, candidate runs A and B.")
+    ref_hi_bytes: int = Field(description="The float64 reference (inputs and outputs); 0 when not counted.")
+
+    @property
+    def base_bytes(self) -> int:
+        return self.input_bytes + self.clone_bytes + self.output_bytes
+
+    @property
+    def total_bytes(self) -> int:
+        return self.base_bytes + self.ref_hi_bytes
+
+
+def estimate_case(input_specs: list[TensorSpec], output_specs: list[TensorSpec], *, ref_hi: bool = True,
+                  clones: int = 2) -> CaseEstimate:
+    """The bytes of a case by part; ref_hi=False leaves the float64 reference out (0 bytes)."""
+    if clones < 0:
+        raise ValueError(f"clones must be >= 0, got {clones}")
+    inputs = sum(s.nbytes() for s in input_specs)
+    outputs = sum(s.nbytes() for s in output_specs)
+    hi = sum(s.hi_bytes() for s in input_specs if s.is_floating()) + \
+        sum(s.hi_bytes() if s.is_floating() else s.nbytes() for s in output_specs)
+    return CaseEstimate(input_bytes=inputs, clone_bytes=clones * inputs, output_bytes=OUTPUT_COPIES * outputs,
+                        ref_hi_bytes=hi if ref_hi else 0)
+
+
+def estimate_case_bytes(input_specs: list[TensorSpec], output_specs: list[TensorSpec], *, ref_hi: bool,
+                        clones: int) -> int:
+    """Total bytes of a case (estimate_case(...).total_bytes)."""
+    return estimate_case(input_specs, output_specs, ref_hi=ref_hi, clones=clones).total_bytes
+
+
+class Plan(BaseModel):
+    """How to run a case within the memory free now, or why not."""
+
+    ref_hi: bool = Field(description="Compute the reference in float64 (else judge against the native one).")
+    chunk_elems: int = Field(description="Elements per comparison block (verify/bar.py).")
+    refuse: str | None = Field(default=None, description="Set when the case cannot fit: what to do instead.")
+    where: str = Field(description="'device' or 'host': where the case's tensors live.")
+    needed_bytes: int
+    budget_bytes: int
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
+
+
+def _refusal(est: CaseEstimate, where: str, free: int, workspace: int, hint: dict | None) -> str:
+    parts = [f"inputs {_gb(est.input_bytes)}", f"input clones {_gb(est.clone_bytes)}",
+             f"outputs x{OUTPUT_COPIES} {_gb(est.output_bytes)}", f"comparison blocks {_gb(workspace)}"]
+    total = est.base_bytes + workspace
+    fix = f"pass overrides={hint!r}" if hint else "pass overrides={...} with smaller size constants (e.g. batch_size)"
+    dropped = f" (the float64 reference, {_gb(est.ref_hi_bytes)} more, is already left out)" if est.ref_hi_bytes else ""
+    return (f"this case does not fit: {' + '.join(parts)} = {_gb(total)} > {HEADROOM:.0%} of free {where} memory "
+            f"{_gb(free)}{dropped}; {fix}, or run it on a machine with more {where} memory")
+
+
+def plan_case(est: CaseEstimate, free_device: int | None, free_host: int, *, chunk_elems: int = DEFAULT_CHUNK,
+              suggested_overrides: dict | None = None) -> Plan:
+    """Decide where the case runs, whether the float64 reference fits, and the comparison block size.
+
+    free_device: free bytes on the device (None: CPU-only, the case lives on the host). free_host: free
+    host bytes; on a device the host must still hold the inputs while they are generated. Plans within
+    HEADROOM of each. The float64 reference is kept when everything fits with it; else dropped; blocks
+    are halved (down to MIN_CHUNK) before refusing. `suggested_overrides` goes into the refusal.
+    """
+    where = "host" if free_device is None else "device"
+    free = free_host if free_device is None else free_device
+    budget = int(HEADROOM * free)
+    if free_device is not None and est.input_bytes > HEADROOM * free_host:
+        msg = (f"this case does not fit: inputs {_gb(est.input_bytes)} are generated on the host, > {HEADROOM:.0%} "
+               f"of free host memory {_gb(free_host)}; pass "
+               f"{'overrides=' + repr(suggested_overrides) if suggested_overrides else 'smaller sizes in overrides'}")
+        return Plan(ref_hi=False, chunk_elems=chunk_elems, refuse=msg, where=where,
+                    needed_bytes=est.input_bytes, budget_bytes=int(HEADROOM * free_host))
+    chunk = chunk_elems
+    while True:
+        workspace = JUDGE_ARRAYS * 8 * chunk
+        if est.total_bytes + workspace <= budget:
+            return Plan(ref_hi=est.ref_hi_bytes > 0, chunk_elems=chunk, where=where,
+                        needed_bytes=est.total_bytes + workspace, budget_bytes=budget)
+        if est.base_bytes + workspace <= budget:
+            return Plan(ref_hi=False, chunk_elems=chunk, where=where, needed_bytes=est.base_bytes + workspace,
+                        budget_bytes=budget)
+        if chunk <= MIN_CHUNK:
+            return Plan(ref_hi=False, chunk_elems=chunk, where=where, needed_bytes=est.base_bytes + workspace,
+                        budget_bytes=budget, refuse=_refusal(est, where, free, workspace, suggested_overrides))
+        chunk //= 2
+
+
+def _to_meta(obj: Any) -> Any:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.to("meta")
+    if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
+        return type(obj)(_to_meta(x) for x in obj)
+    return obj
+
+
+def meta_output_specs(model: Any, inputs: list[Any]) -> list[TensorSpec] | None:
+    """Output shapes/dtypes from one forward on meta tensors (no data, no allocation), or None where
+    meta is unsupported (data-dependent shapes, .item(), tensors held outside parameters/buffers).
+
+    The model itself is not modified: its parameters and buffers are swapped for meta copies through
+    torch.func.functional_call, so buffers updated in forward (BatchNorm statistics) stay untouched.
+    """
+    import torch
+    from torch.func import functional_call
+
+    from evokernel_mcp.verify.outputs import flatten_outputs
+
+    try:
+        state = {k: _to_meta(v) for k, v in itertools.chain(model.named_parameters(), model.named_buffers())}
+        with torch.no_grad():
+            out = functional_call(model, state, tuple(_to_meta(x) for x in inputs))
+        leaves = flatten_outputs(out, allow_meta=True)
+    except Exception:  # noqa: BLE001 - any failure (OutputError included) means "meta cannot tell"
+        return None
+    return [spec_of(leaf.tensor, leaf.path) for leaf in leaves]
+
+
+def meta_input_specs(get_inputs: Any) -> list[TensorSpec] | None:
+    """Input shapes/dtypes by calling get_inputs with meta as the default device (factories that
+    name a device explicitly still allocate there); None when that fails."""
+    import torch
+
+    try:
+        with torch.device("meta"):
+            inputs = get_inputs()
+    except Exception:  # noqa: BLE001
+        return None
+    return specs_of(list(inputs))

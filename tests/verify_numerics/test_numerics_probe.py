@@ -1,0 +1,40 @@
+"""The signed probe: signed, larger inputs of the same shape/dtype; everything else unchanged."""
+
+from __future__ import annotations
+
+import torch
+
+from evokernel_mcp.verify.probe import PROBE_SCALE, signed_probe_inputs
+
+
+def test_floating_inputs_become_signed_and_larger():
+    x = torch.rand(256, 64)
+    (p,) = signed_probe_inputs([x], seed=0)
+    assert p.shape == x.shape and p.dtype == x.dtype and p.device == x.device
+    assert float(p.min()) < -1 and float(p.max()) > 1
+    assert float(p.std()) > 0.8 * PROBE_SCALE and float(x.abs().max()) < 1
+
+
+def test_deterministic_in_seed_and_distinct_across_inputs_and_seeds():
+    xs = [torch.rand(8, 8), torch.rand(8, 8)]
+    a, b = signed_probe_inputs(xs, seed=3), signed_probe_inputs(xs, seed=3)
+    assert all(torch.equal(u, v) for u, v in zip(a, b))
+    assert not torch.equal(a[0], a[1])
+    assert not torch.equal(a[0], signed_probe_inputs(xs, seed=4)[0])
+
+
+def test_non_floating_and_python_values_are_unchanged():
+    idx, mask = torch.arange(5), torch.ones(5, dtype=torch.bool)
+    out = signed_probe_inputs([idx, mask, 3, 0.5, "mean"], seed=1)
+    assert out[0] is idx and out[1] is mask and out[2:] == [3, 0.5, "mean"]
+
+
+def test_low_precision_and_nested_inputs():
+    nested = [(torch.rand(4, 4).bfloat16(), torch.rand(4).half()), torch.rand(3, dtype=torch.float64)]
+    pair, d = signed_probe_inputs(nested, seed=2)
+    assert isinstance(pair, tuple)
+    assert [t.dtype for t in pair] == [torch.bfloat16, torch.float16] and d.dtype == torch.float64
+    assert float(pair[0].float().min()) < 0
+    fp8 = torch.rand(16).to(torch.float8_e4m3fn)
+    (q,) = signed_probe_inputs([fp8], seed=2)
+    assert q.dtype == torch.float8_e4m3fn and float(q.float().min()) < 0
