@@ -1,6 +1,8 @@
-"""Command line: `evokernel-mcp [serve] | doctor | call TOOL --json '{...}' | tools`.
+"""Command line: `evokernel-mcp [serve] | doctor | call TOOL [--json '{...}' | --args-file F] [--wait] | tools`.
 
 Only the CLI prints to stdout; the server logs to stderr (stdio transport owns stdout).
+In `call` arguments, a string value "@path" is replaced by the text of that file ("@@..." keeps a literal
+leading "@"), so kernel sources need not be quoted into JSON on a command line.
 """
 
 from __future__ import annotations
@@ -10,9 +12,14 @@ import json
 import logging
 import os
 import sys
+import textwrap
+from pathlib import Path
 from typing import Any
 
 import anyio
+
+from evokernel_mcp import __version__
+from evokernel_mcp.selftest import cli as selftest_cli
 
 
 def _setup_logging(level: str = "INFO") -> None:
@@ -47,19 +54,101 @@ def _result_to_json(result: Any) -> dict[str, Any]:
     return {"is_error": bool(result.is_error), "result": payload} if result.is_error else payload
 
 
-async def _call(tool: str, args: dict[str, Any], inproc: bool) -> int:
+class ArgsError(Exception):
+    pass
+
+
+def expand_at_files(value: Any, base: Path) -> Any:
+    """Replace "@path" strings (at any depth) by the file's text; "@@x" stands for the literal "@x"."""
+    if isinstance(value, dict):
+        return {k: expand_at_files(v, base) for k, v in value.items()}
+    if isinstance(value, list):
+        return [expand_at_files(v, base) for v in value]
+    if isinstance(value, str) and value.startswith("@"):
+        if value.startswith("@@"):
+            return value[1:]
+        p = (base / value[1:]).expanduser()
+        try:
+            return p.read_text(encoding="utf-8")
+        except OSError as e:
+            raise ArgsError(f"{value}: cannot read {p}: {e.strerror}") from None
+    return value
+
+
+def load_call_args(args_json: str | None, args_file: str | None) -> dict[str, Any]:
+    if args_json is not None and args_file is not None:
+        raise ArgsError("pass --json or --args-file, not both")
+    base = Path.cwd()
+    if args_file is not None:
+        p = Path(args_file).expanduser()
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as e:
+            raise ArgsError(f"--args-file {p}: {e.strerror}") from None
+        base, what = p.resolve().parent, f"--args-file {p}"
+    else:
+        text, what = args_json or "{}", "--json"
+    try:
+        args = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ArgsError(f"{what} is not valid JSON: {e}") from None
+    if not isinstance(args, dict):
+        raise ArgsError(f"{what} must be a JSON object")
+    return expand_at_files(args, base)
+
+
+async def _call(tool: str, args: dict[str, Any], inproc: bool, wait: bool) -> int:
+    """One call; with wait, a job handle is followed (job_result in the same session) to the end."""
     async with _client(inproc) as client:
         result = await client.call_tool(tool, args)
+        sc = result.structured_content or {}
+        while wait and not result.is_error and isinstance(sc.get("job"), dict):
+            job_id = sc["job"]["job_id"]
+            print(f"evokernel-mcp: {tool} runs as {job_id}; following it (--wait)", file=sys.stderr)
+            result = await client.call_tool("job_result", {"job_id": job_id, "wait_s": 50})
+            sc = result.structured_content or {}
+            if not result.is_error and sc.get("finished"):
+                if sc.get("result") is not None:
+                    sc = sc["result"]
+                print(json.dumps(sc, indent=2, default=str))
+                return 0 if sc.get("state", "done") == "done" and not sc.get("error") else 1
+            sc = {"job": {"job_id": job_id}} if not result.is_error else sc
     print(json.dumps(_result_to_json(result), indent=2, default=str))
     return 1 if result.is_error else 0
 
 
-async def _tools(inproc: bool) -> int:
+def _arg_line(name: str, prop: dict[str, Any], required: bool) -> str:
+    typ = prop.get("type") or "/".join(b.get("type", "?") for b in prop.get("anyOf", [])) or "object"
+    if "enum" in prop:
+        typ = "|".join(str(e) for e in prop["enum"])
+    default = f" = {json.dumps(prop['default'])}" if "default" in prop else ""
+    req = " (required)" if required else ""
+    return f"    {name}: {typ}{default}{req}  {prop.get('description', '')}".rstrip()
+
+
+async def _tools(inproc: bool, verbose: bool) -> int:
     async with _client(inproc) as client:
         listing = await client.list_tools()
+        schemas: dict[str, dict] = {}
+        if verbose:
+            for t in listing.tools:
+                try:
+                    res = await client.read_resource(f"evokernel://tools/{t.name}")
+                    schemas[t.name] = json.loads(res.contents[0].text)["input_schema"]
+                except Exception:  # noqa: BLE001 - fall back to the listed schema
+                    schemas[t.name] = t.input_schema
     for t in listing.tools:
-        first = (t.description or "").strip().splitlines()[0] if t.description else ""
-        print(f"{t.name:22s} {first}")
+        hints = t.annotations
+        tag = "read-only" if hints and hints.read_only_hint else ("runs code" if hints and hints.destructive_hint
+                                                                   else "writes")
+        print(f"{t.name}  [{t.title or ''}; {tag}]")
+        for line in textwrap.wrap(t.description or "", width=100):
+            print(f"  {line}")
+        schema = schemas.get(t.name, t.input_schema)
+        req = set(schema.get("required", []))
+        for name, prop in schema.get("properties", {}).items():
+            print(_arg_line(name, prop, name in req))
+        print()
     return 0
 
 
@@ -100,49 +189,76 @@ def _doctor(as_json: bool) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def _serve(ns: argparse.Namespace) -> int:
+    _setup_logging(ns.log_level)
+    if not ns.http:
+        from evokernel_mcp.server import build_server
+
+        build_server().run("stdio")
+        return 0
+    from evokernel_mcp.surface.http import ConfigError, HttpConfig, read_token, run_http
+
+    try:
+        cfg = HttpConfig(host=ns.host, port=ns.port, token=read_token(ns.token_file),
+                         allowed_hosts=list(ns.allowed_host or []))
+        cfg.check()
+    except ConfigError as e:
+        print(f"evokernel-mcp serve: {e}", file=sys.stderr)
+        return 2
+    run_http(cfg)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="evokernel-mcp", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action="version", version=f"evokernel-mcp {__version__}")
     sub = p.add_subparsers(dest="cmd")
     s = sub.add_parser("serve", help="run the MCP server (stdio by default)")
-    s.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
-    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--http", action="store_true", help="serve streamable HTTP (endpoint /mcp) instead of stdio")
+    s.add_argument("--host", default="127.0.0.1", help="address to bind; anything but loopback needs a token")
     s.add_argument("--port", type=int, default=8765)
+    s.add_argument("--token-file", help="file holding the bearer token (else $EVOKERNEL_HTTP_TOKEN); never put "
+                   "the token itself on the command line")
+    s.add_argument("--allowed-host", action="append", metavar="NAME",
+                   help="a Host name clients use besides loopback (a tunnel's or proxy's name); repeatable")
     s.add_argument("--log-level", default="INFO")
     d = sub.add_parser("doctor", help="devices and toolchains found, with versions")
     d.add_argument("--json", action="store_true", dest="as_json")
     c = sub.add_parser("call", help="one tool call through a real MCP client session; prints JSON")
     c.add_argument("tool")
-    c.add_argument("--json", default="{}", dest="args_json", help="tool arguments as a JSON object")
+    c.add_argument("--json", default=None, dest="args_json", help="tool arguments as a JSON object")
+    c.add_argument("--args-file", default=None, help="file with the tool arguments as a JSON object")
+    c.add_argument("--wait", action="store_true", help="if the call returns a job handle, follow the job to its "
+                   "end in the same session (the job dies with this process otherwise)")
     c.add_argument("--inproc", action="store_true", help="run the server in this process instead of a subprocess")
-    t = sub.add_parser("tools", help="list the tools")
+    t = sub.add_parser("tools", help="list the tools with their arguments")
+    t.add_argument("--all", action="store_true", dest="verbose", help="also the advanced arguments")
     t.add_argument("--inproc", action="store_true")
+    selftest_cli.add_parser(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
     ns = p.parse_args(argv)
     cmd = ns.cmd or "serve"
-
     if cmd == "serve":
-        _setup_logging(getattr(ns, "log_level", "INFO"))
-        from evokernel_mcp.server import build_server
-
-        server = build_server()
-        if getattr(ns, "http", False):
-            server.run("streamable-http", host=ns.host, port=ns.port)
-        else:
-            server.run("stdio")
-        return 0
+        if ns.cmd is None:
+            ns = p.parse_args(["serve"])
+        return _serve(ns)
     _setup_logging("WARNING")
     if cmd == "doctor":
         return _doctor(ns.as_json)
     if cmd == "call":
         try:
-            args = json.loads(ns.args_json)
-        except json.JSONDecodeError as e:
-            print(json.dumps({"is_error": True, "result": {"text": f"--json is not valid JSON: {e}"}}))
+            args = load_call_args(ns.args_json, ns.args_file)
+        except ArgsError as e:
+            print(json.dumps({"is_error": True, "result": {"text": str(e)}}))
             return 2
-        if not isinstance(args, dict):
-            print(json.dumps({"is_error": True, "result": {"text": "--json must be a JSON object"}}))
-            return 2
-        return anyio.run(_call, ns.tool, args, ns.inproc)
+        return anyio.run(_call, ns.tool, args, ns.inproc, ns.wait)
     if cmd == "tools":
-        return anyio.run(_tools, ns.inproc)
+        return anyio.run(_tools, ns.inproc, ns.verbose)
+    if cmd == "selftest":
+        return selftest_cli.run(ns)
     p.error(f"unknown command {cmd}")
     return 2

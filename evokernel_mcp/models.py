@@ -60,3 +60,25 @@ class JobRef(Model):
         default="Not finished within wait_s. Call job_result(job_id, wait_s) to fetch the result, "
         "job_status(job_id) to look, cancel_job(job_id) to stop it."
     )
+
+
+class JobHandle(Model):
+    """The same handle from every long tool (verify_vs_pytorch, benchmark, profile_pmc, thread_trace,
+    measure_ceilings, evaluate_batch) when its job is not finished within wait_s."""
+
+    job_id: str = Field(description="Pass to job_result / job_status / cancel_job.")
+    tool: str = Field(description="The tool whose job it is.")
+    state: Literal["queued", "running", "done", "failed", "cancelled"]
+    age_s: float = Field(description="Seconds since it was submitted.")
+    progress: str | None = Field(default=None, description="Latest progress: 'done/total message'.")
+    detached: bool = Field(default=False, description="Keeps running when the calling session ends.")
+    next_call: str = Field(description="The call that fetches the result.")
+
+
+class Truncation(Model):
+    """Set when the default result was cut to fit the size budget; the full result is an artifact."""
+
+    artifact_id: str = Field(description="read_artifact(artifact_id) pages the full result (result.json).")
+    uri: str = Field(description="The same as an MCP resource.")
+    full_chars: int = Field(description="Size of the full result as JSON.")
+    omitted: list[str] = Field(default_factory=list, description="What was cut, e.g. 'dispatches: 3 of 8 kept'.")

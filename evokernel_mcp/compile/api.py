@@ -25,6 +25,7 @@ from evokernel_mcp.compile.options import (
     AMD_TARGETS, DEFAULT_AMD_TARGET, DEFAULT_NVIDIA_TARGET, CompileOptions, check_target, is_amd, parse_options)
 from evokernel_mcp.compile.report import analyze
 from evokernel_mcp.errors import BadInput
+from evokernel_mcp.journal import ExperimentArg, TaskLabelArg, record_result
 from evokernel_mcp.models import Provenance
 from evokernel_mcp.paths import sub_state_dir
 from evokernel_mcp.subproc import probe_version, resolve_executable
@@ -153,6 +154,8 @@ async def compile_kernel(
         "workgroup_size (threads per block, HIP/CUDA occupancy), flags [list, allow-listed: -O0..-O3, "
         "-DNAME=VAL, -ffast-math, -munsafe-fp-atomics, -mcumode, -maxrregcount=N, --use_fast_math ...], "
         "timeout_s (default 120)."))] = None,
+    experiment: ExperimentArg = None,
+    task: TaskLabelArg = None,
 ) -> CompileResult:
     """Compile a GPU kernel and report what the compiler made of it: registers, LDS, spills, occupancy, ISA mix.
 
@@ -171,10 +174,13 @@ async def compile_kernel(
     tgt, tgt_prov = await resolve_target(target, language)
     key = cache.cache_key(source=source, language=language, kernel=kernel, target=tgt, signature=signature,
                           constexprs=constexprs, options=opts.stable_dict(), toolchain=toolchain_key(language, tgt))
+    journal = {"experiment": experiment, "task": task, "source": source, "arguments": {
+        "language": language, "kernel": kernel, "target": tgt, "signature": signature, "constexprs": constexprs,
+        "options": options}}
     hit = cache.get(key)
     if hit is not None:  # how the target was chosen belongs to this call, not to the cached compile
-        return hit.model_copy(update={"compile_time_s": round(time.monotonic() - t0, 4),
-                                      "provenance": [tgt_prov, *hit.provenance]})
+        return await record_result("compile_kernel", hit.model_copy(update={
+            "compile_time_s": round(time.monotonic() - t0, 4), "provenance": [tgt_prov, *hit.provenance]}), **journal)
     workdir = Path(tempfile.mkdtemp(prefix="c_", dir=sub_state_dir("compile_work")))
     try:
         out = await _run_backend(source, language, kernel, tgt, signature, constexprs, opts, workdir)
@@ -184,7 +190,7 @@ async def compile_kernel(
     if out.ok or any(d.line is not None for d in result.diagnostics):  # deterministic: worth caching
         cache.put(key, result)
     result.provenance.insert(0, tgt_prov)
-    return result
+    return await record_result("compile_kernel", result, **journal)
 
 
 def _result(out: BackendOutput, key: str, *, language: str, kernel: str, target: str, options: CompileOptions,

@@ -59,6 +59,7 @@ class CompileResult(Model):
     cached: bool = False
     compile_time_s: float | None = None
     kernels: list[KernelReport] = Field(default_factory=list)
+    result_id: str | None = Field(default=None, description="Journal result id (set when `experiment` was given).")
     provenance: list[Provenance] = Field(default_factory=list)
 
 

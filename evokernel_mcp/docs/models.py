@@ -14,8 +14,10 @@ _INDEX = Provenance(field="docs", source="resources/gpu_arch, resources/referenc
 
 class DocSectionInfo(Model):
     anchor: str = Field(description="GitHub-style slug; pass to read_doc(path, anchor).")
-    title: str
-    level: int = Field(description="Heading level: 1 = page title, 2 = section, 3 = subsection ...")
+    title: str | None = Field(default=None, description="The heading (list_docs brief: omitted, the anchor is "
+                              "its slug).")
+    level: int | None = Field(default=None, description="Heading level: 1 = page title, 2 = section, 3 = "
+                              "subsection ...")
     tokens: int = Field(description="Estimated tokens (chars/4) of read_doc(path, anchor): this heading "
                         "up to the next heading of the same or higher level, subsections included.")
 
@@ -23,10 +25,12 @@ class DocSectionInfo(Model):
 class DocInfo(Model):
     path: str = Field(description="Doc path for read_doc, e.g. 'gpu_arch/lds.md'.")
     title: str
-    description: str = Field(description="First paragraph of the page, shortened.")
+    description: str | None = Field(default=None, description="First paragraph of the page, shortened "
+                                    "(detail='full').")
     kind: Literal["markdown", "source"] = Field(description="'source': a kernel source file, read whole.")
-    uri: str = Field(description="MCP resource URI of the page.")
-    size_bytes: int
+    uri: str | None = Field(default=None, description="MCP resource URI of the page (detail='full'); always "
+                            "evokernel://docs/<path>.")
+    size_bytes: int | None = Field(default=None, description="File size (detail='full').")
     tokens: int = Field(description="Estimated tokens of the whole page (chars/4).")
     sections: list[DocSectionInfo] = Field(default_factory=list)
 

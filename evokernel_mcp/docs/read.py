@@ -18,8 +18,8 @@ from evokernel_mcp.docs.models import Citation, DocInfo, DocList, DocSectionInfo
 from evokernel_mcp.docs.safety import DOC_ROOTS, resolve_doc
 from evokernel_mcp.errors import BadInput, NotFound
 
-MAX_PAGE_TOKENS = 6000
-MAX_SOURCE_CHARS = 48_000
+MAX_PAGE_TOKENS = 2500  # ~10k characters: a page and its section list stay under the 4k-token result budget
+MAX_SOURCE_CHARS = 10_000
 URI_PREFIX = "evokernel://docs/"
 _CITE = re.compile(r"\[(S\d+(?:\s*[,;]\s*S\d+)*)\]")
 _DEF = re.compile(r"^\s*(?:[-*+]\s+|\d+\.\s+)?\**\[?(S\d+)\]?\**\s*[:.)\-\u2014]?\s+(.+)$")
@@ -31,7 +31,12 @@ def _section_info(page: Page, s: Section) -> DocSectionInfo:
                           tokens=estimate_tokens(page.span_text(s.start, s.end)))
 
 
-def doc_info(page: Page) -> DocInfo:
+def doc_info(page: Page, full: bool = True) -> DocInfo:
+    if not full:  # brief: what an agent needs to pick a page and a section
+        secs = [DocSectionInfo(anchor=s.anchor, tokens=estimate_tokens(page.span_text(s.start, s.end)))
+                for s in page.sections if s.level <= 2]
+        return DocInfo(path=page.path, title=page.title, kind=page.kind, tokens=estimate_tokens(page.text),
+                       sections=secs)
     return DocInfo(path=page.path, title=page.title, description=page.description, kind=page.kind,
                    uri=URI_PREFIX + page.path, size_bytes=page.size_bytes, tokens=estimate_tokens(page.text),
                    sections=[_section_info(page, s) for s in page.sections])
@@ -64,12 +69,19 @@ def _citations(page: Page, text: str) -> list[Citation]:
 def list_docs(
     root: Annotated[Literal["gpu_arch", "reference_kernels"] | None,
                     Field(description="Only this docs root; default: both.")] = None,
+    detail: Annotated[Literal["brief", "full"], Field(description="brief: path, title, tokens, top-level section "
+                      "anchors; full: descriptions, every heading with its title and level.")] = "brief",
+    path: Annotated[str | None, Field(description="Only this page (with detail='full' by default).")] = None,
 ) -> DocList:
-    """List the hardware docs and reference kernels: each page's path, title, description and sections
-    (anchor, token estimate). Start at gpu_arch/index.md (the map) or use search_docs for one fact."""
+    """List the hardware docs and reference kernels: each page's path, title, size in tokens and section
+    anchors. Start at gpu_arch/index.md (the map) or use search_docs for one fact.
+
+    detail='full' adds each page's description and every heading (title, level); path=... lists one page."""
     idx = get_index()
+    if path is not None:
+        return DocList(docs=[doc_info(_page(path), full=True)])
     pages = [p for p in idx.pages.values() if root is None or p.path.startswith(root + "/")]
-    return DocList(docs=[doc_info(p) for p in pages])
+    return DocList(docs=[doc_info(p, full=detail == "full") for p in pages])
 
 
 def search_docs(

@@ -10,6 +10,7 @@ from mcp.server.mcpserver import Context
 from pydantic import Field
 
 from evokernel_mcp.errors import BadInput, EvoError, ToolNotFound
+from evokernel_mcp.journal import ExperimentArg, journaled
 from evokernel_mcp.profile import collect, ncu, presets, rocprofv3
 from evokernel_mcp.profile.models import PmcResult, TraceResult
 from evokernel_mcp.profile.rocprof_parsers import parse_rocprofv3_list_avail
@@ -54,6 +55,19 @@ def _check_kernel_filter(kernel_filter: str | None) -> None:
                        "e.g. 'matmul' or '^my_kernel$', or leave it out to profile all kernels.") from None
 
 
+def pick_shape(shapes: list[str] | str | None, shape: str | None) -> str | None:
+    """`shapes` is the canonical name (as in verify_vs_pytorch and benchmark); `shape` is still accepted.
+    A profile runs one shape set, so a list must name exactly one."""
+    names = [shapes] if isinstance(shapes, str) else list(shapes or [])
+    if shape is not None:
+        if names and names != [shape]:
+            raise BadInput(f"shapes={names} and shape={shape!r} disagree: pass only shapes (the canonical name).")
+        names = [shape]
+    if len(names) > 1:
+        raise BadInput(f"a profile runs one shape set; got shapes={names}. Pass one, e.g. shapes=[{names[-1]!r}].")
+    return names[0] if names else None
+
+
 def _spec(task, reference, candidate, warmup, iters, shape=None) -> dict[str, Any]:
     if not candidate.strip():
         raise BadInput("candidate is empty: pass Python source defining run(*inputs) or class ModelNew.")
@@ -90,7 +104,8 @@ async def profile_pmc(
     candidate: Annotated[str, Field(description="Candidate source: run(*inputs) or class ModelNew.")],
     task: Annotated[str | None, Field(description="Shipped task name (or pass reference).")] = None,
     reference: Annotated[str | None, Field(description="KernelBench reference source (or pass task).")] = None,
-    shape: Annotated[str | None, Field(description="Shape-set name of the task; default its largest (last).")] = None,
+    shapes: Annotated[list[str] | str | None, Field(description="The one shape set to profile, e.g. ['small']; "
+                                                   "default the task's largest (last).")] = None,
     preset: Annotated[Preset | None, Field(description="Counter set; default 'overview' when counters is empty.")] = None,
     counters: Annotated[list[str] | None, Field(description="Explicit counter/metric names instead of a preset.")] = None,
     kernel_filter: Annotated[str | None, Field(description="Regex on kernel names to profile (default: all).")] = None,
@@ -100,19 +115,21 @@ async def profile_pmc(
     warmup: Annotated[int, Field(ge=0, le=20, description="Unprofiled launches first (compilation, caches).")] = 1,
     iters: Annotated[int, Field(ge=1, le=20, description="Profiled launches.")] = 2,
     max_dispatches: Annotated[int, Field(ge=1, le=50, description="Dispatches shown; all are in the artifact.")] = 3,
-    wait_s: Annotated[float, Field(ge=0, le=600, description="Seconds to wait before returning a job_id.")] = 120,
+    wait_s: Annotated[float, Field(ge=0, le=600, description="Seconds to wait before returning a job_id.")] = 50,
     timeout_s: Annotated[float, Field(ge=10, le=3600, description="Hard limit for the profiler run.")] = 600,
     compile_waves_per_simd: Annotated[int | None, Field(
         ge=1, le=20, description="AMD: compile_kernel's occupancy.waves_per_simd for this kernel; adds "
         "occupancy_vs_compile_limit (achieved waves per CU / the register- and LDS-bound limit), which tells a "
         "launch-size or tail problem from a resource limit. Needs the occupancy preset (SQ_ACCUM_PREV_HIRES).")] = None,
+    shape: Annotated[str | None, Field(description="Same as shapes=[shape] (older name; shapes is canonical).")] = None,
+    experiment: ExperimentArg = None,
     ctx: Context | None = None,
 ) -> PmcResult:
     """Read hardware counters of the candidate's kernels (rocprofv3 on AMD, ncu on NVIDIA) and explain the
     bottleneck. Call after benchmark, when you need to know WHY it is slow: returns per dispatch the raw
     counters, derived metrics with formulas (DRAM GB/s, L2 hit %, VALU/MFMA busy %, bank-conflict %,
     occupancy) and findings such as 'memory-bound: DRAM 87% of peak'. Raw files: read_artifact(artifact_id)."""
-    spec = _spec(task, reference, candidate, warmup, iters, shape)
+    spec = _spec(task, reference, candidate, warmup, iters, pick_shape(shapes, shape))
     _check_kernel_filter(kernel_filter)
     if preset and counters:
         raise BadInput("pass preset OR counters, not both.")
@@ -143,6 +160,9 @@ async def profile_pmc(
         async def fn(jctx):
             return await collect.pmc_cuda(_launch(jctx, spec, device, timeout_s), metrics, kernel_filter, dspec,
                                           max_dispatches, preset)
+    fn = journaled(fn, "profile_pmc", experiment=experiment, task=task, source=candidate, arguments={
+        "task": task, "reference": reference, "shape": spec["shape"], "preset": preset, "counters": counters,
+        "kernel_filter": kernel_filter, "device": device})
     return await _as_job("profile", device, fn, timeout_s + 60, wait_s, ctx, PmcResult)
 
 
@@ -151,7 +171,8 @@ async def thread_trace(
     task: Annotated[str | None, Field(description="Shipped task name (or pass reference).")] = None,
     reference: Annotated[str | None, Field(description="KernelBench reference source (or pass task).")] = None,
     kernel_filter: Annotated[str | None, Field(description="Regex selecting the kernel to trace (recommended).")] = None,
-    shape: Annotated[str | None, Field(description="Shape-set name of the task; default its largest (last).")] = None,
+    shapes: Annotated[list[str] | str | None, Field(description="The one shape set to trace, e.g. ['small']; "
+                                                   "default the task's largest (last).")] = None,
     top_n: Annotated[int, Field(ge=1, le=100, description="Hot instructions returned.")] = 20,
     device: Annotated[str | None, Field(description="Device id ('rocm:0', 'cuda:0'); default: the first.")] = None,
     warmup: Annotated[int, Field(ge=0, le=20, description="Untraced launches first.")] = 1,
@@ -160,15 +181,17 @@ async def thread_trace(
     att_simd_select: Annotated[str, Field(description="AMD: SIMD mask (gfx9).")] = "0xF",
     att_buffer_size: Annotated[str, Field(description="AMD: trace buffer size in bytes (hex).")] = "0x6000000",
     att_library_path: Annotated[str | None, Field(description="AMD: dir of librocprof-trace-decoder.so.")] = None,
-    wait_s: Annotated[float, Field(ge=0, le=600)] = 120,
+    wait_s: Annotated[float, Field(ge=0, le=600)] = 50,
     timeout_s: Annotated[float, Field(ge=10, le=3600)] = 600,
+    shape: Annotated[str | None, Field(description="Same as shapes=[shape] (older name; shapes is canonical).")] = None,
+    experiment: ExperimentArg = None,
     ctx: Context | None = None,
 ) -> TraceResult:
     """Trace one dispatch at instruction level (AMD: rocprofv3 ATT; NVIDIA: ncu SASS warp-stall sampling) and
     show where the cycles go: fraction of cycles per instruction class (VALU FMA, conversions, LDS, VMEM,
     waitcnt, NOP, MFMA ...), the top_n hot instructions with neighbours and source lines, and stall reasons.
     Call after profile_pmc names the bottleneck. Full per-instruction table: read_artifact(artifact_id)."""
-    spec = _spec(task, reference, candidate, warmup, 1, shape)
+    spec = _spec(task, reference, candidate, warmup, 1, pick_shape(shapes, shape))
     _check_kernel_filter(kernel_filter)
     backend = _backend(device)
     if backend == "rocm":
@@ -187,4 +210,7 @@ async def thread_trace(
 
         async def fn(jctx):
             return await collect.trace_cuda(_launch(jctx, spec, device, timeout_s), kernel_filter, top_n)
+    fn = journaled(fn, "thread_trace", experiment=experiment, task=task, source=candidate, arguments={
+        "task": task, "reference": reference, "shape": spec["shape"], "kernel_filter": kernel_filter, "top_n": top_n,
+        "device": device})
     return await _as_job("trace", device, fn, timeout_s + 60, wait_s, ctx, TraceResult)

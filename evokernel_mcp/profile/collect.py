@@ -13,7 +13,7 @@ from pathlib import Path
 from evokernel_mcp import artifacts
 from evokernel_mcp.errors import ParseError
 from evokernel_mcp.models import Provenance
-from evokernel_mcp.profile import ncu, rocprofv3
+from evokernel_mcp.profile import ncu, rocm_pipeline, rocprof_safe, rocprofv3
 from evokernel_mcp.profile.derived import DeviceSpec, derive
 from evokernel_mcp.profile.findings import findings_for
 from evokernel_mcp.profile.models import (
@@ -38,6 +38,7 @@ class Launch:
     env: dict[str, str]
     workdir: Path
     timeout_s: float
+    pass_timeout_s: float | None = None  # one rocprofv3 run; default min(150, max(30, timeout_s / 4))
 
     def child(self) -> list[str]:
         path = self.workdir / "spec.json"
@@ -123,19 +124,51 @@ async def pmc_rocm(launch: Launch, passes: list[list[str]], kernel_regex: str | 
                    max_dispatches: int, counters: list[str], preset: str | None,
                    compile_waves_per_simd: int | None = None) -> PmcResult:
     exe, ver = rocprofv3.find_rocprofv3()
+    env, notes = rocprof_safe.single_visibility_env(launch.env)
+    kfilter, ksrc = rocprof_safe.effective_filter(kernel_regex, launch.spec.get("candidate", ""))
+    rng = iteration_range(launch.spec)
+    runs, argv, stderr = await rocm_pipeline.counter_runs(exe, launch, env, passes, kfilter, rng)
     out_dir = launch.workdir / "rocprof"
-    inp = launch.workdir / "pmc_input.txt"
-    inp.write_text(rocprofv3.input_file_text(passes), encoding="utf-8")
-    argv = rocprofv3.counter_argv(exe, inp, out_dir, kernel_regex, iteration_range(launch.spec), launch.child())
-    stderr = await rocprofv3.run(argv, timeout_s=launch.timeout_s, env=launch.env, cwd=launch.workdir)
-    raw_passes, trace = rocprofv3.read_counter_passes(out_dir)
-    merged = rocprofv3.merge_passes(raw_passes, trace)
+    merged: list[CounterDispatch] = []
+    if runs.collected:
+        try:
+            raw_passes, trace = rocprofv3.read_counter_passes(out_dir)
+        except ParseError:
+            if kernel_regex or not kfilter:
+                raise
+            # the filter was derived from the candidate and matched nothing: profile unfiltered once
+            notes.append(f"the derived kernel filter {kfilter!r} matched no dispatch; profiled without a filter")
+            _clear(out_dir)
+            kfilter, ksrc = None, "none: the derived filter matched no dispatch"
+            runs, argv, stderr = await rocm_pipeline.counter_runs(exe, launch, env, passes, None, rng)
+            raw_passes, trace = rocprofv3.read_counter_passes(out_dir) if runs.collected else ([[]], [])
+        merged = rocprofv3.merge_passes(raw_passes, trace)
     spec = _amd_spec(spec, out_dir)
     cw = compile_waves_per_simd * spec.simds_per_cu if compile_waves_per_simd else None  # per SIMD -> per CU
     ds = _pmc_dispatches(merged, spec, max_dispatches, cw)
-    files = rocprofv3.collect_files(out_dir) | {"pmc_input.txt": inp.read_text(), "rocprofv3_stderr.txt": stderr[-200_000:],
-                                               "dispatches.jsonl": _pmc_table(_pmc_dispatches(merged, spec, 10_000, cw))}
-    return _pmc_result("rocprofv3", exe, ver, argv, spec, ds, len(merged), files, counters, passes, preset)
+    missing = rocm_pipeline.missing_counters(counters, merged, runs.dropped, stderr)
+    reasons = sorted({r for r in runs.dropped.values()})
+    if not runs.collected:
+        reasons.insert(0, "no counter pass finished")
+    files = {k: v for k, v in rocprofv3.collect_files(launch.workdir).items() if not k.startswith("modules")}
+    files |= {"rocprofv3_stderr.txt": stderr[-200_000:],
+              "dispatches.jsonl": _pmc_table(_pmc_dispatches(merged, spec, 10_000, cw))}
+    res = _pmc_result("rocprofv3", exe, ver, argv, spec, ds, len(merged), files, counters,
+                      [g for g, _ in runs.collected], preset)
+    res.notes = notes + runs.notes + res.notes
+    res.kernel_filter, res.kernel_filter_source = kfilter, ksrc
+    res.counters_not_collected = missing
+    res.degraded = bool(missing) or not runs.collected
+    res.degraded_reasons = reasons + ([f"{len(missing)} requested counter(s) absent from the output"]
+                                      if missing and not reasons else [])
+    res.findings = rocm_pipeline.degrade_findings(res.degraded_reasons, missing) + res.findings
+    return res
+
+
+def _clear(d: Path) -> None:
+    import shutil
+
+    shutil.rmtree(d, ignore_errors=True)
 
 
 async def pmc_cuda(launch: Launch, metrics: list[str], kernel_regex: str | None, spec: DeviceSpec,
@@ -241,22 +274,10 @@ def trace_result(rows, vendor, kernel, tool, exe, ver, argv, top_n, files, notes
 
 async def trace_rocm(launch: Launch, kernel_regex: str | None, top_n: int, *, target_cu: int, se_mask: str,
                      simd_select: str, buffer_size: str, att_library_path: str | None) -> TraceResult:
-    exe, ver = rocprofv3.find_rocprofv3()
-    lib = rocprofv3.find_att_library(att_library_path)
-    out_dir = launch.workdir / "att"
-    rng = f"[{int(launch.spec.get('warmup', 1)) + 1}]"
-    argv = rocprofv3.att_argv(exe, out_dir, kernel_regex, rng, target_cu=target_cu, se_mask=se_mask,
-                              simd_select=simd_select, buffer_size=buffer_size, library_dir=lib, child=launch.child())
-    stderr = await rocprofv3.run(argv, timeout_s=launch.timeout_s, env=launch.env, cwd=launch.workdir)
-    dirs = rocprofv3.find_att_dirs(out_dir)
-    if not dirs:
-        raise ParseError("rocprofv3", str(out_dir), version=ver, message="no ui_output_agent_*_dispatch_* directory: "
-                         "no dispatch matched, or no wave ran on the traced CU (try another att_target_cu / SE mask)")
-    rows, kernel, notes = read_att_dir(dirs[0])
-    if len(dirs) > 1:
-        notes.append(f"{len(dirs)} traced dispatches; summarized {dirs[0].name}")
-    files = rocprofv3.collect_files(out_dir) | {"rocprofv3_stderr.txt": stderr[-200_000:]}
-    return trace_result(rows, "amd", kernel, "rocprofv3", exe, ver, argv, top_n, files, notes)
+    return await rocm_pipeline.trace_rocm(launch, kernel_regex, top_n, target_cu=target_cu, se_mask=se_mask,
+                                          simd_select=simd_select, buffer_size=buffer_size,
+                                          att_library_path=att_library_path, read_att_dir=read_att_dir,
+                                          trace_result=trace_result, short_argv=short_argv)
 
 
 async def trace_cuda(launch: Launch, kernel_regex: str | None, top_n: int) -> TraceResult:

@@ -189,8 +189,18 @@ class PmcResult(Model):
     bound: Bound = "unknown"
     findings: list[Finding] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+    degraded: bool = Field(default=False, description="True when part (or all) of the collection did not finish: "
+                           "a profiler hang/abort or a counter group the hardware could not schedule. Missing "
+                           "counters are absent (never zero); degraded_reasons says why.")
+    degraded_reasons: list[str] = Field(default_factory=list)
+    counters_not_collected: dict[str, str] = Field(default_factory=dict, description="Counter -> why it is "
+                                                   "missing from every dispatch.")
+    kernel_filter: str | None = Field(default=None, description="The kernel-name regex the profiler was given, "
+                                      "and how it was chosen (kernel_filter_source).")
+    kernel_filter_source: str | None = None
     artifact_id: str | None = Field(default=None, description="Raw profiler files; page with read_artifact.")
     job_id: str | None = None
+    result_id: str | None = Field(default=None, description="Journal result id (set when `experiment` was given).")
     provenance: list[Provenance] = Field(default_factory=list)
 
 
@@ -225,8 +235,12 @@ class TraceResult(Model):
     stall_reasons: dict[str, float] = Field(default_factory=dict, description="Reason -> fraction of stall cycles/samples.")
     source_lines: dict[str, float] = Field(default_factory=dict, description="Top source lines -> fraction.")
     notes: list[str] = Field(default_factory=list)
+    degraded: bool = Field(default=False, description="True when no usable trace came back (profiler hang/abort, "
+                           "or no traced wave even after wider CU/SE selections); degraded_reasons says why.")
+    degraded_reasons: list[str] = Field(default_factory=list)
     artifact_id: str | None = None
     job_id: str | None = None
+    result_id: str | None = Field(default=None, description="Journal result id (set when `experiment` was given).")
     provenance: list[Provenance] = Field(default_factory=list)
 
 

@@ -89,11 +89,14 @@ async def run(argv: list[str], *, timeout_s: float, env: dict[str, str], cwd: Pa
 
 
 _PASS_RE = re.compile(r"(?:^|/)pmc_(\d+)(?:/|$)")
+_RUN_RE = re.compile(r"(?:^|/)run_(\d+)(?:/|$)")
 
 
-def _pass_of(path: Path, root: Path) -> int:
-    m = _PASS_RE.search(path.relative_to(root).as_posix())
-    return int(m.group(1)) if m else 1
+def _pass_of(path: Path, root: Path) -> tuple[int, int]:
+    """(run, pass): one rocprofv3 run per group writes root/run_<k>/pmc_1/...; a combined run root/pmc_<N>/..."""
+    rel = path.relative_to(root).as_posix()
+    m, r = _PASS_RE.search(rel), _RUN_RE.search(rel)
+    return (int(r.group(1)) if r else 0, int(m.group(1)) if m else 1)
 
 
 def collect_files(out_dir: Path) -> dict[str, str]:

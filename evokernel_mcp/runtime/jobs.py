@@ -15,6 +15,7 @@ a benchmark gets the device exclusively and a profiler child process gets the GP
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import secrets
 import threading
@@ -41,6 +42,22 @@ FINAL: tuple[str, ...] = ("done", "failed", "cancelled")
 KEEP_SCRATCH_DIRS = 64  # newest job scratch dirs kept on disk (older ones are removed)
 MAX_KEPT_JOBS = 256
 ProgressCb = Callable[[float, float, str], Awaitable[None]]
+HEARTBEAT_S = 5.0  # a waiting call reports progress at least this often, even when the job says nothing
+
+
+@dataclass
+class CallScope:
+    """Set by the MCP surface around one tool call: who is calling (owner: the MCP connection), which
+    tool, whether its jobs are detached, and the ids of the jobs the call submitted."""
+
+    tool: str = ""
+    owner: str | None = None
+    detached: bool = False
+    summary: str = ""
+    job_ids: list[str] = field(default_factory=list)
+
+
+CALL_SCOPE: contextvars.ContextVar[CallScope | None] = contextvars.ContextVar("evokernel_call_scope", default=None)
 
 
 class JobProgress(Model):
@@ -54,8 +71,10 @@ class JobStatus(Model):
 
     job_id: str
     kind: str
+    tool: str | None = Field(default=None, description="The tool call that started it.")
     device: str
     state: JobState
+    detached: bool = Field(default=False, description="Keeps running when its caller goes away.")
     created_at: float
     started_at: float | None = None
     finished_at: float | None = None
@@ -118,6 +137,21 @@ class _Job:
     progress_seq: int = 0
     scope: anyio.CancelScope | None = None
     cancel_requested: bool = False
+    tool: str = ""
+    owner: str | None = None
+    detached: bool = False
+    summary: str = ""
+
+
+class JobSummary(Model):
+    """One line of list_jobs."""
+
+    job_id: str
+    tool: str
+    state: JobState
+    age_s: float = Field(description="Seconds since it was submitted.")
+    summary: str = Field(description="What it is and where it stands (latest progress message).")
+    detached: bool = False
 
 
 class JobManager:
@@ -164,24 +198,34 @@ class JobManager:
         portal = self._ensure_portal()
         dev = self.pool.check_device(device)
         job = _Job(job_id="job-" + secrets.token_hex(6), kind=kind, device=dev, timeout_s=float(timeout_s), fn=fn)
+        scope = CALL_SCOPE.get()
+        if scope is not None:
+            job.tool, job.owner, job.detached, job.summary = scope.tool, scope.owner, scope.detached, scope.summary
+            scope.job_ids.append(job.job_id)
         self._jobs[job.job_id] = job
         self._queued.setdefault(dev, []).append(job.job_id)
         self._trim()
         portal.start_task_soon(self._run, job, name=f"job {job.job_id}")
         return job.job_id
 
-    async def wait(self, job_id: str, wait_s: float, on_progress: ProgressCb | None = None) -> JobOutcome:
+    async def wait(self, job_id: str, wait_s: float, on_progress: ProgressCb | None = None,
+                   heartbeat_s: float = HEARTBEAT_S) -> JobOutcome:
         """Wait up to wait_s for the job; return its outcome (a non-final state if still going: the job
-        keeps running). on_progress is awaited with each new progress report seen while waiting."""
+        keeps running). on_progress is awaited with each new progress report seen while waiting, and at
+        least every heartbeat_s (the last figures again, with the state and elapsed time)."""
         job = self._get(job_id)
         deadline = time.monotonic() + max(0.0, wait_s)
-        seen, delay = -1, 0.002
+        seen, delay, last_sent = -1, 0.002, time.monotonic()
         while True:
-            if on_progress is not None and job.progress is not None and job.progress_seq != seen:
-                seen = job.progress_seq
-                p = job.progress
+            now = time.monotonic()
+            fresh = job.progress is not None and job.progress_seq != seen
+            if on_progress is not None and job.state not in FINAL and (fresh or now - last_sent >= heartbeat_s):
+                seen, last_sent = job.progress_seq, now
+                p = job.progress or JobProgress(done=0.0, total=1.0)
+                msg = p.message if fresh else f"{job.state} {self._age(job):.0f} s" + (f"; {p.message}" if p.message
+                                                                                      else "")
                 with contextlib.suppress(Exception):
-                    await on_progress(p.done, p.total, p.message)
+                    await on_progress(p.done, p.total, msg)
             if job.state in FINAL or time.monotonic() >= deadline:
                 return self._outcome(job)
             await anyio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
@@ -195,7 +239,8 @@ class JobManager:
             q = self._queued.get(job.device, [])
             qpos = q.index(job_id) if job_id in q else None
         return JobStatus(
-            job_id=job.job_id, kind=job.kind, device=job.device, state=job.state, created_at=job.created_at,
+            job_id=job.job_id, kind=job.kind, tool=job.tool or None, device=job.device, state=job.state,
+            detached=job.detached, created_at=job.created_at,
             started_at=job.started_at, finished_at=job.finished_at, timeout_s=job.timeout_s,
             elapsed_s=round(((job.finished_at or now) - job.started_at) if job.started_at else 0.0, 3),
             queue_position=qpos, progress=job.progress, error=job.error)
@@ -209,6 +254,38 @@ class JobManager:
             self._ensure_portal().start_task_soon(self._cancel_in_loop, job)
             await self.wait(job_id, 15.0)
         return self.status(job_id)
+
+    def is_detached(self, job_id: str) -> bool:
+        job = self._jobs.get(job_id)
+        return bool(job and job.detached)
+
+    def summaries(self, owner: str | None = None, include_finished: bool = True) -> list[JobSummary]:
+        """Jobs of `owner` (None: every job), newest first."""
+        out = []
+        for job in reversed(self._jobs.values()):
+            if owner is not None and job.owner != owner:
+                continue
+            if not include_finished and job.state in FINAL:
+                continue
+            out.append(JobSummary(job_id=job.job_id, tool=job.tool or job.kind, state=job.state,
+                                  age_s=round(self._age(job), 1), summary=self._summary(job),
+                                  detached=job.detached))
+        return out
+
+    def cancel_owner_soon(self, owner: str) -> list[str]:
+        """Ask every unfinished, not detached job of `owner` to stop (its caller went away); returns their
+        ids at once (the jobs stop in the background)."""
+        ids = []
+        for job in list(self._jobs.values()):
+            if job.owner == owner and not job.detached and job.state not in FINAL:
+                job.cancel_requested = True
+                ids.append(job.job_id)
+                if self._portal is not None:
+                    with contextlib.suppress(Exception):
+                        self._portal.start_task_soon(self._cancel_in_loop, job)
+        if ids:
+            log.info("caller went away: cancelling %d job(s): %s", len(ids), ", ".join(ids))
+        return ids
 
     async def aclose(self) -> None:
         """Cancel every job, stop the workers and the runtime loop."""
@@ -268,6 +345,20 @@ class JobManager:
         job.finished_at = time.time()
 
     # ---- helpers -------------------------------------------------------------------------------
+    @staticmethod
+    def _age(job: _Job) -> float:
+        return (job.finished_at or time.time()) - job.created_at
+
+    @staticmethod
+    def _summary(job: _Job) -> str:
+        what = job.summary or job.kind
+        if job.state == "running" and job.progress is not None:
+            p = job.progress
+            return f"{what}; {p.done:g}/{p.total:g} {p.message}".strip()[:200]
+        if job.state in ("failed", "cancelled") and job.error is not None:
+            return f"{what}; {job.error.kind}: {job.error.message}"[:200]
+        return what[:200]
+
     def _fail(self, job: _Job, err: ErrorInfo) -> None:
         job.state, job.error = "failed", err
 

@@ -22,7 +22,7 @@ from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
 from evokernel_mcp.models import ErrorInfo, Model, Provenance
-from evokernel_mcp.runtime.jobs import JobContext, JobManager, JobOutcome, JobStatus
+from evokernel_mcp.runtime.jobs import JobContext, JobManager, JobOutcome, JobStatus, JobSummary
 from evokernel_mcp.runtime.protocol import WorkerReply
 
 # Time a job may spend beyond the op's own limit: queueing is not counted, a worker (re)start is.
@@ -40,12 +40,22 @@ def _jobs(jobs: JobManager | None) -> JobManager:
 
 
 def progress_forwarder(ctx: Any):
-    """An on_progress callback that forwards to an MCP Context (None when there is no ctx)."""
+    """An on_progress callback that forwards to an MCP Context (None when there is no ctx).
+
+    The MCP spec says progress MUST increase with each notification; a job may report the same figure
+    twice (or go back, e.g. a new phase): then the value sent is nudged just above the last one, and
+    total is raised when needed, so every notification the client sees is strictly larger."""
     if ctx is None:
         return None
+    last = [float("-inf")]
 
     async def forward(done: float, total: float, message: str) -> None:
-        await ctx.report_progress(done, total, message)
+        value = float(done)
+        if value <= last[0]:
+            value = last[0] + 1e-3 * max(1.0, abs(float(total) or 1.0))
+        last[0] = value
+        tot = max(float(total), value) if total else None
+        await ctx.report_progress(value, tot, message)
 
     return forward
 
@@ -53,12 +63,12 @@ def progress_forwarder(ctx: Any):
 async def wait_job(job_id: str, wait_s: float, *, ctx: Any = None, cancel_on_abort: bool = True,
                    jobs: JobManager | None = None) -> JobOutcome:
     """Wait up to wait_s, forwarding progress; cancel the job if this waiting call is cancelled
-    (cancel_on_abort)."""
+    (cancel_on_abort), unless the job was started with detach=true."""
     mgr = _jobs(jobs)
     try:
         return await mgr.wait(job_id, wait_s, on_progress=progress_forwarder(ctx))
     except BaseException:
-        if cancel_on_abort:
+        if cancel_on_abort and not mgr.is_detached(job_id):
             with anyio.CancelScope(shield=True), anyio.move_on_after(20):
                 await mgr.cancel(job_id)
         raise
@@ -121,3 +131,16 @@ async def cancel_job(
 ) -> JobStatus:
     """Stop a queued or running job; a running worker op is killed and its worker replaced."""
     return await _jobs(None).cancel(job_id)
+
+
+class JobList(Model):
+    """The caller's jobs, newest first."""
+
+    jobs: list[JobSummary] = Field(default_factory=list)
+    provenance: list[Provenance] = Field(default_factory=lambda: [Provenance(
+        field="jobs", source="evokernel job manager", detail="this server process; ages from its clock")])
+
+
+def list_jobs_for(owner: str | None, all_callers: bool = False, include_finished: bool = True) -> JobList:
+    """list_jobs' logic: the jobs of `owner` (the MCP connection), or every job with all_callers."""
+    return JobList(jobs=_jobs(None).summaries(None if all_callers else owner, include_finished))

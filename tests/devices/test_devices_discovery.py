@@ -137,6 +137,24 @@ async def _call_stdio(env: dict[str, str], args: dict) -> tuple[dict, list]:
     return result.structured_content, tools
 
 
+def _provenance_by_field(prov: list[dict]) -> dict[str, str]:
+    """field -> source, expanding the MCP surface's merged entries ('a, b', 'devices[0-3].x')."""
+    import re
+
+    out = {}
+    for p in prov:
+        for f in p["field"].split(", "):
+            m = re.match(r"^([^\[]*)\[([\d,-]+)\](.*)$", f)
+            if not m:
+                out[f] = p["source"]
+                continue
+            for run in m.group(2).split(","):
+                lo, _, hi = run.partition("-")
+                for i in range(int(lo), int(hi or lo) + 1):
+                    out[f"{m.group(1)}[{i}]{m.group(3)}"] = p["source"]
+    return out
+
+
 def test_replay_query_rocminfo_through_mcp_stdio(tmp_path):
     env = _server_env(f"{REPLAY_BIN}{os.pathsep}{os.environ.get('PATH', '')}", tmp_path)
     out, tools = anyio.run(_call_stdio, env, {"refresh": True})
@@ -145,6 +163,6 @@ def test_replay_query_rocminfo_through_mcp_stdio(tmp_path):
     assert out["backend"] == "rocm" and len(out["devices"]) == 4
     for i, d in enumerate(out["devices"]):
         assert d["arch"] == "gfx942" and d["compute_units"] == 304 and d["lds_bytes_per_workgroup"] == 65536
-        src = {p["field"]: p["source"] for p in out["provenance"]}
+        src = _provenance_by_field(out["provenance"])
         assert src[f"devices[{i}].compute_units"] == "rocminfo"
         assert src[f"devices[{i}].lds_bytes_per_workgroup"] == "rocminfo"

@@ -83,16 +83,28 @@ def _has_field(root: dict, dotted: str) -> bool:
 
 
 def test_every_contract_name_is_in_the_schemas():
+    """Arguments: in the tool's full input schema (evokernel://tools/{name}); tools/list leaves the advanced
+    ones out of what a model reads every turn and names them in the description."""
+    import json
+
     async def main():
         async with Client(build_server()) as c:
-            return {t.name: t for t in (await c.list_tools()).tools}
+            tools = {t.name: t for t in (await c.list_tools()).tools}
+            full = {}
+            for name in CONTRACT:
+                res = await c.read_resource(f"evokernel://tools/{name}")
+                full[name] = json.loads(res.contents[0].text)["input_schema"]
+            return tools, full
 
-    tools = anyio.run(main)
+    tools, full = anyio.run(main)
     problems = []
     for name, (args, fields) in CONTRACT.items():
         assert name in tools, f"tool {name} missing"
         t = tools[name]
-        missing_args = args - set(t.input_schema.get("properties", {}))
+        listed = set(t.input_schema.get("properties", {}))
+        hidden = set(full[name]["properties"]) - listed
+        assert all(h in t.description for h in hidden if "." not in h), (name, hidden)
+        missing_args = args - set(full[name].get("properties", {}))
         problems += [f"{name}: argument {a}" for a in sorted(missing_args)]
         problems += [f"{name}: result field {f}" for f in sorted(fields) if not _has_field(t.output_schema, f)]
     assert not problems, "not in the schemas: " + "; ".join(problems)

@@ -26,7 +26,8 @@ def test_tools_through_in_memory_client():
             assert not r.is_error and r.structured_content["shape_sets"][-1]["flops"] == 16312320000.0
             r = await c.call_tool("verify_vs_pytorch", {"task": "vector_add", "candidate": VADD, "shapes": ["small"],
                                                         "seeds": 2, "wait_s": 0})
-            assert not r.is_error and r.structured_content["job_id"] and r.structured_content["passed"] is None
+            assert not r.is_error and r.structured_content["job_id"] and r.structured_content.get("passed") is None \
+                and r.structured_content["job"]["job_id"] == r.structured_content["job_id"]
             job_id = r.structured_content["job_id"]
             r = await c.call_tool("job_status", {"job_id": job_id})
             assert not r.is_error and r.structured_content["state"] in ("queued", "running", "done")

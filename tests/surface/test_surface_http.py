@@ -1,0 +1,152 @@
+"""Authenticated streamable HTTP (issue 11, HTTP part), against the real server as a subprocess bound to
+127.0.0.1: refuse a non-loopback bind without a token, 401 without/with a wrong token, the token in no log,
+Host/Origin checked on every address, 10 concurrent clients x 20 mixed calls with no mixed-up result."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from evokernel_mcp.surface.http import HttpConfig, StaticTokenVerifier, is_loopback, read_token
+
+TOKEN = "tok-" + secrets.token_hex(16)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(tmp_path, token: str | None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["EVOKERNEL_HOME"] = str(tmp_path / "home")
+    env.pop("EVOKERNEL_HTTP_TOKEN", None)
+    if token:
+        env["EVOKERNEL_HTTP_TOKEN"] = token
+    return env
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("http")
+    port = _free_port()
+    log = open(tmp / "server.log", "w+")
+    proc = subprocess.Popen([sys.executable, "-m", "evokernel_mcp", "serve", "--http", "--host", "127.0.0.1",
+                             "--port", str(port), "--allowed-host", "tunnel.example", "--log-level", "DEBUG"],
+                            env=_env(tmp, TOKEN), stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, open(tmp / "server.log").read()[-3000:]
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.2)
+    yield port, tmp / "server.log"
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+def _post(port: int, headers: dict[str, str]) -> httpx2.Response:
+    return httpx2.post(f"http://127.0.0.1:{port}/mcp", json=INIT, headers={**HEADERS, **headers}, timeout=30)
+
+
+def test_refuses_public_bind_without_token(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "evokernel_mcp", "serve", "--http", "--host", "0.0.0.0", "--port",
+                          str(_free_port())], env=_env(tmp_path, None), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert "refusing to serve HTTP on 0.0.0.0" in out.stderr and "EVOKERNEL_HTTP_TOKEN" in out.stderr
+
+
+def test_config_rules(tmp_path):
+    with pytest.raises(Exception, match="not a loopback"):
+        HttpConfig(host="10.0.0.5", port=1).check()
+    HttpConfig(host="10.0.0.5", port=1, token=TOKEN).check()
+    HttpConfig(host="127.0.0.1", port=1).check()
+    assert is_loopback("::1") and is_loopback("localhost") and not is_loopback("0.0.0.0")
+    f = tmp_path / "tok"
+    f.write_text(TOKEN + "\n")
+    assert read_token(str(f), {}) == TOKEN and read_token(None, {"EVOKERNEL_HTTP_TOKEN": TOKEN}) == TOKEN
+    with pytest.raises(Exception, match="at least"):
+        read_token(None, {"EVOKERNEL_HTTP_TOKEN": "short"})
+    assert TOKEN not in repr(StaticTokenVerifier(TOKEN)) and TOKEN not in repr(HttpConfig("h", 1, token=TOKEN))
+    assert anyio.run(StaticTokenVerifier(TOKEN).verify_token, TOKEN) is not None
+    assert anyio.run(StaticTokenVerifier(TOKEN).verify_token, TOKEN[:-1] + "x") is None
+
+
+def test_no_token_or_wrong_token_gets_401(server):
+    port, _ = server
+    assert _post(port, {}).status_code == 401
+    assert _post(port, {"Authorization": "Bearer " + TOKEN[:-1] + "0"}).status_code == 401
+    assert _post(port, {"Authorization": "Basic " + TOKEN}).status_code == 401
+    assert _post(port, {"Authorization": "Bearer " + TOKEN}).status_code == 200
+
+
+def test_host_and_origin_checked(server):
+    port, _ = server
+    auth = {"Authorization": "Bearer " + TOKEN}
+    assert _post(port, {**auth, "Host": "evil.example"}).status_code in (400, 403, 421)
+    assert _post(port, {**auth, "Origin": "http://evil.example"}).status_code == 403
+    assert _post(port, {**auth, "Host": "tunnel.example"}).status_code == 200  # --allowed-host
+    assert _post(port, {**auth, "Host": f"localhost:{port}", "Origin": f"http://localhost:{port}"}).status_code == 200
+
+
+def _client(port: int) -> Client:
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120)
+    return Client(streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http))
+
+
+def test_concurrent_clients_mixed_calls(server):
+    port, log_path = server
+    errors: list[str] = []
+    done: list[int] = []
+
+    async def one(i: int) -> None:
+        async with _client(port) as c:
+            for k in range(20):
+                which = (i + k) % 4
+                if which == 0:
+                    r = await c.call_tool("search_docs", {"query": f"LDS bank conflicts {k}", "top_k": 1 + k % 3})
+                    ok = not r.is_error and len(r.structured_content["results"]) <= 1 + k % 3 and \
+                        r.structured_content["query"] == f"LDS bank conflicts {k}"
+                elif which == 1:
+                    r = await c.call_tool("list_tasks", {})
+                    ok = not r.is_error and "vector_add" in [t["name"] for t in r.structured_content["tasks"]]
+                elif which == 2:
+                    r = await c.call_tool("get_task", {"task": ["vector_add", "softmax", "rmsnorm"][k % 3]})
+                    ok = not r.is_error and r.structured_content["name"] == ["vector_add", "softmax", "rmsnorm"][k % 3]
+                else:
+                    r = await c.call_tool("query_rocminfo", {})
+                    ok = not r.is_error and r.structured_content["backend"] in ("rocm", "cuda", "none")
+                if not ok:
+                    errors.append(f"client {i} call {k}: {r.content[0].text[:300]}")
+                done.append(1)
+
+    async def main():
+        async with anyio.create_task_group() as tg:
+            for i in range(10):
+                tg.start_soon(one, i)
+    anyio.run(main)
+    assert not errors, errors[:5]
+    assert len(done) == 200
+    text = open(log_path).read()
+    assert TOKEN not in text and TOKEN[:-1] not in text, "the token (or the wrong one sent) appears in the log"
