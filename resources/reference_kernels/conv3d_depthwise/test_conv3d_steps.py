@@ -1,0 +1,115 @@
+"""Tests of the conv3d_depthwise reference steps, runnable on a CPU host.
+
+- Triton steps (1, 2): the task's small shape set through the Triton interpreter, vs F.conv3d in float64
+  on fresh random inputs, with the task's tolerance (|y - ref| <= 0.02 + 0.016 |ref|).
+- C++ steps (3, 4, 5): compile-only for gfx942 and gfx950 with our compile_kernel (offline HIP); skipped
+  where no HIP compiler is installed. Their numerics are checked on a GPU by bench/conv3d_steps.py and
+  tools/journey.py.
+- The Toeplitz formulation of step 4, index for index (rows over flattened (d, h), k = w0 - 2 + 0..15,
+  the banded T), emulated in torch and compared with F.conv3d.
+Run:  TRITON_INTERPRET=1 python3 -m pytest resources/reference_kernels/conv3d_depthwise -q
+"""
+import importlib.util
+import os
+import pathlib
+
+import pytest
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton.jit runs
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+HERE = pathlib.Path(__file__).resolve().parent
+_DEVICE = "cuda" if torch.cuda.is_available() and os.environ["TRITON_INTERPRET"] != "1" else "cpu"
+CXX_STEPS = {"step3_lds_tile": ("conv3d_dw_lds_tile", 128), "step4_tensor_core": ("conv3d_dw_tensor_core", 256),
+             "step5_scheduled": ("conv3d_dw_scheduled", 128)}
+
+
+def _load(step):
+    spec = importlib.util.spec_from_file_location(f"conv3d_{step}", HERE / step / "kernel.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _inputs(seed, C=4, D=5, H=6, W=8):  # the task's small shape set
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn((1, C, D, H, W), generator=g).to(torch.bfloat16)
+    w = (0.2 * torch.randn((C, 1, 3, 5, 5), generator=g)).to(torch.bfloat16)
+    return x, w
+
+
+def _check(y, x, w):
+    ref = F.conv3d(x.double(), w.double(), padding=(0, 2, 2), groups=x.shape[1])
+    assert y.shape == ref.shape and y.dtype == torch.bfloat16
+    bad = ((y.double().cpu() - ref).abs() > 0.02 + 0.016 * ref.abs()).sum().item()
+    assert bad == 0, f"{bad} of {ref.numel()} outputs out of tolerance"
+
+
+@pytest.mark.parametrize("step", ["step1_naive", "step2_ndhwc"])
+def test_triton_step_matches_pytorch(step):
+    x, w = _inputs(seed=int.from_bytes(os.urandom(2), "little"))
+    _check(_load(step).run(x.to(_DEVICE), w.to(_DEVICE)), x, w)
+
+
+def test_triton_step_refuses_a_wrong_filter():
+    x, _ = _inputs(0)
+    with pytest.raises(ValueError, match="filter"):
+        _load("step1_naive").run(x, torch.zeros(4, 1, 3, 3, 3, dtype=torch.bfloat16))
+
+
+def test_toeplitz_formulation_of_step4_matches_conv3d():
+    x, w = _inputs(seed=5, C=2, D=4, H=5, W=16)
+    C, D, H, W = x.shape[1:]
+    xf, wf = x.double()[0], w.double()[:, 0]
+    y = torch.zeros(C, D - 2, H, W, dtype=torch.float64)
+    k, n = torch.arange(16)[:, None], torch.arange(8)[None, :]
+    for c in range(C):
+        for q in range(15):
+            kd, kh = divmod(q, 5)
+            T = torch.where((k - n >= 0) & (k - n < 5), wf[c, kd, kh][(k - n).clamp(0, 4)], 0.0)  # [16, 8]
+            for w0 in range(0, W, 8):
+                A = torch.zeros((D - 2) * H, 16, dtype=torch.float64)
+                for r in range((D - 2) * H):
+                    d, h = divmod(r, H)
+                    ih = h + kh - 2
+                    for kk in range(16):
+                        col = w0 - 2 + kk
+                        if 0 <= ih < H and 0 <= col < W:
+                            A[r, kk] = xf[c, d + kd, ih, col]
+                y[c, :, :, w0:w0 + 8] += (A @ T).reshape(D - 2, H, 8)
+    ref = F.conv3d(x.double(), w.double(), padding=(0, 2, 2), groups=C)[0]
+    torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
+    assert (T != 0).sum().item() == 40  # 40 useful MACs of 16 x 8 = 128 per MMA
+
+
+def test_candidate_source_is_self_contained():
+    spec = importlib.util.spec_from_file_location("conv3d_cxx", HERE / "_cxx.py")
+    cxx = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cxx)
+    for step, (kernel, _) in CXX_STEPS.items():
+        src = cxx.candidate_source(HERE / step)
+        ns = {}
+        exec(compile(src, f"<{step}>", "exec"), ns)  # defines only; nothing is built until run()
+        assert callable(ns["run"]) and ns["KERNEL"] == kernel and f'"C" __global__' in ns["CUDA_SRC"]
+
+
+@pytest.mark.parametrize("target", ["gfx942", "gfx950"])
+@pytest.mark.parametrize("step", sorted(CXX_STEPS))
+def test_cxx_step_compiles_offline_for_amd(step, target):
+    import anyio
+
+    from evokernel_mcp.compile.api import compile_kernel
+    from evokernel_mcp.errors import ToolNotFound
+
+    kernel, workgroup = CXX_STEPS[step]
+    src = (HERE / step / "kernel.cu").read_text()
+    try:
+        res = anyio.run(lambda: compile_kernel(source=src, language="hip", kernel=kernel, target=target,
+                                               options={"workgroup_size": workgroup}))
+    except ToolNotFound as e:
+        pytest.skip(f"no HIP compiler here: {e}")
+    assert res.ok, [d.message for d in res.diagnostics]
+    (k,) = [k for k in res.kernels if k.name == kernel]
+    assert k.vgpr_count and k.vgpr_count > 0 and k.occupancy is not None and k.occupancy.limiter
