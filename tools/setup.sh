@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what evokernel-mcp needs on a fresh Debian/Ubuntu machine (run by `make install`).
-# 1. System compilers for the offline HIP path (clang-19, lld-19, ROCm device libs), when root.
+# 1. System compilers for the offline HIP path (clang-19, lld-19, ROCm device libs) and bubblewrap (the
+#    sandbox agent code runs in), when root.
 # 2. A virtual environment with the CPU build of torch first (a plain `torch` pulls a CUDA build
 #    of several GB), then this package with its test extras.
 set -euo pipefail
@@ -12,6 +13,7 @@ need_apt=()
 command -v clang-19 >/dev/null 2>&1 || need_apt+=(clang-19)
 command -v ld.lld-19 >/dev/null 2>&1 || need_apt+=(lld-19)
 command -v llvm-readelf-19 >/dev/null 2>&1 || need_apt+=(llvm-19)
+command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)  # the sandbox for agent code (runtime/sandbox.py)
 ls /usr/lib/llvm-*/lib/clang/*/lib/amdgcn/bitcode/ockl.bc /usr/lib/x86_64-linux-gnu/amdgcn/bitcode/ockl.bc \
    /usr/lib/*/amdgcn/bitcode/ockl.bc >/dev/null 2>&1 || need_apt+=(rocm-device-libs)
 if [ ${#need_apt[@]} -gt 0 ]; then
