@@ -25,6 +25,14 @@ class CandidateError(Exception):
     """The candidate source cannot be loaded (syntax error, missing entry point, import failure)."""
 
 
+class MissingModule(Exception):
+    """The candidate imports a module this worker does not have (kind "missing_module", its name in the
+    message). Not a CandidateError: the child reports an exception's own `kind`, and a CandidateError is
+    always reported as "bad_candidate"."""
+
+    kind = "missing_module"
+
+
 def torch_dtype(name: str):
     import torch
 
@@ -55,6 +63,11 @@ def load_candidate_module(source: str, directory: str | Path) -> ModuleType:
         mod = load_module(source, "candidate", directory)
     except SyntaxError as e:
         raise CandidateError(f"candidate has a syntax error at line {e.lineno}: {e.msg}") from e
+    except ImportError as e:  # ModuleNotFoundError included
+        name = getattr(e, "name", None) or str(e)
+        raise MissingModule(f"the candidate imports {name!r}, which this worker does not have "
+                            f"({type(e).__name__}: {e}); use torch, triton, numpy, einops or the standard "
+                            "library") from e
     except Exception as e:  # noqa: BLE001 - import-time failure of user code
         raise CandidateError(f"importing the candidate failed: {type(e).__name__}: {e}") from e
     if not (callable(getattr(mod, "run", None)) or isinstance(getattr(mod, "ModelNew", None), type)):
@@ -107,11 +120,13 @@ def make_inputs(task: Task, shape_set: str, seed: int, device: str, ref_mod: Mod
 
 
 def build_reference(task: Task, ref_mod: ModuleType, seed: int, device: str):
+    """Model(*init_inputs) as KernelBench runs it: in its default (training) mode, never put in .eval()
+    here (a problem that wants eval mode calls it itself), so BatchNorm uses batch statistics."""
     import torch
 
     torch.manual_seed(seed)
     model = ref_mod.Model(*init_inputs(task, ref_mod))
-    return model.to(device).eval()
+    return model.to(device)
 
 
 def build_candidate(cand_mod: ModuleType, task: Task, ref_mod: ModuleType, ref_model, seed: int,
@@ -129,4 +144,4 @@ def build_candidate(cand_mod: ModuleType, task: Task, ref_mod: ModuleType, ref_m
     ref_state = ref_model.state_dict()
     if ref_state and set(ref_state) == set(model.state_dict()):
         model.load_state_dict(ref_state)
-    return model.to(device).eval()
+    return model.to(device)  # the mode the reference runs in (no .eval(), see build_reference)

@@ -90,6 +90,8 @@ class Task(Model):
     compute_unit: Literal["matrix", "vector"] | None = Field(
         default=None, description="Which FLOP peak bounds this task's roofline (task.yaml `compute_unit`).")
     tolerance: dict[str, Tolerance] = Field(default_factory=dict, description="Per output dtype overrides.")
+    overrides_applied: dict[str, Any] = Field(default_factory=dict, description="Module-level constants of the "
+                                              "reference set by `overrides` (the source was rewritten).")
     provenance: list[Provenance] = Field(default_factory=list)
 
     def shape_set(self, name: str) -> ShapeSet:
@@ -279,6 +281,23 @@ def load_task(name_or_path: str) -> Task:
     if p.is_file() and p.suffix == ".py":
         return load_kernelbench_file(p)
     raise NotFound(f"{name_or_path!r} is neither a task folder with task.yaml nor a KernelBench .py file")
+
+
+def with_overrides(task: Task, overrides: dict[str, Any] | None) -> Task:
+    """The task with the KernelBench reference's module-level constants set (overrides.apply_overrides: an
+    AST rewrite of the source, nothing runs), before get_inputs/get_init_inputs ever run. The rewritten
+    source is the reference the children load, so the reference cache key follows it. BadInput for a
+    shipped task (its sizes are shape sets) and for a name or value the reference cannot take."""
+    if not overrides:
+        return task
+    if task.kind != "kernelbench":
+        raise BadInput(f"overrides set module-level constants of a KernelBench reference; task {task.name!r} is a "
+                       f"shipped task whose sizes are its shape sets ({', '.join(task.shape_names())}): pass shapes")
+    from evokernel_mcp.overrides import apply_overrides
+
+    source, applied = apply_overrides(task.reference_source, dict(overrides))
+    return task.model_copy(update={"reference_source": source,
+                                   "overrides_applied": {**task.overrides_applied, **applied}})
 
 
 def task_from_reference(source: str) -> Task:

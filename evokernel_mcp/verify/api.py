@@ -1,18 +1,16 @@
 """verify_vs_pytorch: is the candidate the same function as the PyTorch reference, on fresh random
-inputs, for each shape set (small -> full) and several seeds?
+inputs, for each shape set (small -> full) and several seeds, plus one signed probe case per shape set?
 
-Server side (verify_vs_pytorch): validate, build the payload, run it as a worker job (wait_s / job id).
-Worker side (worker_verify, op "verify"): per shape set and seed: fresh inputs; the reference in
-float64 (inputs upcast, on the same device) and natively (its dtype, shape, and PyTorch's own error
-as a yardstick); the candidate twice (runs A and B, fresh input copies, poisoned allocations; see
-verify_compare.py); then compare, count unwritten/NaN/Inf, check bitwise determinism and inputs.
+Server side (verify_vs_pytorch): validate, apply size overrides to a KernelBench reference (tasks.
+with_overrides), build the payload, run it as a runner job (wait_s / job id), record it in the journal.
+Runner side (runner_side.py): the reference child plans memory and makes inputs and outputs (float64
+where it fits), a fresh candidate child runs the candidate twice (poisoned allocations), and the runner
+judges (case.py with bar.py's RMS-floored bar, PyTorch's own native error as the floor).
 """
 
 from __future__ import annotations
 
-import platform
-import traceback
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from mcp.server.mcpserver import Context
 from pydantic import Field
@@ -20,7 +18,8 @@ from pydantic import Field
 from evokernel_mcp.errors import BadInput
 from evokernel_mcp.models import ErrorInfo, Model, Provenance
 from evokernel_mcp.runtime import protocol
-from evokernel_mcp.tasks import Task, check_candidate_source, load_task, task_from_reference
+from evokernel_mcp.journal import RESULT_ID_DESCRIPTION, ExperimentArg, record_call, set_result_id
+from evokernel_mcp.tasks import Task, check_candidate_source, load_task, task_from_reference, with_overrides
 from evokernel_mcp.verify.compare import DEFAULT_TOLERANCES
 
 Preset = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
@@ -38,9 +37,21 @@ class ToleranceArg(Model):
     rtol: float | None = Field(default=None, ge=0)
 
 
+class VerifyError(ErrorInfo):
+    """Why the check did not finish: the candidate's fault (crash, timeout, exception, bad_candidate,
+    missing_module) or the harness's (harness: the inputs or the reference failed; too_big: the case
+    does not fit in the free memory, with the sizes)."""
+
+    kind: Literal[  # type: ignore[assignment]
+        "timeout", "crash", "exception", "gpu_fault", "oom", "compile_error", "bad_candidate", "cancelled",
+        "internal", "harness", "too_big", "missing_module",
+    ]
+
+
 class VerifyCase(Model):
     shape: str = Field(description="Shape-set name.")
     seed: int
+    probe: bool = Field(default=False, description="Signed probe inputs, beyond the reference's own distribution.")
     passed: bool
     max_abs_err: float | None = None
     max_rel_err: float | None = Field(default=None, description="max |out-ref| / (|ref| + atol) over finite outputs.")
@@ -57,8 +68,18 @@ class VerifyCase(Model):
     deterministic: bool | None = Field(default=None, description="Two runs on the same inputs were bitwise equal.")
     inputs_mutated: bool | None = None
     torch_max_abs_err: float | None = Field(default=None, description="PyTorch's own native-dtype error vs float64.")
-    atol: float | None = None
-    rtol: float | None = None
+    bar: str | None = Field(default=None, description="The bar applied: |out-ref| <= max(tol*RMS(ref) + tol*|ref|, "
+                            "floor), floor = 2x PyTorch's own native error; exact for integers; arg-reductions by "
+                            "the values selected.")
+    reference: Literal["float64", "native"] | None = Field(default=None, description="What the output was judged "
+                                                           "against (native: the float64 copy did not fit).")
+    tol: float | None = Field(default=None, description="The tolerance applied (the dtype default or a tighter override).")
+    tolerance_custom: bool = Field(default=False, description="A tighter tolerance override was applied.")
+    tolerance_note: str | None = Field(default=None, description="Which tolerance, and whether a looser one was capped.")
+    floor_abs_err: float | None = Field(default=None, description="The floor: 2x PyTorch's own native error.")
+    rms_ref: float | None = Field(default=None, description="RMS of the reference (the bar's scale).")
+    atol: float | None = Field(default=None, description="tol x RMS(ref): the absolute part of the bar.")
+    rtol: float | None = Field(default=None, description="tol: the relative part of the bar.")
     note: str | None = None
 
 
@@ -70,7 +91,8 @@ class VerifyResult(Model):
     device: str | None = None
     device_name: str | None = None
     reference_precision: str | None = None
-    error: ErrorInfo | None = Field(default=None, description="Why the candidate did not finish (crash, hang, raise).")
+    error: VerifyError | None = Field(default=None, description="Why it did not finish: the candidate's fault (crash, "
+                                      "hang, raise, missing_module) or the harness's (harness, too_big).")
     stdout: str = ""
     stderr: str = ""
     job_id: str | None = Field(default=None, description="Set when not finished within wait_s: call job_result(job_id).")
@@ -78,6 +100,9 @@ class VerifyResult(Model):
     versions: dict[str, Any] = Field(default_factory=dict)
     isolation: str | None = Field(default=None, description="How the candidate was contained: bwrap+uid, bwrap "
                                   "or process (see README 'Reliability and security').")
+    overrides_applied: dict[str, Any] = Field(default_factory=dict, description="Module-level constants of the "
+                                              "reference set by `overrides`.")
+    result_id: str | None = Field(default=None, description=RESULT_ID_DESCRIPTION)
     provenance: list[Provenance] = Field(default_factory=list)
 
 
@@ -104,7 +129,9 @@ def _load(task: str | None, reference: str | None) -> Task:
 
 
 def build_payload(task: Task, candidate: str, shapes: list[str] | None, seeds: int | list[int],
-                  tolerance: ToleranceArg | None, stop_on_first_failure: bool) -> dict[str, Any]:
+                  tolerance: ToleranceArg | None, stop_on_first_failure: bool, probe: bool = True) -> dict[str, Any]:
+    """The runner op's payload. The task's reference source carries any overrides already (with_overrides);
+    the applied ones travel as payload["overrides"] too (benchmark reads the same key)."""
     check_candidate_source(candidate)
     if shapes is not None and not shapes:
         raise BadInput(f"shapes=[] names no shape set; omit it for all ({', '.join(task.shape_names())}) or name some")
@@ -120,26 +147,50 @@ def build_payload(task: Task, candidate: str, shapes: list[str] | None, seeds: i
     if any(not 0 <= s <= MAX_SEED_VALUE for s in seed_list):
         raise BadInput(f"seeds must be integers from 0 to {MAX_SEED_VALUE}")
     return {"task": task.model_dump(), "candidate": candidate, "shapes": order, "seeds": seed_list,
-            "tolerance": resolve_tolerance(tolerance), "stop_on_first_failure": stop_on_first_failure}
+            "tolerance": resolve_tolerance(tolerance), "stop_on_first_failure": stop_on_first_failure,
+            "probe": bool(probe), "overrides": dict(task.overrides_applied)}
+
+
+def _error(r: dict[str, Any], reply: protocol.WorkerReply) -> VerifyError | None:
+    if reply.error is not None:
+        return VerifyError(**reply.error.model_dump())
+    e = r.get("error")
+    if not e:
+        return None
+    kind = e.get("kind") if e.get("kind") in get_args(VerifyError.model_fields["kind"].annotation) else "internal"
+    return VerifyError(kind=kind, message=str(e.get("message") or ""), detail=e.get("detail"))
 
 
 def result_from_reply(reply: protocol.WorkerReply, task_name: str) -> VerifyResult:
     """Build the VerifyResult of a finished runner op (ok or not)."""
     r = reply.result or {}
     iso = r.get("isolation") or {}
-    err = reply.error or (ErrorInfo(**r["error"]) if r.get("error") else None)
-    cases = [VerifyCase(**c) for c in r.get("cases", [])]
+    err = _error(r, reply)
+    fields = set(VerifyCase.model_fields)
+    cases = [VerifyCase(**{k: v for k, v in c.items() if k in fields}) for c in r.get("cases", [])]
     passed = bool(cases) and err is None and all(c.passed for c in cases)
     dev = reply.device
+    bars = sorted({c.reference for c in cases if c.reference})
     prov = [Provenance(field="cases", source="measured", detail=f"runner on {dev} "
-                       f"({reply.worker_info.get('device_name', '?')}), reference {r.get('reference_precision')}; "
-                       f"candidate in a fresh process, isolation {iso.get('level', '?')}")]
+                       f"({reply.worker_info.get('device_name', '?')}), reference {'/'.join(bars) or '?'} "
+                       f"(bar per case: cases[].bar); candidate in a fresh process, isolation {iso.get('level', '?')}")]
     return VerifyResult(
         passed=passed, cases=cases, task=task_name, device=dev, device_name=reply.worker_info.get("device_name"),
         reference_precision=r.get("reference_precision"), error=err, stdout=r.get("stdout", reply.stdout),
         stderr=r.get("stderr", reply.stderr), isolation=iso.get("level"),
+        overrides_applied=r.get("overrides_applied") or {},
         versions={k: v for k, v in reply.worker_info.items() if k in ("torch", "triton", "hip", "cuda", "python")},
         provenance=prov)
+
+
+def _journal(res: VerifyResult, experiment: str | None, task: str | None, candidate: str,
+             arguments: dict[str, Any]) -> VerifyResult:
+    """Record the finished result under `experiment` (never fails the tool) and set result_id."""
+    if experiment is None:
+        return res
+    rid = record_call("verify_vs_pytorch", experiment=experiment, task=task, source=candidate,
+                      arguments=arguments, result=res)
+    return set_result_id(res, rid)
 
 
 async def verify_vs_pytorch(
@@ -149,33 +200,50 @@ async def verify_vs_pytorch(
     reference: Annotated[str | None, Field(description="KernelBench-form reference source (instead of task).")] = None,
     shapes: Annotated[list[str] | None, Field(description="Shape-set names; default all, run small -> full.")] = None,
     seeds: Annotated[int | list[int], Field(description="Number of seeds (0..n-1) or explicit seeds; at most 1000.")] = 3,
-    tolerance: Annotated[ToleranceArg | None, Field(description="Override the per-dtype defaults.")] = None,
+    tolerance: Annotated[ToleranceArg | None, Field(description="Tighten the per-dtype default (never looser).")] = None,
+    overrides: Annotated[dict[str, Any] | None, Field(description="KernelBench module-level constants to set before "
+                                                      "get_inputs, e.g. {'batch_size': 16}; recorded.")] = None,
+    probe: Annotated[bool, Field(description="Add one signed-input probe case per shape set.")] = True,
     timeout_s: Annotated[float, Field(gt=0, le=3600, description="Hard limit for the whole check, seconds.")] = 300,
     wait_s: Annotated[float, Field(ge=0, le=600, description="Return a job_id if not done by then, seconds.")] = 50,
     stop_on_first_failure: Annotated[bool, Field(description="Cascade: stop at the first failing case.")] = False,
     device: Annotated[str | None, Field(description="Pool device ('cpu', 'cuda:0', 'rocm:0'); default the first.")] = None,
+    experiment: ExperimentArg = None,
     ctx: Context | None = None,
 ) -> VerifyResult:
     """Check that a candidate kernel computes the same function as the PyTorch reference.
 
-    Call after compile_kernel and before benchmark. Runs in an isolated worker on fresh random inputs
-    per shape set and seed; reports per case max abs/rel error, mismatches with indices, NaN/Inf,
-    unwritten outputs, determinism and input mutation. If not done within wait_s, returns job_id:
-    then call job_result(job_id, wait_s)."""
+    Call after compile_kernel and before benchmark. Runs in an isolated process on fresh random inputs
+    per shape set and seed, plus one probe case per shape set with signed, larger inputs (probe=true);
+    judges each output against its own scale (RMS-floored bar, PyTorch's own error as the floor; cases[].bar
+    says which); reports max abs/rel error, mismatches with indices, NaN/Inf, unwritten outputs,
+    determinism and input mutation. If not done within wait_s, returns job_id: call job_result(job_id)."""
     from evokernel_mcp.runtime.submit import run_worker_job
 
     import anyio
 
     t = await anyio.to_thread.run_sync(_load, task, reference)  # parsing a big source off the event loop
+    if overrides:
+        t = await anyio.to_thread.run_sync(with_overrides, t, overrides)
     payload = await anyio.to_thread.run_sync(build_payload, t, candidate, shapes, seeds, tolerance,
-                                             stop_on_first_failure)
+                                             stop_on_first_failure, probe)
     payload["budget_s"] = max(1.0, timeout_s - 5.0)
+    args = {"task": task, "reference": reference, "shapes": shapes, "seeds": seeds, "overrides": overrides,
+            "probe": probe, "tolerance": tolerance.model_dump() if tolerance else None, "device": device}
+
+    def build(reply, _j):
+        return _journal(result_from_reply(reply, t.name), experiment, task, candidate, args)
+
     outcome = await run_worker_job(kind="verify", op="verify", payload=payload, device=device, timeout_s=timeout_s,
-                                   wait_s=wait_s, ctx=ctx, build=lambda reply, _j: result_from_reply(reply, t.name))
+                                   wait_s=wait_s, ctx=ctx, build=build)
     if outcome.state == "done" and outcome.result is not None:
         return outcome.result  # type: ignore[return-value]
     if outcome.finished:
-        return VerifyResult(passed=False, state=outcome.state, task=t.name, device=outcome.device, error=outcome.error)
+        err = VerifyError(**outcome.error.model_dump()) if outcome.error is not None else None
+        res = VerifyResult(passed=False, state=outcome.state, task=t.name, device=outcome.device, error=err,
+                           overrides_applied=t.overrides_applied)
+        return _journal(res, experiment, task, candidate, args)
     return VerifyResult(passed=None, state=outcome.state, task=t.name, device=outcome.device, job_id=outcome.job_id,
+                        overrides_applied=t.overrides_applied,
                         message=f"Not finished within wait_s={wait_s:g} s. Call job_result('{outcome.job_id}', wait_s) "
                         "to fetch the result, job_status to look, cancel_job to stop it.")

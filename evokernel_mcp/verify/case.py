@@ -1,76 +1,228 @@
-"""Judge one verify case in the runner (harness code only): the reference's outputs (native and float64)
-against the candidate's two runs (A: poison NaN, B: poison -320), all received as plain tensors.
-The numerics are compare.py's; this file decides pass/fail and writes the case record."""
+"""Judge one verify case in the runner (harness code only): the reference's outputs (native, and float64
+where it fit) against the candidate's two runs (A: poison NaN, B: poison -320), received as tensors on
+the runner's device. The bar is verify/bar.py's (RMS-floored, PyTorch's own native error as the floor;
+integer/bool exact; arg-reductions by the values their indices select), outputs of every kind are
+paired by verify/outputs.py; this file decides pass/fail and writes the case record (VerifyCase fields).
+
+Arg-reductions are found by behaviour in the reference child (verify/sides.arg_reductions): an integer
+output whose indices select the max (min) of a floating input along a dim is judged with
+bar.judge_arg_reduction on that input, so a tie broken differently passes.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from evokernel_mcp.tasks import Task
-from evokernel_mcp.verify.compare import (
-    DEFAULT_TOLERANCES, PRESET_OF_DTYPE, SENTINEL, as_tensors, bitwise_equal, compare, merge,
-)
+from evokernel_mcp.verify.bar import DEFAULT_CHUNK, effective_tolerance, judge_arg_reduction, preset_of
+from evokernel_mcp.verify.bar import judge as bar_judge
+
+NUMBERS = ("max_abs_err", "max_rel_err", "rel_l2_err", "calc_diff", "torch_max_abs_err", "floor_abs_err", "rms_ref")
+COUNTS = ("mismatches", "nan_count", "inf_count", "unwritten_count", "numel")
+
+
+def tolerance_override(task: Task, dtype_name: str, override: dict | None) -> dict | None:
+    """The tolerance asked for this output dtype: the task's own (task.yaml, per dtype) and the caller's
+    (atol/rtol or tol), the tighter of the two; bar.effective_tolerance then caps it at the dtype default."""
+    vals = []
+    if dtype_name in task.tolerance:
+        t = task.tolerance[dtype_name]
+        vals.append(max(t.atol, t.rtol))
+    if override:
+        keys = [k for k in ("tol", "atol", "rtol") if override.get(k) is not None]
+        if keys:
+            vals.append(max(float(override[k]) for k in keys) if "tol" not in keys else float(override["tol"]))
+    return {"tol": min(vals)} if vals else None
 
 
 def tolerance_for(task: Task, dtype_name: str, override: dict | None) -> tuple[float, float]:
-    """The task's tolerance for this dtype (else the dtype default); an override may only tighten it."""
-    if dtype_name in task.tolerance:
-        t = task.tolerance[dtype_name]
-        atol, rtol = t.atol, t.rtol
-    else:
-        atol, rtol = DEFAULT_TOLERANCES.get(PRESET_OF_DTYPE.get(dtype_name, "fp32"), DEFAULT_TOLERANCES["fp32"])
-    if override:
-        atol, rtol = min(atol, float(override["atol"])), min(rtol, float(override["rtol"]))
-    return atol, rtol
+    """(atol, rtol) of the old fixed bar, kept for callers that still want one number: both are the
+    effective tol of bar.py for this dtype (the RMS scale is per case)."""
+    tol, _, _ = effective_tolerance(preset_of(dtype_name), tolerance_override(task, dtype_name, override))
+    return tol, tol
 
 
-def _plain_outputs(out: Any) -> tuple[list | None, str | None]:
-    """The candidate's output as a list of tensors, or a note saying why it is not one."""
-    if isinstance(out, dict) and "__subclass__" in out:
-        return None, f"candidate returned a tensor subclass ({out['__subclass__']}), not a plain tensor"
-    if isinstance(out, (list, tuple)) and any(isinstance(o, dict) and "__subclass__" in o for o in out):
-        return None, "candidate returned a tensor subclass, not a plain tensor"
-    try:
-        return as_tensors(out), None
-    except TypeError as e:
-        return None, f"candidate output: {e}"
+def _subclass_note(obj: Any, path: str = "out") -> str | None:
+    if isinstance(obj, dict):
+        if "__subclass__" in obj:
+            return f"candidate output {path} is a tensor subclass ({obj['__subclass__']}), not a plain tensor"
+        for k, v in obj.items():
+            n = _subclass_note(v, f"{path}[{k!r}]")
+            if n:
+                return n
+    if isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            n = _subclass_note(v, f"{path}[{i}]")
+            if n:
+                return n
+    return None
 
 
-def judge(task: Task, shape: str, seed: int, native: Any, ref64: Any, run_a: dict, run_b: dict,
-          override: dict | None, device: str = "cpu") -> dict[str, Any]:
-    """The case record (VerifyCase fields) from what the two sides sent."""
+def _scalar_paths(obj: Any, path: str = "out") -> set[str]:
+    """Paths of the Python numbers in a (nested) output."""
+    if type(obj) in (bool, int, float, complex):
+        return {path}
+    if isinstance(obj, (list, tuple)):
+        return set().union(*[_scalar_paths(v, f"{path}[{i}]") for i, v in enumerate(obj)]) if obj else set()
+    if isinstance(obj, dict):
+        return set().union(*[_scalar_paths(v, f"{path}[{k!r}]") for k, v in obj.items()]) if obj else set()
+    return set()
+
+
+def _leaves(obj: Any, device: str, scalars: set[str] | None = None, like: dict | None = None):
+    """{path: tensor on device}; a Python-number leaf of the reference accepts the candidate's 0-d (or
+    1-element) tensor in the reference's dtype, and vice versa."""
+    from evokernel_mcp.verify.outputs import flatten_outputs
+
+    out = {}
+    for leaf in flatten_outputs(obj):
+        t = leaf.tensor.to(device)
+        if like is not None and scalars and leaf.path in scalars and leaf.path in like and t.numel() == 1:
+            t = t.reshape(()).to(like[leaf.path].dtype)
+        out[leaf.path] = t
+    return out
+
+
+def _preset(ref, input_dtypes: list) -> str:
+    """The tolerance preset of an output: its own dtype's, except a float64/complex128 output of a
+    lower-precision computation (a Python float, .double() at the end): the inputs' widest dtype's."""
     import torch
 
-    case: dict[str, Any] = {"shape": shape, "seed": seed}
+    if ref.dtype in (torch.float64, torch.complex128) and input_dtypes:
+        widest = max(input_dtypes, key=lambda d: torch.finfo(d).bits if d.is_floating_point else 0)
+        return preset_of(widest)
+    return preset_of(ref.dtype)
+
+
+def _judge_leaf(path: str, a, b, r, h, ctx: dict) -> tuple[dict[str, Any], bool]:
+    """One output leaf: the bar's record and whether runs A and B agree bitwise where written."""
+    import torch
+
+    from evokernel_mcp.verify.compare import SENTINEL, bitwise_equal
+
+    arg = ctx["arg"].get(path)
+    if arg is not None and 0 <= int(arg["input"]) < len(ctx["inputs"]):
+        values = ctx["inputs"][int(arg["input"])]
+        part = judge_arg_reduction(a, r, values, arg["dim"])
+        return part, b is None or bitwise_equal(a, b)
+    floating = a.is_floating_point() or a.is_complex()
+    unwritten = None
+    if floating and b is not None and b.shape == a.shape and b.dtype == a.dtype:
+        bb = b.real if b.is_complex() else b
+        aa = a.real if a.is_complex() else a
+        unwritten = torch.isnan(aa) & (bb == SENTINEL)
+    dname = str(r.dtype).removeprefix("torch.")
+    tol = tolerance_override(ctx["task"], dname, ctx["override"])
+    part = bar_judge(a, h if floating else None, r, dtype_preset=_preset(r, ctx["input_dtypes"]), tol=tol,
+                 chunk_elems=ctx["chunk"], unwritten=unwritten)
+    written = ~unwritten if unwritten is not None else None
+    det = b is None or bitwise_equal(a, b, written)
+    return part, det
+
+
+def _merge(parts: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """One case record from the per-leaf records (worst numbers, summed counts, the bars used)."""
+    out: dict[str, Any] = {"passed": all(p.get("passed") for _, p in parts)}
+    for key in COUNTS:
+        out[key] = sum(p.get(key) or 0 for _, p in parts)
+    for key in NUMBERS:
+        vals = [p[key] for _, p in parts if p.get(key) is not None]
+        out[key] = max(vals) if vals else None
+    bars = list(dict.fromkeys(p["bar"] for _, p in parts if p.get("bar")))
+    out["bar"] = "; ".join(bars) if len(parts) == 1 else "; ".join(f"{path}: {p.get('bar')}" for path, p in parts)
+    refs = {p.get("reference") for _, p in parts if p.get("reference")}
+    out["reference"] = "float64" if refs == {"float64"} else "native" if refs else None
+    out["tolerance_custom"] = any(p.get("tol_custom") for _, p in parts)
+    notes = list(dict.fromkeys(p["tol_note"] for _, p in parts if p.get("tol_note")))
+    out["tolerance_note"] = "; ".join(notes) or None
+    tols = [p["tol"] for _, p in parts if p.get("tol") is not None]
+    out["tol"] = min(tols) if tols else None
+    for path, p in parts:
+        if not p.get("passed"):
+            out["first_mismatch_index"] = p.get("first_mismatch_index")
+            out["mismatch_indices"] = p.get("mismatch_indices") or []
+            out["mismatch_examples"] = [{**e, "output": path} if len(parts) > 1 else e
+                                        for e in p.get("mismatch_examples") or []]
+            out["note"] = p.get("note") or (f"first mismatch in output {path}" if len(parts) > 1 else None)
+            break
+    float_parts = [p for _, p in parts if p.get("reference") in ("float64", "native") and p.get("rms_ref") is not None]
+    if float_parts:
+        tol = min(p["tol"] for p in float_parts)
+        scale = 2.0 if out["reference"] == "native" else 1.0
+        out["rtol"] = scale * tol
+        out["atol"] = scale * tol * max(p["rms_ref"] for p in float_parts)
+    else:
+        out["atol"] = out["rtol"] = out["tol"]
+    return out
+
+
+def judge_outputs(task: Task, native: Any, hi: Any, got_a: Any, got_b: Any, *, inputs: list | None = None,
+                  arg: dict | None = None, override: dict | None = None, chunk: int | None = None,
+                  device: str = "cpu") -> dict[str, Any]:
+    """Compare the candidate's outputs (run A, and run B for unwritten/determinism, or None) with the
+    reference's. Returns the VerifyCase numbers and bar fields plus passed, deterministic, note."""
+    import torch
+
+    from evokernel_mcp.verify.outputs import OutputError, StructureMismatch, match_structure
+
+    note = _subclass_note(got_a) or (_subclass_note(got_b) if got_b is not None else None)
+    if note:
+        return {"passed": False, "note": note}
+    scalars = _scalar_paths(native)
+    try:
+        ref = _leaves(native, device)
+        ref_hi = _leaves(hi, device) if hi is not None else {}
+    except OutputError as e:
+        return {"passed": False, "note": f"the reference's {e}"}
+    try:
+        out_a = _leaves(got_a, device, scalars, ref)
+        out_b = _leaves(got_b, device, scalars, ref) if got_b is not None else None
+    except OutputError as e:
+        return {"passed": False, "note": f"candidate {e}"}
+    from evokernel_mcp.verify.outputs import Leaf
+
+    pairs = match_structure([Leaf(p, t) for p, t in out_a.items()], [Leaf(p, t) for p, t in ref.items()])
+    if isinstance(pairs, StructureMismatch):
+        return {"passed": False, "note": pairs.message}
+    inputs = [t.to(device) if isinstance(t, torch.Tensor) else t for t in (inputs or [])]
+    ctx = {"task": task, "override": override, "chunk": chunk or DEFAULT_CHUNK, "arg": arg or {}, "inputs": inputs,
+           "input_dtypes": [t.dtype for t in inputs if isinstance(t, torch.Tensor) and t.is_floating_point()]}
+    parts, det = [], True
+    for cand_leaf, ref_leaf in pairs:
+        path = ref_leaf.path
+        b = out_b.get(path) if out_b is not None else None
+        if b is not None and (b.shape != cand_leaf.tensor.shape or b.dtype != cand_leaf.tensor.dtype):
+            b, det = None, False
+        h = ref_hi.get(path)
+        if h is not None and tuple(h.shape) != tuple(ref_leaf.tensor.shape):
+            h = None
+        part, d = _judge_leaf(path, cand_leaf.tensor, b, ref_leaf.tensor, h, ctx)
+        det = det and d
+        parts.append((path, part))
+    merged = _merge(parts)
+    merged["deterministic"] = det if out_b is not None else None
+    return merged
+
+
+def judge(task: Task, shape: str, seed: int, case: dict[str, Any], run_a: dict, run_b: dict,
+          override: dict | None, device: str = "cpu", probe: bool = False) -> dict[str, Any]:
+    """The case record (VerifyCase fields) from what the two sides sent."""
+    rec: dict[str, Any] = {"shape": shape, "seed": seed, "probe": probe}
     mutated = bool(run_a.get("inputs_mutated") or run_b.get("inputs_mutated"))
-    out_a, note_a = _plain_outputs(run_a.get("out"))
-    out_b, note_b = _plain_outputs(run_b.get("out"))
-    native_t, ref_t = as_tensors(native), as_tensors(ref64)
-    if out_a is None or out_b is None:
-        return {**case, "passed": False, "inputs_mutated": mutated, "note": note_a or note_b}
-    if len(out_a) != len(native_t) or len(out_b) != len(out_a):
-        return {**case, "passed": False, "inputs_mutated": mutated,
-                "note": f"candidate returned {len(out_a)} tensors, the reference {len(native_t)}"}
-    dname = str(native_t[0].dtype).removeprefix("torch.")
-    atol, rtol = tolerance_for(task, dname, override)
-    parts, notes, det = [], [], True
-    for a, b, n, r in zip(out_a, out_b, native_t, ref_t):
-        part = compare(a, r, b, atol, rtol)
-        if a.dtype != n.dtype:
-            part["passed"] = False
-            notes.append(f"output dtype {a.dtype} != reference {n.dtype}")
-        if a.shape == b.shape and a.dtype == b.dtype:
-            written = ~(torch.isnan(a) & (b.float() == SENTINEL)) if a.is_floating_point() else None
-            det = det and bitwise_equal(a, b, written)
-        if n.shape == r.shape:
-            part.setdefault("torch_max_abs_err", float((n.double() - r).abs().max()) if n.numel() else 0.0)
-        parts.append(part)
-    merged = merge(parts)
-    if notes:
-        merged["note"] = "; ".join(notes + ([merged["note"]] if merged.get("note") else []))
+    plan = case.get("plan") or {}
+    res = judge_outputs(task, case["native"], case.get("hi"), run_a.get("out"), run_b.get("out"),
+                        inputs=case.get("inputs"), arg=case.get("arg_reductions"), override=override,
+                        chunk=plan.get("chunk_elems"), device=device)
+    notes = []
+    if probe:
+        notes.append("probe seed: signed inputs (randn x 4) beyond the reference's own input distribution")
+    notes += list(case.get("notes") or [])
+    if res.get("note"):
+        notes.append(res["note"])
     if mutated:
-        merged["note"] = "; ".join(filter(None, ["the candidate modified its inputs", merged.get("note")]))
-    if not det:  # reported, not failed: atomics-based reductions are legitimately order-dependent
-        merged["note"] = "; ".join(filter(None, [merged.get("note"), "two runs differ bitwise (race or atomics?)"]))
-    return {**case, **merged, "deterministic": det, "inputs_mutated": mutated, "atol": atol, "rtol": rtol,
-            "passed": bool(merged["passed"]) and not mutated}
+        notes.append("the candidate modified its inputs")
+    if res.get("deterministic") is False:  # reported, not failed: atomics-based reductions are order-dependent
+        notes.append("two runs differ bitwise (race or atomics?)")
+    passed = bool(res.get("passed")) and not mutated
+    return {**rec, **{k: v for k, v in res.items() if k != "note"}, "inputs_mutated": mutated, "passed": passed,
+            "note": "; ".join(notes) or None}

@@ -1,9 +1,15 @@
 """Op "verify" in the runner (harness code only; never imports agent code).
 
-Per job: the reference child for this reference source (cached; spares.py) makes each case's inputs
-and outputs; a fresh candidate child (a spare, used for this job only, then killed with its tree and
-its scratch dir removed) runs the candidate twice on its own copies; the runner compares (case.py).
-A failure of the inputs or the reference is reported as kind "harness", never as the candidate's.
+Per job: the reference child for this reference source (cached; spares.py) plans each case's memory,
+makes its inputs and outputs (native, and float64 where it fits); a fresh candidate child (a spare,
+used for this job only, then killed with its tree and its scratch dir removed) runs the candidate twice
+on its own copies; the runner compares (case.py) on its own device (cuda when present: tensors arrive
+there one at a time, so no float64 host copy of a whole output is made), in blocks.
+
+Cases: every seed of every shape set, then (on by default) one probe case per shape set: the first
+seed's inputs replaced by signed, larger ones (verify/probe.py), reported with probe=true.
+A failure of the inputs or the reference is reported as kind "harness" (a case too big for the free
+memory as "too_big", with the sizes), never as the candidate's.
 """
 
 from __future__ import annotations
@@ -36,15 +42,28 @@ def load_candidate(ctx, child, source: str, task: Task, deadline: float) -> None
                   timeout_s=min(LOAD_TIMEOUT_S, wall_deadline(deadline)), max_bytes=0)
 
 
+def tensor_device(ctx) -> str | None:
+    """Where the runner keeps what it receives: the GPU when the runner has one (comparisons run there)."""
+    if ctx.device == "cpu":
+        return None
+    try:
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else None
+    except Exception:  # noqa: BLE001
+        return None
+
+
 def runner_verify(payload: dict[str, Any], progress) -> dict[str, Any]:
-    """Returns {cases, error?, reference_precision, isolation, stdout, stderr}."""
+    """Returns {cases, error?, reference_precision, isolation, stdout, stderr, overrides_applied}."""
     from evokernel_mcp.runtime.runner import context
 
     ctx = context()
     task = Task(**payload["task"])
     deadline = time.monotonic() + float(payload.get("budget_s", 280))
-    out: dict[str, Any] = {"cases": [], "platform": platform.machine(),
-                           "reference_precision": "float64 (inputs upcast), in the reference's own process"}
+    out: dict[str, Any] = {"cases": [], "platform": platform.machine(), "overrides_applied": task.overrides_applied,
+                           "reference_precision": "float64 (inputs upcast) where it fits, else the native dtype; "
+                           "in the reference's own process"}
     try:
         ref = ctx.spares.reference(task, timeout_s=min(LOAD_TIMEOUT_S, wall_deadline(deadline)))
     except ChildFailed as e:
@@ -64,34 +83,70 @@ def runner_verify(payload: dict[str, Any], progress) -> dict[str, Any]:
     return out
 
 
+def _case_list(payload: dict) -> list[tuple[str, int, bool]]:
+    seeds = list(payload["seeds"])
+    cases = []
+    for shape in payload["shapes"]:
+        cases += [(shape, s, False) for s in seeds]
+        if payload.get("probe", True) and seeds:
+            cases.append((shape, seeds[0], True))
+    return cases
+
+
+def _reference_case(ctx, ref, shape: str, seed: int, probe: bool, deadline: float, dev: str | None) -> dict:
+    what = f"shape set {shape!r} seed {seed}" + (" (probe)" if probe else "")
+    try:
+        case = ref.request({"op": "case", "shape": shape, "seed": seed, "hi": True, "probe": probe, "hold": True},
+                           timeout_s=wall_deadline(deadline), max_bytes=1 << 42, device=dev)
+        if case.get("hi_held"):
+            case["hi"] = ref.request({"op": "expected", "held": True}, timeout_s=wall_deadline(deadline),
+                                     max_bytes=1 << 43, device=dev)["hi"]
+    except ChildFailed as e:
+        if e.kind in ("timeout", "crash", "oom", "gpu_fault"):
+            ctx.spares.drop_reference(ref)
+        kind = "harness" if e.kind in ("exception", "bad_candidate") else e.kind
+        raise ChildFailed(kind, f"reference side, {what}: {e.message}", e.detail) from e
+    return case
+
+
+def _candidate_runs(cand, case: dict, seed: int, deadline: float, dev: str | None, what: str) -> list[dict]:
+    limit = OUTPUT_SLACK * _nbytes(case["native"]) + (16 << 20)
+    runs = []
+    for i, poison in enumerate(("nan", "sentinel")):
+        req = {"op": "run", "init_inputs": case["init_inputs"], "state": case["state"], "seed": seed,
+               "poison": poison, "keep": i == 0, "same_inputs": i == 1}
+        if i == 0:
+            req["inputs"] = case["inputs"]
+        try:
+            runs.append(cand.request(req, timeout_s=wall_deadline(deadline), max_bytes=limit, device=dev))
+        except ChildFailed as e:
+            if e.kind == "exception":
+                e.message = f"candidate raised {e.message} ({what})"
+            raise
+    return runs
+
+
 def _cases(ctx, ref, cand, task: Task, payload: dict, deadline: float, progress, out: dict) -> None:
     from evokernel_mcp.verify.case import judge
 
-    total = len(payload["shapes"]) * len(payload["seeds"])
-    for shape in payload["shapes"]:
-        for seed in payload["seeds"]:
-            progress(len(out["cases"]), total, f"verify {task.name} {shape} seed {seed}")
-            try:
-                case = ref.request({"op": "case", "shape": shape, "seed": seed, "hi": True},
-                                   timeout_s=wall_deadline(deadline), max_bytes=1 << 42)
-            except ChildFailed as e:
-                if e.kind in ("timeout", "crash", "oom", "gpu_fault"):
-                    ctx.spares.drop_reference(ref)
-                raise ChildFailed("harness" if e.kind in ("exception", "bad_candidate") else e.kind,
-                                  f"reference side, shape set {shape!r} seed {seed}: {e.message}", e.detail) from e
-            limit = OUTPUT_SLACK * _nbytes(case["native"]) + (16 << 20)
-            runs = []
-            for poison in ("nan", "sentinel"):
-                req = {"op": "run", "inputs": case["inputs"], "init_inputs": case["init_inputs"],
-                       "state": case["state"], "seed": seed, "poison": poison}
-                try:
-                    runs.append(cand.request(req, timeout_s=wall_deadline(deadline), max_bytes=limit))
-                except ChildFailed as e:
-                    if e.kind == "exception":
-                        e.message = f"candidate raised {e.message} (shape set {shape!r}, seed {seed})"
-                    raise
-            out["cases"].append(judge(task, shape, seed, case["native"], case["hi"], runs[0], runs[1],
-                                      payload.get("tolerance")))
-            if payload.get("stop_on_first_failure") and not out["cases"][-1]["passed"]:
-                return
-    progress(total, total, "verify done")
+    dev = tensor_device(ctx)
+    todo = _case_list(payload)
+    for i, (shape, seed, probe) in enumerate(todo):
+        what = f"shape set {shape!r}, seed {seed}" + (", probe" if probe else "")
+        progress(i, len(todo), f"verify {task.name} {what}")
+        case = _reference_case(ctx, ref, shape, seed, probe, deadline, dev)
+        runs = _candidate_runs(cand, case, seed, deadline, dev, what)
+        out["cases"].append(judge(task, shape, seed, case, runs[0], runs[1], payload.get("tolerance"),
+                                  device=dev or "cpu", probe=probe))
+        del case, runs
+        _free(dev)
+        if payload.get("stop_on_first_failure") and not out["cases"][-1]["passed"]:
+            return
+    progress(len(todo), len(todo), "verify done")
+
+
+def _free(dev: str | None) -> None:
+    if dev is not None:
+        import torch
+
+        torch.cuda.empty_cache()

@@ -1,18 +1,40 @@
 """The two halves of a verify case that run INSIDE sandboxed children (runtime/child.py), next to the
-code they call. Nothing here judges: the runner compares (verify/runner_side.py).
+code they call. Nothing here judges: the runner compares (verify/runner_side.py, verify/case.py).
 
-Reference child (one per reference source): fresh inputs for (shape set, seed), the reference output
-natively and in float64 (inputs upcast), the init inputs and the model's state (so a candidate
-ModelNew gets the same weights). Candidate child (one per job): the candidate on those inputs, with
-torch's uninitialised allocators poisoned (run A: NaN, run B: -320), on its own copies of the inputs.
+Reference child (one per reference source): for (shape set, seed[, probe]) it plans the case's memory
+(verify/memory.py: shapes from get_inputs on meta tensors and one dry forward on meta, against the free
+device and host memory; a case that cannot fit is refused with the sizes, kind "too_big"), makes the
+inputs (the signed probe replaces floating inputs when asked: verify/probe.py), runs the reference
+natively and in float64 where that fits, and says which integer outputs are arg-reductions (by
+behaviour: the indices select the max/min of an input along a dim). With `hold`, the float64 outputs
+stay here until the runner asks for them (op "expected" with `held`), so one reply never carries
+inputs, native and float64 outputs at once (host memory).
+
+Candidate child (one per job): the candidate on those inputs, with torch's uninitialised allocators
+poisoned (run A: NaN, run B: -320), on its own copies of the inputs. With `keep`, the pristine inputs
+stay here for the next run (`same_inputs`), so they cross the pipe once per case.
 """
 
 from __future__ import annotations
 
 import copy
+import os
+import resource
 from typing import Any
 
 from evokernel_mcp import candidate as cand
+
+
+class HarnessError(Exception):
+    """The inputs or the reference failed: not the candidate's fault (reported as kind 'harness')."""
+
+    kind = "harness"
+
+
+class TooBig(Exception):
+    """The case cannot fit in the free memory (reported as kind 'too_big', with the sizes)."""
+
+    kind = "too_big"
 
 
 def _sync(device: str) -> None:
@@ -25,7 +47,12 @@ def _sync(device: str) -> None:
 def _upcast(inputs: list[Any]) -> list[Any]:
     import torch
 
-    return [t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in inputs]
+    def up(t):
+        if isinstance(t, torch.Tensor) and t.is_complex():
+            return t.to(torch.complex128)
+        return t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+
+    return [up(t) for t in inputs]
 
 
 def _clone(inputs: list[Any]) -> list[Any]:
@@ -52,47 +79,245 @@ def _outputs(model, inputs: list[Any], hi: bool) -> tuple[Any, Any]:
 
     with torch.no_grad():
         native = model(*_clone(inputs))
-        ref_hi = copy.deepcopy(model).double()(*_upcast(inputs)) if hi else None
+        if not hi:
+            return native, None
+        hi_model = copy.deepcopy(model).double()
+        if any(isinstance(t, torch.Tensor) and t.is_complex() for t in hi_model.state_dict().values()):
+            hi_model = hi_model.to(torch.complex128)
+        ref_hi = hi_model(*_upcast(inputs))
+        del hi_model
     return native, ref_hi
 
 
-def ref_case(loaded, req: dict[str, Any]) -> dict[str, Any]:
-    """Inputs, native and float64 outputs, init inputs and state for one (shape set, seed)."""
+# ---------------------------------------------------------------- memory
+def _host_free() -> int:
+    """Bytes this process may still allocate on the host: MemAvailable, the cgroup's limit, RLIMIT_AS."""
+    free = []
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    free.append(int(line.split()[1]) * 1024)
+    except OSError:
+        pass
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            lim = f.read().strip()
+        if lim != "max":
+            with open("/sys/fs/cgroup/memory.current") as f:
+                free.append(int(lim) - int(f.read().strip()))
+    except (OSError, ValueError):
+        pass
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        try:
+            with open("/proc/self/statm") as f:
+                used = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+            free.append(soft - used)
+        except (OSError, ValueError):
+            pass
+    return max(0, min(free)) if free else 1 << 62
+
+
+def _device_free(device: str) -> int | None:
     import torch
 
-    seed = int(req["seed"])
+    if device == "cpu":
+        return None
+    free, _ = torch.cuda.mem_get_info()
+    return int(free + torch.cuda.memory_reserved() - torch.cuda.memory_allocated())
+
+
+def _meta_inputs(loaded, shape: str) -> list[Any] | None:
+    """The case's inputs as meta tensors (no data), or None when get_inputs cannot run on meta."""
+    import torch
+
+    task = loaded.task
+    if task.kind == "kernelbench" or not task.inputs:
+        try:
+            with torch.device("meta"):
+                raw = list(loaded.module.get_inputs())
+        except Exception:  # noqa: BLE001 - explicit devices, data-dependent code: plan from the real inputs
+            return None
+        if any(isinstance(t, torch.Tensor) and t.device.type != "meta" for t in raw):
+            return None
+        return raw
+    ss = task.shape_set(shape)
+    return [torch.empty(ss.input_shapes[s.name], dtype=cand.torch_dtype(s.dtype), device="meta") for s in task.inputs]
+
+
+def _plan(loaded, model, shape: str, inputs: list[Any] | None, want_hi: bool):
+    """The memory plan of one case (memory.plan_case); `inputs` None: from meta shapes. None when the
+    shapes cannot be known before the inputs exist."""
+    from evokernel_mcp.verify import memory
+
+    meta = _meta_inputs(loaded, shape) if inputs is None else inputs
+    if meta is None:
+        return None, None
+    in_specs = memory.specs_of(list(meta))
+    out_specs = memory.meta_output_specs(model, list(meta))
+    note = None
+    if out_specs is None:
+        out_specs, note = in_specs, "output sizes unknown (no meta forward): assumed the inputs' size"
+    on_device = loaded.device != "cpu"
+    est = memory.estimate_case(in_specs, out_specs, ref_hi=want_hi, clones=2 if on_device else 4)
+    hint = None
+    if loaded.task.kind == "kernelbench":
+        try:
+            from evokernel_mcp.overrides import scaled_overrides
+
+            hint = scaled_overrides(loaded.task.reference_source, max_elems=2**26) or None
+        except Exception:  # noqa: BLE001 - only a hint in the refusal
+            hint = None
+    return memory.plan_case(est, _device_free(loaded.device), _host_free(), suggested_overrides=hint), note
+
+
+def _make_inputs(loaded, shape: str, seed: int, probe: bool) -> list[Any]:
+    from evokernel_mcp.verify.probe import signed_probe_inputs
+
     try:
-        inputs = cand.make_inputs(loaded.task, req["shape"], seed, loaded.device, loaded.module)
+        inputs = cand.make_inputs(loaded.task, shape, seed, loaded.device, loaded.module)
     except Exception as e:  # noqa: BLE001 - the harness's or the reference's inputs, never the candidate
         raise HarnessError(f"making the inputs failed (reference get_inputs or the task's input specs): "
                            f"{type(e).__name__}: {e}") from e
+    return signed_probe_inputs(inputs, seed) if probe else inputs
+
+
+# ---------------------------------------------------------------- arg-reductions
+def _is_arg_reduction(idx, x, dim: int | None) -> str | None:
+    """'max' or 'min' when the integer tensor idx holds indices of x's max (min) along dim (None: flat)."""
+    import torch
+
+    try:
+        if dim is None:
+            if idx.numel() != 1:
+                return None
+            flat = x.reshape(-1)
+            if not flat.numel():
+                return None
+            v = flat[int(idx.reshape(-1)[0])]
+            fin = flat[~torch.isnan(flat)]
+            if not fin.numel():
+                return None
+            return "max" if v == fin.max() else "min" if v == fin.min() else None
+        keep = idx.dim() == x.dim()
+        want = list(x.shape)
+        if keep:
+            want[dim] = 1
+        else:
+            del want[dim]
+        if list(idx.shape) != want or x.shape[dim] == 0 or x.numel() == 0:
+            return None
+        ii = idx.long() if keep else idx.long().unsqueeze(dim)
+        if bool((ii < 0).any()) or bool((ii >= x.shape[dim]).any()):
+            return None
+        sel = x.gather(dim, ii)
+        for name, ref in (("max", x.amax(dim, keepdim=True)), ("min", x.amin(dim, keepdim=True))):
+            if bool(((sel == ref) | torch.isnan(sel)).all()):
+                return name
+    except (RuntimeError, IndexError, ValueError):
+        return None
+    return None
+
+
+def arg_reductions(native: Any, inputs: list[Any]) -> dict[str, dict[str, Any]]:
+    """{output path: {input, dim, op}} for every integer output leaf that selects the max/min of a
+    floating input along a dim (argmax/argmin, torch.max(x, dim).indices ...): judged by the values
+    the indices select, since ties are legal."""
+    import torch
+
+    from evokernel_mcp.verify.outputs import flatten_outputs
+
+    try:
+        leaves = flatten_outputs(native)
+    except ValueError:
+        return {}
+    found: dict[str, dict[str, Any]] = {}
+    for leaf in leaves:
+        t = leaf.tensor
+        if t.dtype not in (torch.int64, torch.int32):
+            continue
+        for i, x in enumerate(inputs):
+            if not (isinstance(x, torch.Tensor) and x.is_floating_point()):
+                continue
+            for dim in [None, *range(x.dim())]:
+                op = _is_arg_reduction(t, x, dim)
+                if op:
+                    found[leaf.path] = {"input": i, "dim": dim, "op": op}
+                    break
+            if leaf.path in found:
+                break
+    return found
+
+
+# ---------------------------------------------------------------- reference child ops
+def ref_case(loaded, req: dict[str, Any]) -> dict[str, Any]:
+    """Inputs, native and float64 outputs, init inputs and state for one (shape set, seed).
+
+    req: shape, seed, hi (want the float64 reference), probe (signed probe inputs), hold (keep the
+    float64 outputs here for op "expected" with held=true; the reply then has hi=None, hi_held=True).
+    Reply: inputs, native, hi, init_inputs, state, arg_reductions, plan {where, ref_hi, chunk_elems,
+    needed_bytes, budget_bytes}, notes[]."""
+    import torch
+
+    seed, shape = int(req["seed"]), req["shape"]
+    want_hi = bool(req.get("hi", True))
+    notes: list[str] = []
     try:
         model = _model(loaded, seed)
-        native, ref_hi = _outputs(model, inputs, bool(req.get("hi", True)))
+    except Exception as e:  # noqa: BLE001
+        raise HarnessError(f"building the reference Model(*get_init_inputs()) failed: {type(e).__name__}: {e}") from e
+    plan, note = _plan(loaded, model, shape, None, want_hi)
+    if plan is not None and plan.refuse:
+        raise TooBig(plan.refuse)
+    inputs = _make_inputs(loaded, shape, seed, bool(req.get("probe")))
+    if plan is None:  # shapes were not known on meta: plan from the real inputs, before any forward
+        plan, note = _plan(loaded, model, shape, inputs, want_hi)
+        if plan is not None and plan.refuse:
+            raise TooBig(plan.refuse)
+    notes += [note] if note else []
+    hi = want_hi and (plan is None or plan.ref_hi)
+    if want_hi and not hi:
+        notes.append(f"float64 reference left out: it does not fit ({plan.needed_bytes / 1e9:.2f} GB planned "
+                     f"without it, {plan.budget_bytes / 1e9:.2f} GB usable on the {plan.where}); judged against "
+                     "the native-dtype reference with a doubled tolerance")
+    state = {k: v.detach().clone() for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
+    try:
+        native, ref_hi = _outputs(model, inputs, hi)
     except Exception as e:  # noqa: BLE001
         raise HarnessError(f"the reference failed on these inputs: {type(e).__name__}: {e}") from e
     _sync(loaded.device)
-    state = {k: v for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
     init = cand.init_inputs(loaded.task, loaded.module)
-    return {"inputs": inputs, "native": native, "hi": ref_hi, "init_inputs": init, "state": state}
+    out = {"inputs": inputs, "native": _wire(native), "hi": _wire(ref_hi) if ref_hi is not None else None,
+           "init_inputs": init, "state": state, "arg_reductions": arg_reductions(native, inputs), "notes": notes,
+           "plan": plan.model_dump() if plan is not None else None}
+    if req.get("hold"):
+        loaded.held_hi = out["hi"]
+        out["hi"], out["hi_held"] = None, out["hi"] is not None
+    return out
 
 
 def ref_expected(loaded, req: dict[str, Any]) -> dict[str, Any]:
-    """The reference's outputs on inputs given by the runner (benchmark's post-timing checks)."""
+    """The reference's outputs on inputs given by the runner (benchmark's post-timing checks), or with
+    held=true the float64 outputs ref_case kept (then dropped here)."""
+    if req.get("held"):
+        hi, loaded.held_hi = getattr(loaded, "held_hi", None), None
+        return {"hi": hi}
+    inputs = _to(req["inputs"], loaded.device)
     model = _model(loaded, int(req["seed"]))
-    native, ref_hi = _outputs(model, _to(req["inputs"], loaded.device), bool(req.get("hi", True)))
+    native, ref_hi = _outputs(model, inputs, bool(req.get("hi", True)))
     _sync(loaded.device)
-    return {"native": native, "hi": ref_hi}
+    arg = arg_reductions(native, inputs)
+    out = {"native": _wire(native), "hi": _wire(ref_hi) if ref_hi is not None else None, "arg_reductions": arg}
+    if arg:
+        out["inputs"] = inputs  # the values the indices select, for the runner's check
+    return out
 
 
-class HarnessError(Exception):
-    """The inputs or the reference failed: not the candidate's fault (reported as kind 'harness')."""
-
-    kind = "harness"
-
-
+# ---------------------------------------------------------------- candidate child
 def candidate_fn(loaded, req: dict[str, Any]):
-    """The candidate as a callable on the reference's inputs (ModelNew built once per seed)."""
+    """The candidate as a callable on the reference's inputs (ModelNew built once per seed, with the
+    reference's init inputs and weights, in the mode the reference runs in: no .eval())."""
     import torch
 
     mod = loaded.module
@@ -114,14 +339,22 @@ def candidate_fn(loaded, req: dict[str, Any]):
 
 
 def cand_run(loaded, req: dict[str, Any]) -> dict[str, Any]:
-    """Run the candidate on its own copies of the inputs; poison 'nan' | 'sentinel' | None."""
+    """Run the candidate on its own copies of the inputs; poison 'nan' | 'sentinel' | None.
+    keep=true keeps the pristine inputs for the next request with same_inputs=true (which carries none)."""
     import torch
 
     from evokernel_mcp.verify.compare import SENTINEL, poisoned_allocations
 
     fn = candidate_fn(loaded, req)
-    inputs = _to(req["inputs"], loaded.device)
-    before = _clone(inputs)
+    if req.get("same_inputs"):
+        pristine = getattr(loaded, "kept_inputs", None)
+        if pristine is None:
+            raise RuntimeError("same_inputs: no inputs kept from the previous run")
+        inputs = _clone(pristine)
+    else:
+        inputs = _to(req["inputs"], loaded.device)
+        pristine = _clone(inputs)
+    loaded.kept_inputs = pristine if req.get("keep") else None
     poison = {"nan": float("nan"), "sentinel": SENTINEL}.get(req.get("poison") or "")
     with torch.no_grad():
         if poison is None:
@@ -130,7 +363,7 @@ def cand_run(loaded, req: dict[str, Any]) -> dict[str, Any]:
             with poisoned_allocations(poison):
                 out = fn(*inputs)
     _sync(loaded.device)
-    mutated = any(isinstance(a, torch.Tensor) and not _same(a, b) for a, b in zip(inputs, before))
+    mutated = any(isinstance(a, torch.Tensor) and not _same(a, b) for a, b in zip(inputs, pristine))
     return {"out": _plain(out), "inputs_mutated": mutated}
 
 
@@ -146,18 +379,36 @@ def _bits(t):
     return bits(t)
 
 
+def _wire(out: Any) -> Any:
+    """A reference's output for the wire: plain tensors, tuples/lists/dicts, Python numbers (a complex
+    number as a 0-d complex128 tensor: frames carry no complex scalars)."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return out.detach()
+    if isinstance(out, (list, tuple)):
+        return type(out)(_wire(v) for v in out) if type(out) in (list, tuple) else tuple(_wire(v) for v in out)
+    if isinstance(out, dict):
+        return {str(k): _wire(v) for k, v in out.items()}
+    if isinstance(out, complex):
+        return torch.tensor(out, dtype=torch.complex128)
+    return out
+
+
 def _plain(out: Any) -> Any:
     """Outputs as plain data for the wire: tensors (a subclass is sent as its plain data and named),
     tuples/lists/dicts of them, Python scalars. Anything else raises a CandidateError naming it."""
     import torch
 
     if isinstance(out, torch.Tensor):
-        return out if type(out) in (torch.Tensor, torch.nn.Parameter) else \
+        return out.detach() if type(out) in (torch.Tensor, torch.nn.Parameter) else \
             {"__subclass__": type(out).__name__, "data": out.detach().as_subclass(torch.Tensor)}
     if isinstance(out, (list, tuple)):
-        return type(out)(_plain(v) for v in out)
+        return type(out)(_plain(v) for v in out) if type(out) in (list, tuple) else tuple(_plain(v) for v in out)
     if isinstance(out, dict):
         return {str(k): _plain(v) for k, v in out.items()}
+    if isinstance(out, complex):
+        return torch.tensor(out, dtype=torch.complex128)
     if out is None or isinstance(out, (bool, int, float)):
         return out
     raise cand.CandidateError(f"candidate returned a {type(out).__name__}; return the output tensor(s) like "
