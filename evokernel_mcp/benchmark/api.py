@@ -119,6 +119,7 @@ def shape_result(raw: dict[str, Any], task: Task, info: dict[str, Any], ceil: Ce
         and bool((raw.get("check_fresh") or {}).get("passed")),
         check_detail=str({"timed": raw.get("check_timed"), "fresh": raw.get("check_fresh")})[:1500])
     _paired(sr, raw, confidence)
+    _confirmed(sr, raw, confidence)
     sr.clocks_moved = _clocks_moved(raw)
     sr.flags = _flags(sr, raw, host)
     return apply_verdict(sr, raw, roof.roofline_datasheet_ms if roof else None)
@@ -135,6 +136,23 @@ def _paired(sr: ShapeResult, raw: dict[str, Any], confidence: float) -> None:
             sr.noise_floor = stats.noise_floor(rounds["baseline"], rounds["control"], confidence)
     if sr.speedup_ci is not None:
         sr.resolved = stats.resolved(sr.speedup_ci, sr.noise_floor)
+
+
+def _confirmed(sr: ShapeResult, raw: dict[str, Any], confidence: float) -> None:
+    """With confirm: the second fresh process's paired speedup; when its interval and the first one do not
+    overlap, the claim is not confirmed (raw['confirm_failed'] makes the verdict invalid)."""
+    conf = raw.get("confirm")
+    if not conf:
+        return
+    rounds = conf.get("rounds") or {}
+    if conf.get("error") or not (rounds.get("baseline") and rounds.get("candidate")):
+        raw["confirm_failed"] = f"the confirming run failed: {(conf.get('error') or {}).get('message', 'no rounds')}"
+        return
+    s, lo, hi, _ = stats.paired_speedup(rounds["baseline"], rounds["candidate"], confidence)
+    sr.confirm_speedup, sr.confirm_speedup_ci = s, (lo, hi)
+    if sr.speedup_ci is not None and (hi < sr.speedup_ci[0] or lo > sr.speedup_ci[1]):
+        raw["confirm_failed"] = (f"a second fresh process measured {s:.4g}x [{lo:.4g}, {hi:.4g}], the first "
+                                 f"{sr.speedup:.4g}x [{sr.speedup_ci[0]:.4g}, {sr.speedup_ci[1]:.4g}]")
 
 
 def _clocks_moved(raw: dict[str, Any]) -> bool | None:
@@ -211,8 +229,9 @@ def result_from_reply(reply: WorkerReply, task: Task, unit: str, confidence: flo
     method = (add_launch_cost(raws[0]["candidate"], ceil, launch_cost) or {}).get("method") if raws else None
     return BenchmarkResult(
         results=results, device=f"{reply.device}: {info.get('name')}", clocks=clocks, versions=versions,
-        state="done" if err is None else "failed", error=err, stdout=reply.stdout or None,
-        stderr=reply.stderr or None, timing_method=method,
+        state="done" if err is None else "failed", error=err, stdout=r.get("stdout", reply.stdout) or None,
+        stderr=r.get("stderr", reply.stderr) or None, timing_method=method,
+        isolation=(r.get("isolation") or {}).get("level"),
         provenance=_provenance(info, method, ceil, unit, dtype, task))
 
 
@@ -229,6 +248,31 @@ def _check_source(source: str, what: str) -> None:
         check_candidate_source(source)
     except BadInput as e:
         raise BadInput(f"{what}: {e}") from None
+
+
+def _with_overrides(t: Task, overrides: dict[str, Any]) -> Task:
+    """The task with KernelBench module-level constants overridden in its reference source."""
+    from evokernel_mcp.overrides import apply_overrides
+
+    src, _applied = apply_overrides(t.reference_source, overrides)
+    return t.model_copy(update={"reference_source": src})
+
+
+def _journal(res: BenchmarkResult, experiment: str | None, task: str, candidate: str, baseline: str,
+             shapes: list[str] | None) -> BenchmarkResult:
+    """Record the finished call in the experiment journal when a label is given (never fails the tool)."""
+    if not experiment:
+        return res
+    try:
+        from evokernel_mcp.journal import record_call
+
+        rid = record_call("benchmark", experiment=experiment, task=task, source=candidate,
+                          arguments={"baseline": "pytorch" if baseline == "pytorch" else "source", "shapes": shapes},
+                          result=res)
+        res.result_id = rid
+    except Exception:  # noqa: BLE001 - the journal is an extra
+        log.exception("journal record failed")
+    return res
 
 
 def build_payload(t: Task, candidate: str, baseline: str, shapes: list[str] | None, opt: TimingOptions,
@@ -278,7 +322,17 @@ async def benchmark(
     compute_unit: Annotated[Literal["matrix", "vector"] | None, Field(
         description="Which FLOP peak bounds the roofline: matrix units (MFMA / tensor cores) or vector ALUs "
         "(e.g. depthwise convolution, elementwise). Default: the task's `compute_unit`, else matrix.")] = None,
-    seed: Annotated[int, Field(ge=0, description="Seed of the timed inputs (the check uses another).")] = 0,
+    seed: Annotated[int, Field(ge=0, le=2**31 - 1, description="Seed of the timed inputs (the check uses "
+                               "another).")] = 0,
+    control: Annotated[bool, Field(description="Add a byte-identical copy of the baseline as a third arm: its "
+                                   "ratio to the baseline is the measured noise floor (noise_floor); a speedup "
+                                   "inside it is not resolved.")] = False,
+    confirm: Annotated[bool, Field(description="Re-time the candidate in a second fresh process with fresh "
+                                   "inputs; the result is invalid when the two disagree.")] = False,
+    overrides: Annotated[dict[str, Any] | None, Field(description="KernelBench module-level constants to "
+                                                      "set before get_inputs (e.g. {'batch_size': 16}).")] = None,
+    experiment: Annotated[str | None, Field(max_length=200, description="Journal label to record this "
+                                            "call under (e.g. 'conv3d/step3-lds').")] = None,
     timeout_s: Annotated[float, Field(gt=0, le=3600, description="Hard limit for the whole job, seconds.")] = 600,
     wait_s: Annotated[float, Field(ge=0, le=600, description="Return a job_id if not done by then, seconds.")] = 50,
     device: Annotated[str | None, Field(
@@ -300,11 +354,19 @@ async def benchmark(
                         subtract_overhead=subtract_event_overhead, timer=timer)
     t = _load(task, reference)
     compute_unit = compute_unit or t.compute_unit or "matrix"
+    if overrides:
+        t = _with_overrides(t, overrides)
     payload = build_payload(t, candidate, baseline, shapes, opt, seed)
-    payload["budget_s"] = max(1.0, timeout_s - 5.0)
+    payload.update(budget_s=max(1.0, timeout_s - 5.0), control=control, confirm=confirm)
+
+    def build(reply, _j):
+        res = result_from_reply(reply, t, compute_unit, opt.confidence, add_launch_cost)
+        if overrides:
+            res.overrides_applied = dict(overrides)
+        return _journal(res, experiment, task or t.name, candidate, baseline, shapes)
     outcome = await run_worker_job(
         kind="benchmark", op="benchmark", payload=payload, device=device, timeout_s=timeout_s, wait_s=wait_s,
-        ctx=ctx, build=lambda reply, _j: result_from_reply(reply, t, compute_unit, opt.confidence, add_launch_cost))
+        ctx=ctx, build=build)
     if outcome.state == "done" and outcome.result is not None:
         return outcome.result  # type: ignore[return-value]
     if outcome.finished:

@@ -127,6 +127,9 @@ class ShapeResult(Model):
     clocks_moved: bool | None = Field(
         default=None, description="True when the SM clock changed by more than a few % or a throttle reason "
         "appeared between the readings around this shape's series (a flag, not invalid); null: not read.")
+    confirm_speedup: float | None = Field(default=None, description="With confirm=true: the paired speedup a "
+                                          "second fresh process measured on fresh inputs.")
+    confirm_speedup_ci: tuple[float, float] | None = None
     raw_invalid: dict[str, Any] | None = Field(
         default=None, exclude=True, description="The nulled figures of an invalid result, for a person (kept "
         "out of the default dump; the runner stores them as an artifact).")
@@ -160,6 +163,10 @@ class BenchmarkResult(Model):
     error: ErrorInfo | None = None
     stdout: str | None = None
     stderr: str | None = None
+    isolation: str | None = Field(default=None, description="How the candidate was contained (bwrap+uid, bwrap "
+                                  "or process).")
+    overrides_applied: dict[str, Any] | None = Field(default=None, description="KernelBench constants set.")
+    result_id: str | None = Field(default=None, description="Journal entry id (with experiment).")
     provenance: list[Provenance] = Field(default_factory=list)
 
 

@@ -23,63 +23,117 @@ REFILL_SEED_OFFSET = 104729
 
 
 def _check(task: Task, got: Any, expected: dict[str, Any]) -> dict[str, Any]:
-    from evokernel_mcp.verify.case import _plain_outputs, tolerance_for
-    from evokernel_mcp.verify.compare import as_tensors, compare, merge
+    """The candidate's output vs the reference's for the same inputs, with verify's bar (verify/case.py:
+    RMS-floored, PyTorch's own error as the floor, outputs of every kind, arg-reductions by the values
+    selected), compared on the runner's device. `expected`: a reply of the reference's "case" or
+    "expected" op (native, hi or None when the float64 copy did not fit, arg_reductions, inputs)."""
+    from evokernel_mcp.verify.case import judge_outputs
+    from evokernel_mcp.verify.runner_side import tensor_device
 
-    outs, note = _plain_outputs(got)
-    ref64, native = as_tensors(expected["hi"]), as_tensors(expected["native"])
-    if outs is None:
-        return {"passed": False, "note": note}
-    if len(outs) != len(ref64):
-        return {"passed": False, "note": f"candidate returned {len(outs)} tensors, the reference {len(ref64)}"}
-    atol, rtol = tolerance_for(task, str(native[0].dtype).removeprefix("torch."), None)
-    m = merge([compare(g, r, g, atol, rtol) for g, r in zip(outs, ref64)])
-    return {k: m.get(k) for k in ("passed", "max_abs_err", "rel_l2_err", "mismatches", "nan_count", "note")}
+    try:
+        from evokernel_mcp.runtime.runner import context
+
+        dev = tensor_device(context()) or "cpu"
+    except RuntimeError:  # not inside a runner (unit tests)
+        dev = "cpu"
+    plan = expected.get("plan") or {}
+    m = judge_outputs(task, expected["native"], expected.get("hi"), got, None, inputs=expected.get("inputs"),
+                      arg=expected.get("arg_reductions"), chunk=plan.get("chunk_elems"), device=dev)
+    return {k: m.get(k) for k in ("passed", "max_abs_err", "rel_l2_err", "mismatches", "nan_count", "note", "bar")}
 
 
 class _Arms:
-    """The candidate and baseline children of one job and how to time them."""
+    """The children of one job and the arms they host: the candidate (its own fresh child), the baseline
+    (the reference's child for "pytorch", else a second fresh child) and, on request, the control arm (a
+    byte-identical second copy of the baseline, in the baseline's child)."""
 
-    def __init__(self, cand, base, task: Task, deadline: float):
-        self.cand, self.base, self.task, self.deadline = cand, base, task, deadline
+    def __init__(self, cand, base, task: Task, deadline: float, control: bool):
+        self.cand, self.base, self.task, self.deadline, self.control = cand, base, task, deadline, control
 
-    def time(self, child, case: dict, seed: int, opt: dict) -> dict[str, Any]:
-        return child.request({"op": "time", "inputs": case["inputs"], "init_inputs": case["init_inputs"],
-                              "state": case["state"], "seed": seed, "options": opt},
-                             timeout_s=wall_deadline(self.deadline), max_bytes=1 << 20)
+    def children(self) -> dict[str, Any]:
+        out = {"baseline": self.base, "candidate": self.cand}
+        if self.control:
+            out["control"] = self.base
+        return out
+
+    def ask(self, child, req: dict[str, Any], max_bytes: int = 1 << 20) -> Any:
+        return child.request(req, timeout_s=wall_deadline(self.deadline), max_bytes=max_bytes)
 
 
-def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, step: int, total: int) -> dict:
-    deadline, task = arms.deadline, arms.task
-    case = ref.request({"op": "case", "shape": shape, "seed": seed, "hi": False},
-                       timeout_s=wall_deadline(deadline), max_bytes=1 << 42)
+def _run_dict(run, name: str, init: dict, report: dict, gpu: bool) -> dict[str, Any]:
+    """One arm's timing record in the shape api.py reads (timing.TimingRun.to_dict)."""
+    times = [t for _, t in run.times_ms[name]]
+    extra = {**(report.get("marks") or {}), "rounds": len(run.rounds)}
+    if report.get("activity_timer_unused"):
+        extra["activity_timer_unused"] = report["activity_timer_unused"]
+    method = (f"interleaved with the other arms in {len(run.rounds)} rounds ({run.stop_reason}); "
+              f"{report.get('timer')} clock" + ("; cold cache" if init.get("flush_bytes") else ""))
+    return {"times_ms": times, "method": method, "host_timing": not gpu, "warmup_calls": init.get("warmup_calls"),
+            "copies": init.get("copies"), "stop_reason": run.stop_reason, "flush_bytes": init.get("flush_bytes"),
+            "event_overhead_ms": None, "overhead_subtracted": False, "timer": report.get("timer"), "extra": extra}
+
+
+def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progress, gpu: bool) -> dict:
+    """Time every arm in interleaved rounds; raw records per arm, the rounds, the sampled outputs."""
+    from evokernel_mcp.benchmark.interleave import run_interleaved
+    from evokernel_mcp.benchmark.timing import TimingOptions
+
+    inits = {}
+    for name, child in arms.children().items():
+        inits[name] = arms.ask(child, {"op": "arm_init", "name": name, "inputs": case["inputs"], "seed": seed,
+                                       "init_inputs": case["init_inputs"], "state": case["state"], "options": opt,
+                                       "refill_pool": pool, "sample_size": 2 if name == "candidate" else 0},
+                               max_bytes=1 << 20)
+    calls = {name: (lambda k, c=child, n=name: arms.ask(c, {"op": "arm_block", "name": n, "k": k}))
+             for name, child in arms.children().items()}
+    run = run_interleaved(calls, opt=TimingOptions(**opt), rng_seed=seed,
+                          on_progress=lambda frac, msg: progress(frac, 1.0, msg))
+    out: dict[str, Any] = {"rounds": {n: run.series(n) for n in run.arms}}
+    limit = 4 * OUTPUT_SLACK * (_nbytes(case["native"]) + _nbytes(case["inputs"])) + (16 << 20)
+    for name, child in arms.children().items():
+        rep = arms.ask(child, {"op": "arm_report", "name": name, "samples": name == "candidate"}, max_bytes=limit)
+        out[name] = _run_dict(run, name, inits[name], rep, gpu)
+        if name == "candidate":
+            out["samples"] = rep.get("samples") or []
+        arms.ask(child, {"op": "arm_close", "name": name})
+    return out
+
+
+def _sampled(arms: _Arms, ref, samples: list, seed: int) -> dict[str, Any] | None:
+    """Outputs kept from random timed repetitions, checked against the reference on the same inputs."""
+    if not samples:
+        return None
+    worst: dict[str, Any] = {"passed": True, "checked": 0}
+    for s in samples:
+        exp = arms.ask(ref, {"op": "expected", "inputs": s["inputs"], "seed": seed, "hi": True}, max_bytes=1 << 42)
+        chk = _check(arms.task, s["outputs"] if len(s["outputs"]) != 1 else s["outputs"][0], exp)
+        worst["checked"] += 1
+        if not chk.get("passed"):
+            return {**chk, "checked": worst["checked"], "rep": s["rep"]}
+    return worst
+
+
+def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, gpu: bool) -> dict:
+    case = arms.ask(ref, {"op": "case", "shape": shape, "seed": seed, "hi": False}, max_bytes=1 << 42)
+    pool = [arms.ask(ref, {"op": "case", "shape": shape, "seed": seed + 1 + i, "hi": False},
+                     max_bytes=1 << 42)["inputs"] for i in range(2)]
     out: dict[str, Any] = {"shape": shape, "input_bytes": _nbytes(case["inputs"])}
-    progress(step, total, f"{shape} candidate")
-    out["candidate"] = arms.time(arms.cand, case, seed, opt)
-    refill = ref.request({"op": "case", "shape": shape, "seed": seed + REFILL_SEED_OFFSET, "hi": True},
-                         timeout_s=wall_deadline(deadline), max_bytes=1 << 42)
-    fresh = ref.request({"op": "case", "shape": shape, "seed": seed + CHECK_SEED_OFFSET, "hi": True},
-                        timeout_s=wall_deadline(deadline), max_bytes=1 << 42)
     limit = 2 * OUTPUT_SLACK * _nbytes(case["native"]) + (16 << 20)
-    got = arms.cand.request({"op": "bench_checks", "refill": refill["inputs"], "fresh": fresh["inputs"],
-                             "init_inputs": case["init_inputs"], "state": case["state"], "seed": seed},
-                            timeout_s=wall_deadline(deadline), max_bytes=limit)
-    out["check_timed"] = _check(task, got["refill"], refill)
-    out["check_fresh"] = _check(task, got["fresh"], fresh)
+    out["settled"] = arms.ask(arms.cand, {"op": "settled", "inputs": case["inputs"], "seed": seed,
+                                          "init_inputs": case["init_inputs"], "state": case["state"]})
+    timed = _interleave(arms, case, pool, seed, opt, progress, gpu)
+    out.update({k: v for k, v in timed.items() if k != "samples"})
+    out["check_sampled"] = _sampled(arms, ref, timed.get("samples") or [], seed)
+    refill = arms.ask(ref, {"op": "case", "shape": shape, "seed": seed + REFILL_SEED_OFFSET, "hi": True},
+                      max_bytes=1 << 42)
+    fresh = arms.ask(ref, {"op": "case", "shape": shape, "seed": seed + CHECK_SEED_OFFSET, "hi": True},
+                     max_bytes=1 << 42)
+    got = arms.ask(arms.cand, {"op": "bench_checks", "refill": refill["inputs"], "fresh": fresh["inputs"],
+                               "init_inputs": case["init_inputs"], "state": case["state"], "seed": seed},
+                   max_bytes=limit)
+    out["check_timed"] = _check(arms.task, got["refill"], refill)
+    out["check_fresh"] = _check(arms.task, got["fresh"], fresh)
     out["output_dtype"] = got.get("output_dtype")
-    progress(step + 1, total, f"{shape} baseline")
-    out["baseline"] = arms.time(arms.base, case, seed, opt)
-    used = {out["candidate"].get("timer"), out["baseline"].get("timer")}
-    if len(used) > 1:  # one series fell back to events: time both with events, so the speedup compares like
-        ev = {**opt, "timer": "events"}
-        note = {"timers_unified": f"candidate {out['candidate'].get('timer')}, baseline "
-                f"{out['baseline'].get('timer')}: both re-timed with events"}
-        if out["candidate"].get("timer") != "events":
-            out["candidate"] = arms.time(arms.cand, case, seed, ev)
-        else:
-            out["baseline"] = arms.time(arms.base, case, seed, ev)
-        out["candidate"]["extra"].update(note)
-        out["baseline"]["extra"].update(note)
     return out
 
 
@@ -91,6 +145,14 @@ def runner_benchmark(payload: dict[str, Any], progress) -> dict[str, Any]:
     from evokernel_mcp.runtime.runner import context
 
     ctx = context()
+    with ctx.spares.quiet():  # no interpreter starts in the background while arms are timed
+        return _benchmark(ctx, payload, progress)
+
+
+def _benchmark(ctx, payload: dict[str, Any], progress) -> dict[str, Any]:
+    from evokernel_mcp.benchmark.clocks import read_clocks
+    from evokernel_mcp.benchmark.worker_info import ceilings_for, device_info
+
     task = Task(**payload["task"])
     deadline = time.monotonic() + float(payload.get("budget_s", 280))
     info = device_info()
@@ -112,16 +174,24 @@ def runner_benchmark(payload: dict[str, Any], progress) -> dict[str, Any]:
                 load_candidate(ctx, base, base_src, task, deadline)
             except ChildFailed as e:
                 raise ChildFailed(e.kind, f"baseline: {e.message}", e.detail) from e
-        arms = _Arms(cand, base or ref, task, deadline)
-        result["clocks_before"] = _clocks(read_clocks, info)
+        arms = _Arms(cand, base or ref, task, deadline, bool(payload.get("control")))
         shapes, seed = list(payload["shapes"]), int(payload.get("seed", 0))
-        opt = dict(payload["options"])
+        opt, gpu = dict(payload["options"]), info.get("backend") in ("cuda", "rocm")
         for i, shape in enumerate(shapes):
+            before = _clocks(read_clocks, info)
+            result["clocks_before"] = result["clocks_before"] or before
+
+            def prog(done, total, msg, i=i):
+                progress(i + min(done / max(total, 1e-9), 0.999), len(shapes), f"{shape}: {msg}")
             try:
-                result["shapes"].append(_bench_shape(arms, ref, shape, seed, opt, progress, 2 * i, 2 * len(shapes)))
+                raw = _bench_shape(arms, ref, shape, seed, opt, prog, gpu)
             except ChildFailed as e:
                 result["error"] = {**e.info(), "shape": shape}
                 break
+            raw["clocks_before"], raw["clocks_after"] = before, _clocks(read_clocks, info)
+            result["shapes"].append(raw)
+            if payload.get("confirm"):
+                result["shapes"][-1]["confirm"] = _confirm(ctx, payload, task, ref, shape, seed, opt, deadline, gpu)
         result["clocks_after"] = _clocks(read_clocks, info)
     except ChildFailed as e:
         result["error"] = e.info()
@@ -130,9 +200,25 @@ def runner_benchmark(payload: dict[str, Any], progress) -> dict[str, Any]:
         for c in (cand, base):
             if c is not None:
                 c.discard()
-    total = 2 * len(payload["shapes"])
-    progress(total, total, "benchmark done")
+    progress(len(payload["shapes"]), len(payload["shapes"]), "benchmark done")
     return result
+
+
+def _confirm(ctx, payload: dict, task: Task, ref, shape: str, seed: int, opt: dict, deadline: float,
+             gpu: bool) -> dict[str, Any]:
+    """Re-time the candidate in a SECOND fresh process with fresh inputs (another seed), interleaved with
+    the baseline again: a time a process reports about itself is only trusted when another agrees."""
+    child = ctx.spares.take()
+    try:
+        load_candidate(ctx, child, payload["candidate"], task, deadline)
+        arms = _Arms(child, ref, task, deadline, False)
+        case = arms.ask(ref, {"op": "case", "shape": shape, "seed": seed + 31337, "hi": False}, max_bytes=1 << 42)
+        timed = _interleave(arms, case, [], seed + 31337, opt, lambda *a: None, gpu)
+        return {"rounds": timed["rounds"], "timer": timed["candidate"].get("timer")}
+    except ChildFailed as e:
+        return {"error": e.info()}
+    finally:
+        child.discard()
 
 
 def _clocks(read_clocks, info: dict[str, Any]) -> dict[str, Any] | None:

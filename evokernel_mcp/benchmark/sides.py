@@ -1,15 +1,15 @@
 """The halves of benchmark that run INSIDE sandboxed children (runtime/child.py), where the kernels
-launch: timing an arm (the candidate, the PyTorch reference, or a baseline source) with our loop
-(timing.py, bound at the child's start, before any agent code loaded), and the candidate's outputs for
-the post-timing checks. Times are raw: statistics, speedup and the verdict are computed in the runner
-and the server, out of the agent's reach; a time a child reports about itself is checked there
-against the device's physical floor."""
+launch. An "arm" is one callable timed block by block (blocks.BlockTimer, timing.py bound at the child's
+start, before any agent code loaded): the candidate in its own fresh child, the PyTorch reference (and
+its byte-identical control copy) in the reference's child, or a baseline source in a second fresh
+child. The runner interleaves the arms' blocks (interleave.py) and checks what they report. Times are
+raw: statistics, speedup and the verdict are computed in the runner and the server."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from evokernel_mcp.benchmark import timing
+from evokernel_mcp.benchmark import settle, timing
 from evokernel_mcp.verify.sides import _model, _plain, _sync, _to, candidate_fn
 
 
@@ -31,9 +31,12 @@ def _callable(loaded, req: dict[str, Any]):
     return candidate_fn(loaded, req)
 
 
-def time_arm(loaded, req: dict[str, Any]) -> dict[str, Any]:
-    """Time this child's callable on copies of req['inputs'] (TimingOptions in req['options'])."""
+def arm_init(loaded, req: dict[str, Any]) -> dict[str, Any]:
+    """Set up arm req['name']: copies of req['inputs'] (enough rotating sets to defeat the caches), the
+    refill pool (input sets of other seeds, copied into the same storage between blocks), warm-up by time."""
     import torch
+
+    from evokernel_mcp.benchmark.blocks import BlockTimer
 
     gpu = loaded.device != "cpu"
     fn = _callable(loaded, req)
@@ -44,17 +47,47 @@ def time_arm(loaded, req: dict[str, Any]) -> dict[str, Any]:
         l2, mall, _ = timing.cache_bytes(0)
         k = timing.copies_for(_nbytes(inputs), l2 + mall, torch.cuda.mem_get_info()[0])
         flusher = timing.CacheFlusher(0)
-    arg_sets = [_clone(inputs) for _ in range(k)]
-    with torch.no_grad():
-        if gpu:
-            run = timing.time_device(fn, arg_sets, opt, flusher=flusher)
-        else:
-            run = timing.time_host(fn, arg_sets, opt)
-    out = run.to_dict()
-    loaded.bench_sets = arg_sets  # the candidate's post-timing check refills one of these in place
-    loaded.bench_reps = len(out["times_ms"])
+    pool = [_to(p, loaded.device) for p in req.get("refill_pool") or []]
+    arms = loaded.__dict__.setdefault("arms", {})
+    arms[req["name"]] = BlockTimer(fn, [_clone(inputs) for _ in range(k)], opt, gpu=gpu, refill_pool=pool,
+                                   sample_size=int(req.get("sample_size", 2)), seed=int(req["seed"]),
+                                   flusher=flusher)
+    warm = arms[req["name"]].warm_up()
     _sync(loaded.device)
-    return out
+    return {"copies": k, "warmup_calls": warm, "flush_bytes": flusher.nbytes if flusher else None}
+
+
+def arm_block(loaded, req: dict[str, Any]) -> list[float]:
+    """Time k repetitions of arm req['name']; their times, ms."""
+    return loaded.arms[req["name"]].time_block(int(req["k"]))
+
+
+def arm_report(loaded, req: dict[str, Any]) -> dict[str, Any]:
+    """The arm's marks, clock and sampled timed repetitions (inputs + outputs, for the runner to check)."""
+    rep = loaded.arms[req["name"]].report()
+    if not req.get("samples", True):
+        rep["samples"] = []
+    else:
+        rep["samples"] = [{"rep": s["rep"], "inputs": s["inputs"], "outputs": _plain_list(s["outputs"])}
+                          for s in rep["samples"]]
+    return rep
+
+
+def _plain_list(outs: Any) -> Any:
+    return [_plain(o) for o in outs] if isinstance(outs, list) else _plain(outs)
+
+
+def arm_close(loaded, req: dict[str, Any]) -> dict[str, Any]:
+    loaded.__dict__.get("arms", {}).pop(req["name"], None)
+    return {}
+
+
+def cand_settled(loaded, req: dict[str, Any]) -> dict[str, Any]:
+    """One call checked at return: is the output a plain tensor, is its work (or a thread's) done?"""
+    import torch
+
+    sync = torch.cuda.synchronize if loaded.device != "cpu" else None
+    return settle.settled_check(candidate_fn(loaded, req), _to(req["inputs"], loaded.device), sync)
 
 
 def cand_checks(loaded, req: dict[str, Any]) -> dict[str, Any]:
@@ -63,18 +96,17 @@ def cand_checks(loaded, req: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     fn = _callable(loaded, req)
-    sets = getattr(loaded, "bench_sets", None) or [_to(req["refill"], loaded.device)]
-    target = sets[(getattr(loaded, "bench_reps", 1) - 1) % len(sets)]
+    timer = loaded.__dict__.get("arms", {}).get("candidate")
+    sets = timer.arg_sets if timer is not None else [_to(req["refill"], loaded.device)]
+    target = sets[(max(timer.rep, 1) - 1) % len(sets)] if timer is not None else sets[0]
     with torch.no_grad():
         for t, v in zip(target, _to(req["refill"], loaded.device)):
             if isinstance(t, torch.Tensor) and isinstance(v, torch.Tensor) and t.shape == v.shape:
                 t.copy_(v)
-        out_refill = fn(*target)
+        out_refill = _plain(fn(*target))
         _sync(loaded.device)
-        out_refill = _plain(out_refill)
         out_fresh = _plain(fn(*_to(req["fresh"], loaded.device)))
     _sync(loaded.device)
-    loaded.bench_sets = None
     first = out_fresh[0] if isinstance(out_fresh, (list, tuple)) else out_fresh
     dtype = str(first.dtype).removeprefix("torch.") if isinstance(first, torch.Tensor) else None
     return {"refill": out_refill, "fresh": out_fresh, "output_dtype": dtype}

@@ -38,6 +38,7 @@ InvalidReason = Literal[
     "no_device_work",
     "timer_fallback",
     "below_physical_floor",
+    "not_confirmed",
 ]
 
 EXPLAIN: dict[str, str] = {
@@ -57,6 +58,8 @@ EXPLAIN: dict[str, str] = {
                       "trusted to hold the whole call (event times would miss part of it)",
     "below_physical_floor": "the time is below the device's physical floor for this problem's bytes and FLOPs "
                             "(roofline at datasheet peaks): the full problem was not computed",
+    "not_confirmed": "with confirm=true, a second fresh process on fresh inputs measured a speedup whose "
+                     "interval does not overlap the first one's",
 }
 REASONS: tuple[str, ...] = get_args(InvalidReason)
 
@@ -107,4 +110,6 @@ def judge_shape(raw: dict[str, Any], floor_ms: float | None) -> tuple[bool, Inva
         if med < FLOOR_SLACK * floor_ms:
             return False, "below_physical_floor", (f"median {med:.6g} ms < {FLOOR_SLACK:g} x floor {floor_ms:.6g} ms "
                                                    "(datasheet roofline)")
+    if raw.get("confirm_failed"):
+        return False, "not_confirmed", str(raw["confirm_failed"])[:500]
     return True, None, None

@@ -22,12 +22,12 @@ from typing import Any
 
 from evokernel_mcp.runtime import frames
 
+_ARM = {op: f"evokernel_mcp.benchmark.sides:{op}" for op in ("arm_init", "arm_block", "arm_report", "arm_close")}
 OPS = {
     "reference": {"case": "evokernel_mcp.verify.sides:ref_case",
-                  "expected": "evokernel_mcp.verify.sides:ref_expected",
-                  "time": "evokernel_mcp.benchmark.sides:time_arm"},
-    "candidate": {"run": "evokernel_mcp.verify.sides:cand_run",
-                  "time": "evokernel_mcp.benchmark.sides:time_arm",
+                  "expected": "evokernel_mcp.verify.sides:ref_expected", **_ARM},
+    "candidate": {"run": "evokernel_mcp.verify.sides:cand_run", **_ARM,
+                  "settled": "evokernel_mcp.benchmark.sides:cand_settled",
                   "bench_checks": "evokernel_mcp.benchmark.sides:cand_checks"},
 }
 MAX_REQUEST_BYTES = 1 << 40  # the runner is trusted: its requests are not limited

@@ -61,6 +61,8 @@ class Child:
             if k in os.environ:
                 env[k] = os.environ[k]
         kind = "cpu" if device == "cpu" else "cuda"
+        if kind == "cpu":  # an idle arm's OpenMP threads must not spin on the cores another arm is timed on
+            env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         spec = sandbox.Spec(argv=[sys.executable, "-m", "evokernel_mcp.runtime.child", "--device", kind],
                             scratch=self.scratch, env=env, devices=kind != "cpu")
         self._boot = open(self.scratch / ".boot.log", "wb")  # noqa: SIM115 - closed in kill()
@@ -227,6 +229,7 @@ class Spares:
         self._refs: OrderedDict[str, Child] = OrderedDict()
         self._starting = 0
         self._closed = False
+        self._quiet = 0
 
     def isolation(self) -> dict[str, Any]:
         return {"level": self.level, "notes": list(self.level_notes)}
@@ -266,8 +269,30 @@ class Spares:
                     self._ready.append(child)
             self._lock.notify_all()
 
+    def quiet(self):
+        """A context in which no spare is started in the background (timing must not share the CPU with
+        a starting interpreter); what was taken meanwhile is replaced when it ends."""
+        import contextlib
+
+        @contextlib.contextmanager
+        def cm():
+            with self._lock:
+                self._quiet += 1
+                deadline = time.monotonic() + START_TIMEOUT_S
+                while self._starting > 0 and time.monotonic() < deadline:  # let starts in flight finish
+                    self._lock.wait(timeout=1.0)
+            try:
+                yield
+            finally:
+                with self._lock:
+                    self._quiet -= 1
+                self.replenish()
+        return cm()
+
     def replenish(self) -> None:
         with self._lock:
+            if self._quiet:
+                return
             need = self.n - len(self._ready) - self._starting
             self._starting += max(0, need)
         for _ in range(max(0, need)):
