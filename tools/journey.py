@@ -37,6 +37,7 @@ STEPS = {  # step -> (language, kernel, Triton signature/constexprs or C++ workg
     "step3_lds_tile": ("cxx", "conv3d_dw_lds_tile", {"workgroup_size": 128}),
     "step4_tensor_core": ("cxx", "conv3d_dw_tensor_core", {"workgroup_size": None}),  # 128 (NVIDIA), 256 (AMD)
     "step5_scheduled": ("cxx", "conv3d_dw_scheduled", {"workgroup_size": 128}),
+    "step6_mma_stream": ("cxx", "conv3d_dw_mma_stream", {"workgroup_size": 128}),
 }
 TARGETS = ["sm_90", "gfx942", "gfx950"]
 MARK_BEGIN, MARK_END = "<!-- journey:begin -->", "<!-- journey:end -->"

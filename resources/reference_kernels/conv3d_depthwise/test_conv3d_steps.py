@@ -2,9 +2,11 @@
 
 - Triton steps (1, 2): the task's small shape set through the Triton interpreter, vs F.conv3d in float64
   on fresh random inputs, with the task's tolerance (|y - ref| <= 0.02 + 0.016 |ref|).
-- C++ steps (3, 4, 5): compile-only for gfx942 and gfx950 with our compile_kernel (offline HIP); skipped
+- C++ steps (3, 4, 5, 6): compile-only for gfx942 and gfx950 with our compile_kernel (offline HIP); skipped
   where no HIP compiler is installed. Their numerics are checked on a GPU by bench/conv3d_steps.py and
   tools/journey.py.
+- Step 6's fragment maps, rolling window, H chunks and clamped planes, lane by lane in float64, for the NVIDIA and
+  AMD layouts, vs F.conv3d.
 - The Toeplitz formulation of step 4, index for index (rows over flattened (d, h), k = w0 - 2 + 0..15,
   the banded T), emulated in torch and compared with F.conv3d.
 Run:  TRITON_INTERPRET=1 python3 -m pytest resources/reference_kernels/conv3d_depthwise -q
@@ -23,7 +25,7 @@ import torch.nn.functional as F  # noqa: E402
 HERE = pathlib.Path(__file__).resolve().parent
 _DEVICE = "cuda" if torch.cuda.is_available() and os.environ["TRITON_INTERPRET"] != "1" else "cpu"
 CXX_STEPS = {"step3_lds_tile": ("conv3d_dw_lds_tile", 128), "step4_tensor_core": ("conv3d_dw_tensor_core", 256),
-             "step5_scheduled": ("conv3d_dw_scheduled", 128)}
+             "step5_scheduled": ("conv3d_dw_scheduled", 128), "step6_mma_stream": ("conv3d_dw_mma_stream", 256)}
 
 
 def _load(step):
@@ -82,6 +84,88 @@ def test_toeplitz_formulation_of_step4_matches_conv3d():
     ref = F.conv3d(x.double(), w.double(), padding=(0, 2, 2), groups=C)[0]
     torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
     assert (T != 0).sum().item() == 40  # 40 useful MACs of 16 x 8 = 128 per MMA
+
+
+def _step6_emulated(x, w, target, NP, HC):
+    """Step 6's kernel, lane by lane in float64: its fragment maps (A = Toeplitz band, B = W segments of
+    one input row, C -> output columns), its rolling 5-slot window, H chunks and clamped planes."""
+    SEG, NSEG, LANES = (10, 8, 32) if target == "nvidia" else (12, 16, 64)
+    C, D, H, W = x.shape[1:]
+    xf, wf = x.double()[0], w.double()[:, 0].reshape(C, 15, 5)
+    Dout = D - 2
+    y = torch.full((C, Dout, H, W), float("nan"), dtype=torch.float64)
+
+    def pos(m):  # output position of A/C row m (NVIDIA: rows 0..4 -> 0..4, rows 8..12 -> 5..9)
+        if target == "amd":
+            return m if m < SEG else None
+        return m if m < 5 else (m - 3 if 8 <= m < 13 else None)
+
+    def a_frag(c, q):  # the 16 x 16 A of tap q as the lanes build it
+        A = torch.zeros(16, 16, dtype=torch.float64)
+        for lane in range(LANES):
+            if target == "nvidia":
+                g, t = lane >> 2, lane & 3
+                cells = [(g + 8 * (r & 1), 2 * t + 8 * (r >> 1) + e) for r in range(4) for e in range(2)]
+            else:
+                g, t = lane & 15, lane >> 4
+                cells = [(g, 4 * t + i) for i in range(4)]
+            for m, k in cells:
+                if pos(m) is not None and 0 <= k - pos(m) < 5:
+                    A[m, k] = wf[c, q, k - pos(m)]
+        return A
+
+    def b_frag(c, p, ih, wt0):  # the 16 x N B of input plane p, row ih, as the lanes load it
+        B = torch.zeros(16, 8 if target == "nvidia" else 16, dtype=torch.float64)
+        if not 0 <= ih < H:
+            return B
+        for lane in range(LANES):
+            if target == "nvidia":
+                g, t = lane >> 2, lane & 3
+                o0 = wt0 + SEG * g - 2 + 2 * t
+                pairs = [(2 * t, o0), (2 * t + 8, o0 + 8)]
+            else:
+                g, t = lane & 15, lane >> 4
+                o0 = wt0 + SEG * g - 2 + 4 * t
+                pairs = [(4 * t, o0), (4 * t + 2, o0 + 2)]
+            for k, o in pairs:
+                if 0 <= o < W:  # a pair is all in or all out (W and o even)
+                    B[k, g], B[k + 1, g] = xf[c, p, ih, o], xf[c, p, ih, o + 1]
+        return B
+
+    for c in range(C):
+        A = [a_frag(c, q) for q in range(15)]
+        for d0 in range(0, Dout, NP):
+            for wt0 in range(0, W, SEG * NSEG):
+                for h0 in range(0, H, HC):
+                    hn = min(HC, H - h0)
+                    acc = torch.zeros(NP, 5, 16, B_N := (8 if target == "nvidia" else 16), dtype=torch.float64)
+                    for t in range(hn + 4):
+                        ih = h0 - 2 + t
+                        Bs = [b_frag(c, min(d0 + p, D - 1), ih, wt0) for p in range(NP + 2)]
+                        for p in range(NP + 2):
+                            for kd in range(3):
+                                j = p - kd
+                                if 0 <= j < NP:
+                                    for kh in range(5):
+                                        acc[j, (t - kh) % 5] += A[kd * 5 + kh] @ Bs[p]
+                        done = (t + 1) % 5
+                        for j in range(NP):
+                            if t >= 4 and d0 + j < Dout:
+                                for n in range(B_N):
+                                    for m in range(16):
+                                        if pos(m) is not None and wt0 + SEG * n + pos(m) < W:
+                                            y[c, d0 + j, h0 + t - 4, wt0 + SEG * n + pos(m)] = acc[j, done, m, n]
+                            acc[j, done] = 0
+    return y
+
+
+@pytest.mark.parametrize("target,NP,HC,W", [("nvidia", 1, 6, 8), ("nvidia", 2, 4, 24), ("nvidia", 3, 6, 96),
+                                            ("amd", 1, 6, 24), ("amd", 2, 5, 8)])
+def test_step6_fragment_formulation_matches_conv3d(target, NP, HC, W):
+    x, w = _inputs(seed=11, C=2, D=5, H=6, W=W)
+    y = _step6_emulated(x, w, target, NP, HC)
+    ref = F.conv3d(x.double(), w.double(), padding=(0, 2, 2), groups=x.shape[1])[0]
+    torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
 
 
 def test_candidate_source_is_self_contained():
