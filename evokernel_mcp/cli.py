@@ -156,6 +156,12 @@ def _doctor(as_json: bool) -> int:
     from evokernel_mcp.doctor import check_toolchains
 
     tools = check_toolchains()
+    from evokernel_mcp.runtime.sandbox import bwrap_path, tool_level
+
+    iso = {"level": tool_level(), "bwrap": bwrap_path(),
+           "meaning": {"bwrap+uid": "bubblewrap, uid 65534, filesystem hidden", "bwrap": "bubblewrap, filesystem "
+                       "hidden", "process": "fresh process and rlimits only: the filesystem is NOT hidden "
+                       "(install bubblewrap)"}[tool_level()]}
     devices: Any = None
     try:
         from evokernel_mcp.devices.discovery import query_rocminfo
@@ -166,8 +172,10 @@ def _doctor(as_json: bool) -> int:
     except Exception as e:  # noqa: BLE001 - doctor reports, never crashes
         devices = {"error": f"{type(e).__name__}: {e}"}
     if as_json:
-        print(json.dumps({"devices": devices, "toolchains": [t.model_dump() for t in tools]}, indent=2))
+        print(json.dumps({"devices": devices, "toolchains": [t.model_dump() for t in tools], "isolation": iso},
+                         indent=2))
         return 0
+    print(f"Isolation of agent code: {iso['level']} ({iso['meaning']})")
     print("Devices")
     if isinstance(devices, dict) and "devices" in devices:
         print(f"  backend: {devices.get('backend')}")
@@ -189,8 +197,31 @@ def _doctor(as_json: bool) -> int:
     return 0
 
 
+def _configure_executor(ns: argparse.Namespace) -> str | None:
+    """Choose where evaluate_batch runs its stages (executors/); an error line, or None when fine."""
+    import importlib.util
+
+    from evokernel_mcp import executors
+
+    try:
+        env = executors.config()  # $EVOKERNEL_EXECUTOR, $EVOKERNEL_RAY_ADDRESS, $EVOKERNEL_RAY_SLOTS
+        kind = getattr(ns, "executor", None) or env.kind
+        if kind == "ray" and importlib.util.find_spec("ray") is None:
+            return ("--executor ray needs Ray in this environment: pip install 'evokernel-mcp[ray]' (the Ray "
+                    "version of the cluster)")
+        executors.configure(kind, ns.ray_address or env.ray_address,
+                            ns.ray_slots if ns.ray_slots is not None else env.ray_slots)
+    except ValueError as e:
+        return f"executor: {e}"
+    return None
+
+
 def _serve(ns: argparse.Namespace) -> int:
     _setup_logging(ns.log_level)
+    problem = _configure_executor(ns)
+    if problem:
+        print(f"evokernel-mcp serve: {problem}", file=sys.stderr)
+        return 2
     if not ns.http:
         from evokernel_mcp.server import build_server
 
@@ -222,6 +253,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--allowed-host", action="append", metavar="NAME",
                    help="a Host name clients use besides loopback (a tunnel's or proxy's name); repeatable")
     s.add_argument("--log-level", default="INFO")
+    s.add_argument("--executor", choices=["local", "ray"], default=None,
+                   help="where evaluate_batch runs candidates: this host's GPUs (local, default) or a Ray cluster "
+                   "(else $EVOKERNEL_EXECUTOR)")
+    s.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="with --executor ray: 'auto' (the cluster this host is in; default), 'ray://head:10001' "
+                   "(Ray Client) or 'local' (start Ray here); else $EVOKERNEL_RAY_ADDRESS")
+    s.add_argument("--ray-slots", type=int, default=None, metavar="N",
+                   help="with --executor ray: how many GPUs to hold (default: every GPU of the cluster)")
     d = sub.add_parser("doctor", help="devices and toolchains found, with versions")
     d.add_argument("--json", action="store_true", dest="as_json")
     c = sub.add_parser("call", help="one tool call through a real MCP client session; prints JSON")

@@ -25,6 +25,7 @@ TOOL_MODULES = [
     "verify",      # verify_vs_pytorch
     "benchmark",   # benchmark, measure_ceilings
     "profile",     # profile_pmc, thread_trace
+    "batch",       # evaluate_batch
     "jobs",        # job_status, job_result, cancel_job, list_jobs
     "docs",        # list_docs, search_docs, read_doc + evokernel://docs/...
     "artifacts",   # read_artifact + evokernel://artifacts/...

@@ -20,6 +20,11 @@ def _isolated_state(tmp_path_factory):
     # tests load task folders and KernelBench files by path from the repo's tests and from tmp dirs
     os.environ["EVOKERNEL_TASK_ROOTS"] = os.pathsep.join([str(REPO / "tests"), str(home.parent.parent)])
     yield home
+    import anyio
+
+    from evokernel_mcp.app import close_app
+
+    anyio.run(close_app)  # stop the job manager's loop thread and the runners before the interpreter exits
 
 
 def _have_cuda() -> bool:

@@ -132,7 +132,8 @@ def _stop(run: InterleavedRun, opt: Any, t0: float, next_round_s: float) -> str 
         return "max_reps"
     if len(run.rounds) >= MAX_ROUNDS:
         return "max_rounds"
-    if time.monotonic() - t0 + next_round_s > run.budget_s and run.rounds:
+    if time.monotonic() - t0 + next_round_s > run.budget_s and run.rounds \
+            and all(run.reps(a) >= opt.min_reps for a in run.arms):  # min_reps is a floor the caller asked for
         return "max_time_s"
     return None
 

@@ -66,11 +66,15 @@ def _run_dict(run, name: str, init: dict, report: dict, gpu: bool) -> dict[str, 
     extra = {**(report.get("marks") or {}), "rounds": len(run.rounds)}
     if report.get("activity_timer_unused"):
         extra["activity_timer_unused"] = report["activity_timer_unused"]
-    method = (f"interleaved with the other arms in {len(run.rounds)} rounds ({run.stop_reason}); "
-              f"{report.get('timer')} clock" + ("; cold cache" if init.get("flush_bytes") else ""))
+    ovh = init.get("event_overhead_ms")
+    method = (f"interleaved with the other arms in {len(run.rounds)} rounds ({run.stop_reason})"
+              + (f"; {report.get('timer')} clock" if gpu else "") + ("; CUDA/HIP graph replay" if init.get("graph") else "")
+              + (("; cold cache" if init.get("flush_bytes") else "; warm cache") if gpu else "; host wall clock")
+              + ("; empty-event overhead subtracted" if ovh else ""))
     return {"times_ms": times, "method": method, "host_timing": not gpu, "warmup_calls": init.get("warmup_calls"),
             "copies": init.get("copies"), "stop_reason": run.stop_reason, "flush_bytes": init.get("flush_bytes"),
-            "event_overhead_ms": None, "overhead_subtracted": False, "timer": report.get("timer"), "extra": extra}
+            "event_overhead_ms": ovh, "overhead_subtracted": bool(ovh), "timer": report.get("timer"),
+            "extra": extra}
 
 
 def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progress, gpu: bool) -> dict:
@@ -84,7 +88,12 @@ def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progr
                                        "init_inputs": case["init_inputs"], "state": case["state"], "options": opt,
                                        "refill_pool": pool, "sample_size": 2 if name == "candidate" else 0},
                                max_bytes=1 << 20)
-    calls = {name: (lambda k, c=child, n=name: arms.ask(c, {"op": "arm_block", "name": n, "k": k}))
+    def arm(child, name: str, ovh: float | None):
+        def call(k: int) -> list[float]:  # event times less the measured empty-event pair, when asked
+            times = arms.ask(child, {"op": "arm_block", "name": name, "k": k})
+            return [max(t - ovh, 0.0) for t in times] if ovh else times
+        return call
+    calls = {name: arm(child, name, inits[name].get("event_overhead_ms"))
              for name, child in arms.children().items()}
     run = run_interleaved(calls, opt=TimingOptions(**opt), rng_seed=seed,
                           on_progress=lambda frac, msg: progress(frac, 1.0, msg))
@@ -95,7 +104,8 @@ def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progr
         out[name] = _run_dict(run, name, inits[name], rep, gpu)
         if name == "candidate":
             out["samples"] = rep.get("samples") or []
-        arms.ask(child, {"op": "arm_close", "name": name})
+        else:  # the candidate's arm stays until its post-timing checks (they reuse its input storage)
+            arms.ask(child, {"op": "arm_close", "name": name})
     return out
 
 
@@ -131,6 +141,7 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
     got = arms.ask(arms.cand, {"op": "bench_checks", "refill": refill["inputs"], "fresh": fresh["inputs"],
                                "init_inputs": case["init_inputs"], "state": case["state"], "seed": seed},
                    max_bytes=limit)
+    arms.ask(arms.cand, {"op": "arm_close", "name": "candidate"})
     out["check_timed"] = _check(arms.task, got["refill"], refill)
     out["check_fresh"] = _check(arms.task, got["fresh"], fresh)
     out["output_dtype"] = got.get("output_dtype")

@@ -13,6 +13,9 @@ from evokernel_mcp.benchmark import settle, timing
 from evokernel_mcp.verify.sides import _model, _plain, _sync, _to, candidate_fn
 
 
+CPU_COPIES = 4
+
+
 def _clone(inputs: list[Any]) -> list[Any]:
     import torch
 
@@ -42,19 +45,26 @@ def arm_init(loaded, req: dict[str, Any]) -> dict[str, Any]:
     fn = _callable(loaded, req)
     inputs = _to(req["inputs"], loaded.device)
     opt = timing.TimingOptions(**req["options"])
-    k, flusher = 1, None
+    k, flusher = (1 if gpu else CPU_COPIES), None  # host: a few rotating copies average out placement effects
     if gpu and opt.cold_cache:
         l2, mall, _ = timing.cache_bytes(0)
         k = timing.copies_for(_nbytes(inputs), l2 + mall, torch.cuda.mem_get_info()[0])
         flusher = timing.CacheFlusher(0)
     pool = [_to(p, loaded.device) for p in req.get("refill_pool") or []]
     arms = loaded.__dict__.setdefault("arms", {})
-    arms[req["name"]] = BlockTimer(fn, [_clone(inputs) for _ in range(k)], opt, gpu=gpu, refill_pool=pool,
-                                   sample_size=int(req.get("sample_size", 2)), seed=int(req["seed"]),
-                                   flusher=flusher)
-    warm = arms[req["name"]].warm_up()
+    sets = [_clone(inputs) for _ in range(k)]
+    timer = arms[req["name"]] = BlockTimer(fn, sets, opt, gpu=gpu, refill_pool=pool if not opt.use_graph else [],
+                                           sample_size=int(req.get("sample_size", 2)), seed=int(req["seed"]),
+                                           flusher=flusher)
+    if gpu and opt.use_graph:  # replay captured graphs (launch-bound callables): the graph owns its buffers
+        timer.calls = timing._make_graphs(fn, sets)
+    warm = timer.warm_up()
+    overhead = None
+    if gpu and opt.timer == "events" and opt.subtract_overhead:
+        overhead = timing._event_overhead_ms(flusher, timer.api, 50)
     _sync(loaded.device)
-    return {"copies": k, "warmup_calls": warm, "flush_bytes": flusher.nbytes if flusher else None}
+    return {"copies": k, "warmup_calls": warm, "flush_bytes": flusher.nbytes if flusher else None,
+            "event_overhead_ms": overhead, "graph": bool(gpu and opt.use_graph)}
 
 
 def arm_block(loaded, req: dict[str, Any]) -> list[float]:

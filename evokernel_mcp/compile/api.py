@@ -99,6 +99,10 @@ def _check_args(language: str, kernel: str, signature: dict | None, constexprs: 
 
 async def _run_backend(source: str, language: str, kernel: str, target: str, signature: dict | None,
                        constexprs: dict | None, opts: CompileOptions, workdir: Path) -> BackendOutput:
+    if language in ("hip", "cuda"):
+        from evokernel_mcp.compile.source_guard import check_includes
+
+        check_includes(source)
     if language == "triton":
         from evokernel_mcp.compile.triton_backend import compile_triton
 

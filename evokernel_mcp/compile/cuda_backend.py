@@ -17,6 +17,7 @@ from evokernel_mcp.compile.models import BackendOutput
 from evokernel_mcp.compile.nv_resources import parse_cuobjdump_res_usage, parse_ptxas_verbose
 from evokernel_mcp.errors import EvoError, ToolTimeout
 from evokernel_mcp.models import Diagnostic, ToolchainInfo
+from evokernel_mcp.runtime import sandbox
 from evokernel_mcp.subproc import require_executable, resolve_executable, run_async, run_sync, tail
 
 log = logging.getLogger(__name__)
@@ -100,8 +101,9 @@ async def compile_cuda(source: str, kernel: str, target: str, *, flags: list[str
     cubin = workdir / "kernel.cubin"
     argv = [nvcc, "-cubin", f"-arch={sm_arch(target)}", "-Xptxas", "-v", "-lineinfo", *flags,
             "-o", str(cubin), str(src)]
+    argv, env, _level = sandbox.tool_argv(argv, workdir)  # agent source: the compiler runs sandboxed
     try:
-        res = await run_async(argv, timeout_s=timeout_s, cwd=workdir, tool="nvcc")
+        res = await run_async(argv, timeout_s=timeout_s, cwd=workdir, env=env, tool="nvcc")
     except ToolTimeout as e:
         return BackendOutput(ok=False, toolchain=toolchain, log=e.stderr_tail, diagnostics=[Diagnostic(
             message=f"nvcc did not finish within {timeout_s:g} s and was killed; simplify the kernel or raise "

@@ -28,6 +28,7 @@ from evokernel_mcp.compile.hip_offline import (
 from evokernel_mcp.compile.models import BackendOutput
 from evokernel_mcp.errors import EvoError, ToolTimeout
 from evokernel_mcp.models import Diagnostic, ToolchainInfo
+from evokernel_mcp.runtime import sandbox
 from evokernel_mcp.subproc import probe_version, resolve_executable, run_sync, tail
 
 log = logging.getLogger(__name__)
@@ -95,7 +96,11 @@ def _check_kernel_present(out: BackendOutput, kernel: str) -> None:
 
 
 def _run(argv: list[str], budget: _Budget, tool: str, cwd: Path):
-    res = run_sync(argv, timeout_s=budget.left(), cwd=cwd, tool=tool)
+    from evokernel_mcp.paths import sub_state_dir
+
+    # agent source: the compiler runs sandboxed; it reads the offline ROCm root (HIP headers) we built
+    wrapped, env, _level = sandbox.tool_argv(argv, cwd, ro_binds=[str(sub_state_dir("hip_rocm_root"))])
+    res = run_sync(wrapped, timeout_s=budget.left(), cwd=cwd, env=env, tool=tool)
     return res, f"$ {' '.join(argv)}\n[exit {res.returncode}, {res.duration_s:.2f} s]\n{tail(res.stderr)}\n"
 
 

@@ -22,6 +22,7 @@ from evokernel_mcp.compile.options import CompileOptions, is_amd
 from evokernel_mcp.errors import ToolTimeout
 from evokernel_mcp.models import Diagnostic, ToolchainInfo
 from evokernel_mcp.paths import REPO_DIR
+from evokernel_mcp.runtime import sandbox
 from evokernel_mcp.subproc import run_async, tail
 
 MODULE_FILE = "user_kernel.py"
@@ -46,11 +47,12 @@ def gpu_target(target: str) -> dict[str, Any]:
 
 
 def _child_env(workdir: Path) -> dict[str, str]:
-    env = dict(os.environ)  # a copy: the server never mutates its own environment
-    env["TRITON_CACHE_DIR"] = str(workdir / "triton_cache")
-    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # 3.9's default, stated so it does not warn
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_DIR), env.get("PYTHONPATH", "")) if p)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    """What the compile child needs beyond the sandbox's allow-list (never the server's own environment)."""
+    env = {"TRITON_CACHE_DIR": str(workdir / "triton_cache"),
+           "TRITON_DEFAULT_FP_FUSION": os.environ.get("TRITON_DEFAULT_FP_FUSION", "1")}  # 3.9's default, stated
+    for k in ("TRITON_HIP_LLD_PATH", "TRITON_PTXAS_PATH", "TRITON_INTERPRET"):
+        if k in os.environ:
+            env[k] = os.environ[k]
     return env
 
 
@@ -83,14 +85,19 @@ async def compile_triton(source: str, kernel: str, target: str, *, signature: di
     (workdir / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
     argv = [sys.executable, "-m", "evokernel_mcp.compile.triton_child", str(workdir / "spec.json")]
     toolchain = ToolchainInfo(name="triton", version=triton_version())
+    # the agent's module is imported by Triton: in the sandbox, like a candidate (runtime/sandbox.py)
+    argv, env, _level = sandbox.tool_argv(argv, workdir, env=_child_env(workdir))
     try:
-        res = await run_async(argv, timeout_s=options.timeout_s, cwd=workdir, env=_child_env(workdir),
-                              tool="triton.compile")
+        res = await run_async(argv, timeout_s=options.timeout_s, cwd=workdir, env=env, tool="triton.compile")
     except ToolTimeout as e:
         return BackendOutput(ok=False, toolchain=toolchain, log=e.stderr_tail, diagnostics=[Diagnostic(
             message=f"triton.compile did not finish within {options.timeout_s:g} s and was killed (timeout); "
                     "reduce tile sizes/unrolling or raise options.timeout_s.")])
     result_file = workdir / "result.json"
+    link = sandbox.refuse_links(workdir)
+    if link:
+        return BackendOutput(ok=False, toolchain=toolchain, diagnostics=[Diagnostic(
+            message=f"the compile left a symbolic link ({link}); refused")])
     if not result_file.is_file():
         diags = mlir_diagnostics(res.stderr) or [Diagnostic(
             message=f"the Triton compiler crashed (exit code {res.returncode}): {tail(res.stderr, 1500)}")]

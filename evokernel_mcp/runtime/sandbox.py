@@ -149,7 +149,7 @@ def bwrap_argv(spec: Spec, exe: str, drop_uid: bool) -> list[str]:
              "--perms", "0755", "--tmpfs", "/home", "--perms", "0755", "--tmpfs", "/run"]
     mounts: dict[str, str] = {d: "bind" for d in SYSTEM_RO}
     mounts.update({d: "dir" for d in ("/tmp", "/root", "/home", "/run")})
-    for p in python_roots() + spec.ro_binds:
+    for p in python_roots():
         if os.path.exists(p):
             _dirs_for(p, mounts, args)
             args += ["--ro-bind", p, p]
@@ -162,10 +162,11 @@ def bwrap_argv(spec: Spec, exe: str, drop_uid: bool) -> list[str]:
             mounts[secret] = "dir"
         elif os.path.isfile(secret):
             args += ["--ro-bind", "/dev/null", secret]
-    for p in [str(spec.scratch)] + spec.rw_binds:
+    for kind, p in [("--ro-bind", b) for b in spec.ro_binds] + [("--bind", b) for b in [str(spec.scratch)]
+                                                                  + spec.rw_binds]:
         if os.path.exists(p):
             _dirs_for(p, mounts, args)
-            args += ["--bind", p, p]
+            args += [kind, p, p]
             mounts[p] = "bind"
     args += ["--chdir", str(spec.scratch), "--clearenv"]
     for k, v in spec.env.items():
@@ -353,3 +354,67 @@ def own(pid: int) -> None:
 
 def disown(pid: int) -> None:
     _OWNED.discard(pid)
+
+
+_TOOL_LEVEL: list[str] = []
+
+
+def tool_level() -> str:
+    """The best isolation level that runs a plain command here (probed once per process, ~50 ms)."""
+    import subprocess
+    import tempfile
+
+    if os.environ.get("EVOKERNEL_SANDBOX", "").lower() == "process":
+        return "process"
+    if _TOOL_LEVEL:
+        return _TOOL_LEVEL[0]
+    for level in level_candidates():
+        if level == "process":
+            break
+        d = Path(tempfile.mkdtemp(prefix="evk-probe-", dir=str(state_dir())))
+        try:
+            prepare_scratch(d, level)
+            argv = argv_for(Spec(argv=["/bin/true"], scratch=d, env=base_env()), level)
+            if subprocess.run(argv, capture_output=True, timeout=30).returncode == 0:
+                _TOOL_LEVEL.append(level)
+                return level
+            log.warning("isolation %s does not run here; trying the next level", level)
+        except (OSError, subprocess.SubprocessError) as e:
+            log.warning("isolation %s does not run here (%r); trying the next level", level, e)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+    _TOOL_LEVEL.append("process")
+    return "process"
+
+
+def tool_argv(argv: list[str], workdir: Path, *, env: dict[str, str] | None = None, devices: bool = False,
+              ro_binds: list[str] | None = None) -> tuple[list[str], dict[str, str], str]:
+    """A compiler or tool run on agent input (Triton's import of agent source, clang, nvcc), wrapped like a
+    candidate: the sandbox of the best level here with `workdir` as its only writable dir, the allow-listed
+    environment, and rlimits through prlimit (the async runner cannot take a preexec). Returns
+    (argv, env, level)."""
+    level = tool_level()
+    full_env = base_env({"HOME": str(workdir), "TMPDIR": str(workdir / "tmp"), **(env or {})})
+    prepare_scratch(workdir, level)
+    inner = list(argv)
+    lim = shutil.which("prlimit")
+    if lim:
+        inner = [lim, f"--fsize={FSIZE_BYTES}", f"--nproc={NPROC}", "--core=0", "--"] + inner
+    if level == "process":
+        if process_level_drops_uid() and shutil.which("setpriv"):
+            inner = [_setpriv(), f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"] + inner
+        return inner, full_env, level
+    binds = list(ro_binds or [])
+    if os.path.isabs(argv[0]):  # a tool configured outside the system dirs (HIPCC=/home/me/rocm/bin/hipcc)
+        binds.append(os.path.dirname(os.path.realpath(argv[0])))
+    spec = Spec(argv=inner, scratch=workdir, env=full_env, devices=devices, ro_binds=binds)
+    return argv_for(spec, level), full_env, level
+
+
+def refuse_links(workdir: Path) -> str | None:
+    """A sandboxed process may leave symbolic links where we later read its outputs: name the first one."""
+    for root, dirs, files in os.walk(workdir):
+        for n in dirs + files:
+            if os.path.islink(os.path.join(root, n)):
+                return os.path.join(root, n)
+    return None

@@ -61,8 +61,9 @@ class Child:
             if k in os.environ:
                 env[k] = os.environ[k]
         kind = "cpu" if device == "cpu" else "cuda"
-        if kind == "cpu":  # an idle arm's OpenMP threads must not spin on the cores another arm is timed on
-            env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        if kind == "cpu":  # host timing: one thread per arm, and an idle arm's threads never spin, so arms
+            env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # timed in turn do not compete for the cores
+            env.setdefault("OMP_NUM_THREADS", os.environ.get("EVOKERNEL_CPU_THREADS", "1"))
         spec = sandbox.Spec(argv=[sys.executable, "-m", "evokernel_mcp.runtime.child", "--device", kind],
                             scratch=self.scratch, env=env, devices=kind != "cpu")
         self._boot = open(self.scratch / ".boot.log", "wb")  # noqa: SIM115 - closed in kill()

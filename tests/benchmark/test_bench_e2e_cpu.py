@@ -19,7 +19,7 @@ FAST = {"shapes": ["small"], "max_time_s": 1e-6, "wait_s": 240, "timeout_s": 240
 
 
 def _consistent(s, reps):
-    assert s.reps == reps
+    assert s.reps >= reps  # interleaved blocks: at least min_reps, in whole blocks
     assert s.min_ms <= s.p10_ms <= s.median_ms <= s.p90_ms
     assert s.ci_median_ms[0] <= s.median_ms <= s.ci_median_ms[1]
     assert s.std_ms >= 0 and s.mean_ms > 0
@@ -32,7 +32,7 @@ def test_cpu_harness_correct_candidate_vs_reference():
     assert r.shape == "small"
     _consistent(r.candidate, 6)
     _consistent(r.baseline, 6)
-    assert r.speedup == pytest.approx(r.baseline.median_ms / r.candidate.median_ms)
+    assert r.speedup > 0  # the median of the per-round paired ratios (interleaved arms), not a ratio of medians
     assert r.speedup_ci[0] <= r.speedup <= r.speedup_ci[1]
     assert r.correct_after_timing is True
     assert r.achieved_gbs == pytest.approx(12000 / (r.candidate.median_ms * 1e-3) / 1e9)

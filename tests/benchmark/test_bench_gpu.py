@@ -33,7 +33,7 @@ def test_gpu_benchmark_uses_the_activity_clock_for_both_series():
     for s, ti in ((r.candidate, r.candidate_timing), (r.baseline, r.baseline_timing)):
         assert s.reps >= 30 and s.min_ms <= s.p10_ms <= s.median_ms <= s.p90_ms
         assert ti.timer == "activity", ti.timer_note
-        assert 0 < ti.kernel_span_median_ms < ti.event_median_ms  # the kernel's own time is inside the events
+        assert 0 < ti.kernel_span_median_ms  # the kernel's own span (events are not read beside interleaved blocks)
         assert ti.flush_bytes and ti.flush_bytes >= 256 << 20
         if torch.version.hip is None:  # CUDA: ncu's launch cost measured once and added (launch_cost.py)
             assert ti.launch_cost_ms and 0 < ti.launch_cost_ms < 0.005, ti
@@ -68,7 +68,7 @@ def test_gpu_benchmark_catches_results_cached_by_input_address():
            "    if k not in _seen:\n        _seen[k] = x + y\n    return _seen[k]\n")
     res = anyio.run(lambda: benchmark(candidate=src, **OPTS))
     r = res.results[0]
-    assert r.correct_after_timing is False
+    assert r.correct_after_timing is False and r.valid is False and r.speedup is None
     assert any("input storage refilled" in f for f in r.flags)
 
 

@@ -81,4 +81,4 @@ def test_out_of_bounds_write_is_survived_and_worker_replaced():
 def test_flagship_conv3d_reference_runs_at_full_size():
     cand = "import torch.nn.functional as F\n\ndef run(x, w):\n    return F.conv3d(x, w, padding=(0, 2, 2), groups=x.shape[1])\n"
     r = verify(cand, "conv3d_depthwise", seeds=1, timeout_s=600)
-    assert r.passed is True and [c.shape for c in r.cases] == ["small", "medium", "full"], r
+    assert r.passed is True and [c.shape for c in r.cases if not c.probe] == ["small", "medium", "full"], r
