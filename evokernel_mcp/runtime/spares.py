@@ -64,6 +64,10 @@ class Child:
         if kind == "cpu":  # host timing: one thread per arm, and an idle arm's threads never spin, so arms
             env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # timed in turn do not compete for the cores
             env.setdefault("OMP_NUM_THREADS", os.environ.get("EVOKERNEL_CPU_THREADS", "1"))
+            # glibc's mmap threshold moves with each process's allocation history: a process still at the
+            # default mmaps (and page-faults) every multi-MB output, measured 3x slower than its twin; fix it
+            env.setdefault("MALLOC_MMAP_THRESHOLD_", str(32 << 20))
+            env.setdefault("MALLOC_TRIM_THRESHOLD_", str(1 << 30))
         spec = sandbox.Spec(argv=[sys.executable, "-m", "evokernel_mcp.runtime.child", "--device", kind],
                             scratch=self.scratch, env=env, devices=kind != "cpu")
         self._boot = open(self.scratch / ".boot.log", "wb")  # noqa: SIM115 - closed in kill()
