@@ -28,7 +28,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-KB = REPO.parent / "shared" / "kernelbench" / "level1"
+KB = next((p for p in (REPO / ".kb" / "level1", REPO.parent / "shared" / "kernelbench" / "level1") if p.is_dir()),
+          REPO.parent / "shared" / "kernelbench" / "level1")  # .kb/: an uncommitted copy carried to a GPU host
 CAND = REPO / "bench" / "candidates_ab"
 
 import anyio  # noqa: E402
@@ -113,7 +114,7 @@ def _task_args(ref: str) -> dict:
     return {"reference": Path(ref).read_text() if ref.endswith(".py") and Path(ref).exists() else ref}
 
 
-async def run_all(a) -> dict:
+async def run_all(a, save=lambda out: None) -> dict:
     from mcp import Client
 
     from evokernel_mcp.server import build_server
@@ -126,7 +127,7 @@ async def run_all(a) -> dict:
             common["control"] = True
         ks = kernels(a.cpu_small)
         for name, ref in ks.items():
-            if "same" not in a.only or (a.kernels and name not in a.kernels):
+            if "same" not in a.only or (a.kernels and not any(k in name for k in a.kernels)):
                 continue
             rows = []
             for _ in range(a.calls):
@@ -135,18 +136,23 @@ async def run_all(a) -> dict:
                 sc["_wall_s"] = round(time.monotonic() - t0, 1)
                 rows.append(_row(sc))
                 print(name, rows[-1]["speedup"], rows[-1]["ci"], rows[-1]["valid"], rows[-1]["wall_s"], flush=True)
-            out["same_code"][name] = rows
+                out["same_code"][name] = rows
+                save(out)  # after every call: a run cut short keeps what it measured
         mm = str(KB / "1_Square_matrix_multiplication_.py")
+        if a.cpu_small or a.mm_n:
+            common["overrides"] = {"N": a.mm_n or 256}
         if "five" in a.only:
             for _ in range(10):
                 sc = await call(client, {**_task_args(mm), "candidate": (CAND / "five_percent_more.py").read_text(),
                                          **common})
                 out["five_percent"].append(_row(sc))
+                save(out)
         if "cheats" in a.only:
             for p in sorted(CAND.glob("*.py")):
                 if p.stem != "five_percent_more":
                     out["cheats"][p.stem] = _row(await call(client, {**_task_args(mm), "candidate": p.read_text(),
                                                                      **common}))
+                    save(out)
     return out
 
 
@@ -182,6 +188,9 @@ def to_markdown(res: dict, meta: dict) -> str:
 
 
 def main() -> None:
+    import logging
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=8)
     ap.add_argument("--max-time-s", type=float, default=2.0)
@@ -189,21 +198,27 @@ def main() -> None:
     ap.add_argument("--kernels", default="")
     ap.add_argument("--tag", default="")
     ap.add_argument("--cpu-small", action="store_true", help="small sizes for the CPU path (plumbing only)")
+    ap.add_argument("--mm-n", type=int, default=0, help="N override of 1_Square_matrix_multiplication_ for the 5 %% "
+                    "check and the cheats (0: the file's own 4096)")
     a = ap.parse_args()
     a.kernels = [k for k in a.kernels.split(",") if k]
     import torch
 
     dev = torch.cuda.get_device_name(0).replace(" ", "_") if torch.cuda.is_available() else "cpu"
-    res = anyio.run(run_all, a)
     meta = {"device": dev, "date": datetime.date.today().isoformat(), "max_time_s": a.max_time_s, "calls": a.calls,
             "versions": {"torch": torch.__version__, "python": platform.python_version(),
                          "cuda": torch.version.cuda, "hip": getattr(torch.version, "hip", None)}}
     stem = REPO / "bench" / "results" / f"ab_same_code_{dev}_{meta['date']}{'_' + a.tag if a.tag else ''}"
-    stem.with_suffix(".json").write_text(json.dumps({"meta": meta, **res}, indent=1, default=str))
-    stem.with_suffix(".md").write_text(to_markdown(res, meta))
-    if os.environ.get("OUT"):
-        for suf in (".json", ".md"):
-            shutil.copy(stem.with_suffix(suf), Path(os.environ["OUT"]) / stem.with_suffix(suf).name)
+
+    def save(res: dict) -> None:
+        stem.with_suffix(".json").write_text(json.dumps({"meta": meta, **res}, indent=1, default=str))
+        stem.with_suffix(".md").write_text(to_markdown(res, meta))
+        if os.environ.get("OUT"):
+            for suf in (".json", ".md"):
+                shutil.copy(stem.with_suffix(suf), Path(os.environ["OUT"]) / stem.with_suffix(suf).name)
+
+    res = anyio.run(run_all, a, save)
+    save(res)
     print(to_markdown(res, meta))
 
 

@@ -180,6 +180,9 @@ async def main(ns: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
+    import logging
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--modes", default="local:1,local:2,ray:1,ray:2")
     ap.add_argument("--n", type=int, default=16)

@@ -124,7 +124,8 @@ def _verdict(body: dict, is_error: bool, text: str | None) -> dict:
             "error": (f"{err.get('kind')}: {err.get('message', '')[:400]}" if err else text)}
 
 
-async def sweep(files: list[Path], seeds: int, max_time_s: float, scale: int, bench: bool, wait_s: float) -> list:
+async def sweep(files: list[Path], seeds: int, max_time_s: float, scale: int, bench: bool, wait_s: float,
+                budget_s: float = 0.0) -> list:
     from mcp import Client
 
     from evokernel_mcp.overrides import scaled_overrides
@@ -132,7 +133,11 @@ async def sweep(files: list[Path], seeds: int, max_time_s: float, scale: int, be
 
     rows = []
     async with Client(build_server()) as c:
+        t_start = time.perf_counter()
         for f in files:
+            if budget_s and time.perf_counter() - t_start > budget_s:
+                print(f"budget of {budget_s:.0f} s spent: {f.name} and later not run", flush=True)
+                break
             src = f.read_text()
             ov = scaled_overrides(src, max_elems=scale) if scale else None
             base = {"reference": src, "wait_s": wait_s, "timeout_s": 600, **({"overrides": ov} if ov else {})}
@@ -204,6 +209,9 @@ def _markdown(meta: dict, rows: list) -> str:
 
 
 def main() -> None:
+    import logging
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--kb")
     ap.add_argument("--only", help="comma-separated problem numbers, e.g. 19,23,51")
@@ -213,11 +221,18 @@ def main() -> None:
     ap.add_argument("--overrides-scale", type=int, default=0)
     ap.add_argument("--wait-s", type=float, default=300)
     ap.add_argument("--no-benchmark", action="store_true")
+    ap.add_argument("--budget-s", type=float, default=0.0,
+                    help="start no new problem after this many seconds (0 = no limit); the results still get written")
+    ap.add_argument("--combine", nargs="+", type=Path, help="merge the JSON results of several parts into one table")
+    ap.add_argument("--tag", default="", help="suffix of the result files")
     a = ap.parse_args()
+    if a.combine:
+        return combine(a.combine, a.tag)
     kb = _kb_dir(a.kb)
     files = _select(sorted(kb.glob("*.py"), key=lambda p: int(p.name.split("_")[0])), a.only, a.part)
     t0 = time.perf_counter()
-    rows = anyio.run(sweep, files, a.seeds, a.max_time_s, a.overrides_scale, not a.no_benchmark, a.wait_s)
+    rows = anyio.run(sweep, files, a.seeds, a.max_time_s, a.overrides_scale, not a.no_benchmark, a.wait_s,
+                     a.budget_s)
     v = _versions()
     device = v.get("device", "cpu").replace("NVIDIA ", "").replace(" ", "-")
     date = dt.date.today().isoformat()
@@ -225,12 +240,33 @@ def main() -> None:
             "overrides_scale": a.overrides_scale, "problems": len(rows), "ok": sum(r["ok"] for r in rows),
             "wall_s": time.perf_counter() - t0, "only": a.only, "part": a.part}
     stem = f"kernelbench_sweep_{device}_{date}" + (f"_part-{a.part.replace('/', '-of-')}" if a.part else "") + \
-        ("_only" if a.only else "")
+        ("_only" if a.only else "") + (f"_{a.tag}" if a.tag else "")
+    _write(stem, meta, rows)
+    print(f"{meta['ok']}/{meta['problems']} right in {meta['wall_s']:.0f} s -> bench/results/{stem}.md")
+
+
+def _write(stem: str, meta: dict, rows: list) -> None:
     for d in filter(None, [REPO / "bench" / "results", Path(os.environ["OUT"]) if os.environ.get("OUT") else None]):
         d.mkdir(parents=True, exist_ok=True)
         (d / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
         (d / f"{stem}.md").write_text(_markdown(meta, rows))
-    print(f"{meta['ok']}/{meta['problems']} right in {meta['wall_s']:.0f} s -> bench/results/{stem}.md")
+
+
+def combine(paths: list[Path], tag: str) -> None:
+    """One table from the parts (each run in its own device call); a problem run twice keeps its last row."""
+    metas, by_problem = [], {}
+    for p in paths:
+        d = json.loads(p.read_text())
+        metas.append(d["meta"])
+        for r in d["rows"]:
+            by_problem[r["problem"]] = r
+    rows = sorted(by_problem.values(), key=lambda r: int(r["problem"].split("_")[0]))
+    m0 = metas[0]
+    meta = {**m0, "problems": len(rows), "ok": sum(r["ok"] for r in rows), "wall_s": sum(m["wall_s"] for m in metas),
+            "only": None, "part": f"combined from {len(paths)} runs: " + ", ".join(p.name for p in paths)}
+    stem = f"kernelbench_sweep_{m0['device']}_{m0['date']}_combined" + (f"_{tag}" if tag else "")
+    _write(stem, meta, rows)
+    print(f"{meta['ok']}/{meta['problems']} right; {meta['wall_s']:.0f} s of sweeping -> bench/results/{stem}.md")
 
 
 if __name__ == "__main__":

@@ -55,19 +55,26 @@ async def measure(task: str, shapes: list[str], reps: int, candidate: str, pace_
             t = time.perf_counter()
             r = await c.call_tool("verify_vs_pytorch", args)
             warm.append(time.perf_counter() - t)
+            print(f"warm {len(warm)}: {warm[-1]:.3f} s", file=sys.stderr, flush=True)
             assert not r.is_error and r.structured_content["passed"], r
             await anyio.sleep(max(0.0, pace_s - warm[-1]))
         t = time.perf_counter()
-        distinct_ok = 0
+        distinct_ok, each = 0, []
         for src in variants(candidate, n_distinct):  # back to back: each a fresh process, a cold compile
+            t1 = time.perf_counter()
             r = await c.call_tool("verify_vs_pytorch", {**args, "candidate": src})
+            each.append(time.perf_counter() - t1)
             distinct_ok += bool(not r.is_error and r.structured_content.get("passed"))
+            print(f"distinct {len(each)}: {each[-1]:.3f} s", file=sys.stderr, flush=True)
         distinct_s = time.perf_counter() - t
     return {"init_s": t_init, "cold_s": t_first, "warm": warm, "result": first, "distinct_s": distinct_s,
-            "distinct_n": n_distinct, "distinct_ok": distinct_ok}
+            "distinct_n": n_distinct, "distinct_ok": distinct_ok, "distinct_each": each}
 
 
-def write_report(m: dict, task: str, shapes: list[str]) -> Path:
+TORCH_CANDIDATE = "import torch\n\n\ndef run(x, y):\n    return torch.add(x, y)\n"
+
+
+def write_report(m: dict, task: str, shapes: list[str], tag: str = "", what: str = "") -> Path:
     res = m["result"]
     device = res.get("device") or "unknown"
     name = (res.get("device_name") or device).replace(" ", "_").replace("/", "_")
@@ -76,6 +83,7 @@ def write_report(m: dict, task: str, shapes: list[str]) -> Path:
     vers = res.get("versions", {})
     lines = [
         f"# verify_vs_pytorch latency ({now.isoformat(timespec='seconds')})", "",
+        f"- candidate: {what}",
         f"- host: {platform.node()}; CPUs: {os.cpu_count()}; device: {device} ({res.get('device_name')})",
         f"- versions: python {platform.python_version()}, torch {vers.get('torch')}, triton {vers.get('triton')}, "
         f"cuda {vers.get('cuda')}, hip {vers.get('hip')}",
@@ -88,13 +96,17 @@ def write_report(m: dict, task: str, shapes: list[str]) -> Path:
         f"| warm min / max | {w[0]:.4f} / {w[-1]:.4f} |",
         f"| {m['distinct_n']} different candidates back to back, total ({m['distinct_ok']} passed) | "
         f"{m['distinct_s']:.2f} |",
-        f"| ... per candidate | {m['distinct_s'] / max(m['distinct_n'], 1):.3f} |", "",
+        f"| ... per candidate | {m['distinct_s'] / max(m['distinct_n'], 1):.3f} |",
+        f"| ... per candidate, median / max | {statistics.median(m['distinct_each'] or [0]):.3f} / "
+        f"{max(m['distinct_each'] or [0]):.3f} |", "",
+        "Each different candidate is a new source: a fresh sandboxed process (and, for Triton, a cold compile: "
+        "no compile cache is shared between candidates' sandboxes).", "",
         f"Isolation in force: {res.get('isolation')} (each candidate in a fresh sandboxed process; the reference "
         "in its own cached process). Earlier shared-worker figures (one process for every job, no sandbox): "
         "25 ms warm verify, ~9 s cold (bench/results/verify_latency_NVIDIA_H200_2026-11-22.md).", "",
         f"Target on the GPU machine: warm median < 0.5 s -> {'MET' if statistics.median(w) < 0.5 else 'NOT MET'}.",
     ]
-    out = REPO / "bench" / "results" / f"verify_latency_{name}_{now.date().isoformat()}.md"
+    out = REPO / "bench" / "results" / f"verify_latency_{name}_{now.date().isoformat()}{'_' + tag if tag else ''}.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
     if os.environ.get("OUT"):
@@ -108,11 +120,17 @@ def main() -> None:
     ap.add_argument("--shapes", nargs="+", default=["small"])
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--candidate", type=Path, default=CANDIDATE)
+    ap.add_argument("--torch", action="store_true", help="a plain torch candidate (no JIT compile) instead")
+    ap.add_argument("--tag", default="", help="suffix of the result file")
     ap.add_argument("--pace-s", type=float, default=1.0, help="one warm call per this many seconds")
     ap.add_argument("--distinct", type=int, default=50, help="different candidates evaluated back to back")
     a = ap.parse_args()
-    m = anyio.run(measure, a.task, a.shapes, a.reps, a.candidate.read_text(), a.pace_s, a.distinct)
-    path = write_report(m, a.task, a.shapes)
+    src = TORCH_CANDIDATE if a.torch else a.candidate.read_text()
+    what = ("plain torch (torch.add; nothing to compile)" if a.torch
+            else f"{a.candidate.relative_to(REPO) if a.candidate.is_relative_to(REPO) else a.candidate} (Triton: a JIT "
+            "compile in each fresh process)")
+    m = anyio.run(measure, a.task, a.shapes, a.reps, src, a.pace_s, a.distinct)
+    path = write_report(m, a.task, a.shapes, a.tag, what)
     print(path.read_text())
     print(f"wrote {path}")
 

@@ -119,7 +119,29 @@ async def replay(args) -> dict:
                     st["profile"] = await call(client, "profile_pmc", {"task": "conv3d_depthwise", "candidate": src,
                                                                        "preset": "overview", "wait_s": 50, **extra})
             rep["steps"][step] = st
+            if getattr(args, "on_step", None):
+                args.on_step(rep)  # written after every step: a cut-off run still leaves its table
+        if args.journal and not args.compile_only:
+            rep["journal"] = await export_journal(client)
     return rep
+
+
+async def export_journal(client) -> dict:
+    """The journal's own view of the replay: distilled lessons and its trajectory chart, saved next to ours."""
+    import base64
+
+    out = await call(client, "export_trajectory", {"task": "conv3d_depthwise", "preview_chars": 0})
+    if not out or out.get("error") or not out.get("artifact_id"):
+        return {"error": (out or {}).get("error", "no export")}
+    saved = {}
+    for name, uri in (("trajectory.png", out["chart_uri"]), ("report.md", out["report_uri"])):
+        c = (await client.read_resource(uri)).contents[0]
+        data = base64.b64decode(c.blob) if getattr(c, "blob", None) else c.text.encode()
+        dest = RESULTS / f"journey_conv3d_journal_{datetime.date.today().isoformat()}_{name}"
+        dest.write_bytes(data)
+        saved[name] = str(dest.relative_to(REPO))
+        print(f"  journal {name} -> {saved[name]}", flush=True)
+    return {"artifact_id": out["artifact_id"], "points": len(out.get("points") or []), "saved": saved}
 
 
 def table(rep: dict) -> tuple[str, list[dict]]:
@@ -202,23 +224,46 @@ def main() -> int:
     ap.add_argument("--journal", action="store_true", help="pass experiment='conv3d/<step>' to the tools")
     ap.add_argument("--no-readme", dest="readme", action="store_false")
     ap.add_argument("--from-bench", type=Path)
+    ap.add_argument("--compile-from", type=Path, help="a journey JSON (e.g. from --compile-only on a host with "
+                    "clang-19) whose compile reports fill the targets this host cannot compile")
     args = ap.parse_args()
     if args.from_bench:
         from_bench(args.from_bench)
         return 0
+    args.on_step = lambda rep: write(rep, args, final=False)
     rep = anyio.run(replay, args)
+    write(rep, args, final=True)
+    return 0
+
+
+def fill_compile(rep: dict, path: Path) -> None:
+    """Compile reports this host could not make (no clang-19 here), taken from a run on a host that could."""
+    other = json.loads(path.read_text())
+    for step, st in rep["steps"].items():
+        for t, row in ((other.get("steps") or {}).get(step, {}).get("compile") or {}).items():
+            if row.get("ok") and not st["compile"].get(t, {}).get("ok"):
+                st["compile"][t] = {**row, "from": f"{path.name} ({other.get('date', '?')[:10]})"}
+
+
+def write(rep: dict, args, final: bool) -> None:
+    if args.compile_from:
+        fill_compile(rep, args.compile_from)
     md, rows = table(rep)
     dev = next(iter(((rep.get("device") or {}).get("devices") or [{}])), {}).get("name") or "cpu"
     stem = RESULTS / f"journey_conv3d_{'H200' if 'H200' in dev else dev.replace(' ', '_')}_{rep['date'][:10]}"
     RESULTS.mkdir(parents=True, exist_ok=True)
     stem.with_suffix(".json").write_text(json.dumps(rep, indent=1, default=str))
     stem.with_suffix(".md").write_text(f"# conv3d_depthwise journey ({dev}, {rep['date']})\n\n{md}")
-    if not args.compile_only:
+    if not args.compile_only and final:
         chart(rows, stem.with_suffix(".png"), f"conv3d_depthwise journey, {dev}, {rep['date'][:10]} (benchmark tool)")
         if args.readme:
             update_readme(md, stem.with_suffix(".png"))
-    print(md)
-    return 0
+    if final:
+        print(md)
+    if os.environ.get("OUT"):
+        for suf in (".json", ".md", ".png"):
+            if stem.with_suffix(suf).exists():
+                Path(os.environ["OUT"], stem.with_suffix(suf).name).write_bytes(stem.with_suffix(suf).read_bytes())
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ def chart_png(task: str, rows: list[ExperimentRow], shape: str | None) -> tuple[
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
     good_x, good_y, err_lo, err_hi, bad_x, bad_y, none_x, base = [], [], [], [], [], [], [], []
+    untimed_x = []  # verified, never timed on this shape: not a failure
     devices = set()
     for r in rows:
         t = next((x for x in r.times if x.shape == shape), None)
@@ -36,6 +37,8 @@ def chart_png(task: str, rows: list[ExperimentRow], shape: str | None) -> tuple[
         elif t is not None and t.median_ms is not None:
             bad_x.append(r.step)
             bad_y.append(t.median_ms)
+        elif t is None and r.verdict == "valid":
+            untimed_x.append(r.step)
         else:
             none_x.append(r.step)
     if good_x:
@@ -55,6 +58,9 @@ def chart_png(task: str, rows: list[ExperimentRow], shape: str | None) -> tuple[
     if none_x:
         ax.plot(none_x, [0.0] * len(none_x), "|", color="tab:red", markersize=14, transform=ax.get_xaxis_transform(),
                 clip_on=False, label="failed, no time")
+    if untimed_x:
+        ax.plot(untimed_x, [0.0] * len(untimed_x), "|", color="tab:gray", markersize=14,
+                transform=ax.get_xaxis_transform(), clip_on=False, label="verified, not timed")
     ys = good_y + bad_y + base[:1]
     if ys and min(ys) > 0 and max(ys) / min(ys) > 20:
         ax.set_yscale("log")

@@ -12,8 +12,13 @@ def register(mcp: MCPServer) -> None:
 
     @mcp.resource("evokernel://artifacts/{artifact_id}/{name}", name="artifact_file",
                   description="One file of a stored artifact (assembly, raw profiler output, full tables).")
-    def artifact_file(artifact_id: str, name: str) -> str:
+    def artifact_file(artifact_id: str, name: str) -> str | bytes:
+        """Text files as text; a binary file (a PNG chart, a code object) as a blob, never mangled."""
         try:
-            return artifacts.path_of(artifact_id, name).read_text(encoding="utf-8", errors="replace")
+            data = artifacts.path_of(artifact_id, name).read_bytes()
         except EvoError as e:
             raise ResourceError(str(e)) from e
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            return data

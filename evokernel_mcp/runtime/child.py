@@ -56,6 +56,10 @@ def _info(device: str) -> dict[str, Any]:
         import triton
 
         info["triton"] = triton.__version__
+        if info["device_name"] != "cpu":  # Triton builds its driver module (a C compile) on first use: do it
+            from triton.runtime import driver  # now, while this process is a spare, not on the job's clock
+
+            driver.active.get_current_device()
     except Exception as e:  # noqa: BLE001
         info["triton_error"] = repr(e)
     import evokernel_mcp.verify.sides  # noqa: F401 - warm the harness side, off the job's clock

@@ -228,6 +228,8 @@ class WorkerPool:
             raise
         out, err = ev.get("stdout", ""), ev.get("stderr", "")
         dur = ev.get("duration_s", time.perf_counter() - t0)
+        if ev.get("events"):
+            log.info("%s on %s: %.2f s; %s", req["op"], w.device, dur, "; ".join(map(str, ev["events"][:40]))[:2000])
         if ev["event"] == "result":
             return WorkerReply(ok=True, result=ev.get("result") or {}, stdout=out, stderr=err, duration_s=dur, **base)
         fatal = bool(ev.get("fatal"))

@@ -117,6 +117,12 @@ class RunnerContext:
 CTX: RunnerContext | None = None
 
 
+def drain_events() -> list[str]:
+    from evokernel_mcp.runtime.spares import drain_events as drain
+
+    return drain()
+
+
 def context() -> RunnerContext:
     if CTX is None:
         raise RuntimeError("not inside a runner process")
@@ -158,6 +164,7 @@ def serve(device: str, chan: Channel) -> None:
             os.chdir(home)
             sandbox.reap_zombies()
         msg["duration_s"] = time.perf_counter() - t0
+        msg["events"] = drain_events()
         msg["stdout"], msg["stderr"] = cap.read()
         chan.send(msg)
         if msg.get("fatal"):

@@ -32,9 +32,27 @@ from evokernel_mcp.runtime import frames, sandbox
 from evokernel_mcp.runtime.protocol import read_tail
 
 log = logging.getLogger(__name__)
-N_SPARES = int(os.environ.get("EVOKERNEL_SPARES", "2"))
+# Spares per device: a job takes one, and a replacement needs seconds to start (interpreter, torch, device
+# context, Triton's driver module), so back-to-back jobs need several; more on a host with cores to spare.
+N_SPARES = int(os.environ.get("EVOKERNEL_SPARES", str(max(2, min(6, (os.cpu_count() or 2) // 3)))))
 REF_CACHE = int(os.environ.get("EVOKERNEL_REF_CACHE", "2"))
 START_TIMEOUT_S = float(os.environ.get("EVOKERNEL_CHILD_START_TIMEOUT_S", "180"))
+
+
+# Where a job's time went (child starts, waits for a spare): the runner hands these to the server with the
+# op's reply, and the server logs them (stderr), so a slow job can be explained from the log.
+EVENTS: "collections.deque[str]" = __import__("collections").deque(maxlen=200)
+
+
+def _note(fmt: str, *args: Any) -> None:
+    EVENTS.append(fmt % args)
+
+
+def drain_events() -> list[str]:
+    out = []
+    while EVENTS:
+        out.append(EVENTS.popleft())
+    return out
 
 
 class ChildFailed(Exception):
@@ -245,8 +263,11 @@ class Spares:
             child = None
             try:
                 level = self.level
+                t0 = time.monotonic()
                 child = spawn(lambda: Child(self.device, level))
                 child.wait_ready()
+                child.start_s = time.monotonic() - t0
+                _note("child started in %.2f s", child.start_s)
                 return child
             except (ChildFailed, OSError) as e:
                 msg, tail = (e.message, (e.detail or "")[-600:]) if isinstance(e, ChildFailed) else (repr(e), "")
@@ -281,11 +302,16 @@ class Spares:
 
         @contextlib.contextmanager
         def cm():
+            t0 = time.monotonic()
             with self._lock:
                 self._quiet += 1
                 deadline = time.monotonic() + START_TIMEOUT_S
-                while self._starting > 0 and time.monotonic() < deadline:  # let starts in flight finish
+                # host timing on few cores: let starts in flight finish first. A GPU host with cores to spare
+                # does not wait (a start there costs seconds, on every benchmark); its only touch of the GPU is
+                # one context creation, which the interleaved arms see alike
+                while self._starting > 0 and time.monotonic() < deadline and self._wait_in_quiet():
                     self._lock.wait(timeout=1.0)
+            _note("quiet: waited %.2f s for spare starts", time.monotonic() - t0)
             try:
                 yield
             finally:
@@ -293,6 +319,9 @@ class Spares:
                     self._quiet -= 1
                 self.replenish()
         return cm()
+
+    def _wait_in_quiet(self) -> bool:
+        return self.device == "cpu" or (os.cpu_count() or 1) < 8 or os.environ.get("EVOKERNEL_QUIET_WAIT") == "1"
 
     def replenish(self) -> None:
         with self._lock:
@@ -305,11 +334,14 @@ class Spares:
 
     def take(self) -> Child:
         """A ready child for one job: a ready spare, else one already starting, else one started now."""
+        t0 = time.monotonic()
         with self._lock:
+            ready_now, starting = len(self._ready), self._starting
             deadline = time.monotonic() + START_TIMEOUT_S
             while not self._ready and self._starting > 0 and time.monotonic() < deadline:
                 self._lock.wait(timeout=1.0)
             child = self._ready.pop(0) if self._ready else None
+        _note("take: %d ready, %d starting, waited %.2f s", ready_now, starting, time.monotonic() - t0)
         if child is not None and child.proc.poll() is not None:
             child.discard()
             child = None

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import base64
+
 import anyio
 from mcp import Client
 
@@ -90,5 +92,7 @@ def test_scripted_session_journal(journal):
             assert md.count("**wrong_output**") == 1 and "BLOCK=256 should be faster" in md
             exp = await call(c, "export_trajectory", {"task": "vector_add"})
             assert exp["points"] == 3 and exp["chart_uri"].endswith("/trajectory.png")
+            png = (await c.read_resource(exp["chart_uri"])).contents[0]  # as tools/journey.py saves it
+            assert base64.b64decode(png.blob)[:8] == b"\x89PNG\r\n\x1a\n"
 
     anyio.run(main)
