@@ -134,14 +134,16 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
     timed = _interleave(arms, case, pool, seed, opt, progress, gpu)
     out.update({k: v for k, v in timed.items() if k != "samples"})
     out["check_sampled"] = _sampled(arms, ref, timed.get("samples") or [], seed)
-    refill = arms.ask(ref, {"op": "case", "shape": shape, "seed": seed + REFILL_SEED_OFFSET, "hi": True},
-                      max_bytes=1 << 42)
-    fresh = arms.ask(ref, {"op": "case", "shape": shape, "seed": seed + CHECK_SEED_OFFSET, "hi": True},
-                     max_bytes=1 << 42)
-    got = arms.ask(arms.cand, {"op": "bench_checks", "refill": refill["inputs"], "fresh": fresh["inputs"],
+    # inputs of other seeds, but the expected outputs from the model of the TIMED seed: a model with weights
+    # (nn.Conv3d, nn.Linear) is built per seed, and the candidate's checks run the timed seed's model
+    refill_in, fresh_in = (arms.ask(ref, {"op": "case", "shape": shape, "seed": seed + off, "hi": False},
+                                    max_bytes=1 << 42)["inputs"] for off in (REFILL_SEED_OFFSET, CHECK_SEED_OFFSET))
+    got = arms.ask(arms.cand, {"op": "bench_checks", "refill": refill_in, "fresh": fresh_in,
                                "init_inputs": case["init_inputs"], "state": case["state"], "seed": seed},
                    max_bytes=limit)
     arms.ask(arms.cand, {"op": "arm_close", "name": "candidate"})
+    refill, fresh = ({"inputs": x, **arms.ask(ref, {"op": "expected", "inputs": x, "seed": seed, "hi": True},
+                                               max_bytes=1 << 42)} for x in (refill_in, fresh_in))
     out["check_timed"] = _check(arms.task, got["refill"], refill)
     out["check_fresh"] = _check(arms.task, got["fresh"], fresh)
     out["output_dtype"] = got.get("output_dtype")

@@ -106,3 +106,39 @@ def test_mcp_client_benchmark_job_id_and_refusals():
             assert r.structured_content["copy_gbs"] > 0 and r.structured_content["host_timing"] is True
 
     anyio.run(main)
+
+
+WEIGHTED = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.conv = nn.Conv3d(cin, cout, 3)
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+def get_inputs():
+    return [torch.randn(1, 4, 6, 10, 10)]
+
+
+def get_init_inputs():
+    return [4, 8]
+'''
+
+
+def test_cpu_same_code_with_weights_passes_the_post_timing_checks():
+    """A model with weights is built per seed; the refill and fresh-input checks must compare the candidate
+    with the reference's model of the TIMED seed (found on the H200: a same-code cuDNN conv3d was judged
+    wrong_output_after_timing in 5 of 5 calls)."""
+    same = WEIGHTED.replace("class Model(", "class ModelNew(")
+    res = anyio.run(lambda: benchmark(candidate=same, reference=WEIGHTED, min_reps=3, **{**FAST, "shapes": None}))
+    assert res.error is None, res.error
+    r = res.results[0]
+    assert r.correct_after_timing is True and r.valid is True, (r.invalid_reason, r.invalid_detail)
+    changed = same.replace("return self.conv(x)", "return self.conv(x) * 1.01")
+    res = anyio.run(lambda: benchmark(candidate=changed, reference=WEIGHTED, min_reps=3, **{**FAST, "shapes": None}))
+    assert res.results[0].valid is False
