@@ -32,19 +32,6 @@ import anyio
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-PERTURB = '''
-def _evk_perturb(o):
-    if isinstance(o, torch.Tensor):
-        return o * 1.01 + 1e-3 if o.is_floating_point() else o + 1
-    if isinstance(o, (tuple, list)):
-        return type(o)(_evk_perturb(v) for v in o)
-    return o * 1.01 + 1e-3 if isinstance(o, float) else o
-
-
-class ModelNew(Model):
-    def forward(self, *args, **kwargs):
-        return _evk_perturb(super().forward(*args, **kwargs))
-'''
 
 
 class GpuMemSampler:
@@ -128,6 +115,7 @@ async def sweep(files: list[Path], seeds: int, max_time_s: float, scale: int, be
                 budget_s: float = 0.0) -> list:
     from mcp import Client
 
+    from evokernel_mcp.kb_candidates import perturbed, same_code
     from evokernel_mcp.overrides import scaled_overrides
     from evokernel_mcp.server import build_server
 
@@ -144,15 +132,14 @@ async def sweep(files: list[Path], seeds: int, max_time_s: float, scale: int, be
             row: dict = {"problem": f.name, "overrides": ov}
             t_all = time.perf_counter()
             with GpuMemSampler() as mem:
-                b, t, e, x = await _call(c, "verify_vs_pytorch", {**base, "candidate": src + "\nclass ModelNew(Model):\n"
-                                                                  "    pass\n", "seeds": seeds})
+                b, t, e, x = await _call(c, "verify_vs_pytorch", {**base, "candidate": same_code(src), "seeds": seeds})
                 row["same"] = {**_verdict(b, e, x), "wall_s": round(t, 2)}
-                b, t, e, x = await _call(c, "verify_vs_pytorch", {**base, "candidate": src + PERTURB, "seeds": 1,
+                b, t, e, x = await _call(c, "verify_vs_pytorch", {**base, "candidate": perturbed(src), "seeds": 1,
                                                                   "probe": False, "stop_on_first_failure": True})
                 row["perturbed"] = {**_verdict(b, e, x), "wall_s": round(t, 2)}
                 if bench:
-                    b, t, e, x = await _call(c, "benchmark", {**base, "candidate": src + "\nclass ModelNew(Model):\n"
-                                                              "    pass\n", "max_time_s": max_time_s})
+                    b, t, e, x = await _call(c, "benchmark", {**base, "candidate": same_code(src),
+                                                              "max_time_s": max_time_s})
                     res = (b.get("results") or [{}])[0]
                     err = b.get("error") or {}
                     row["benchmark"] = {"completed": not e and bool(b.get("results")) and not err,

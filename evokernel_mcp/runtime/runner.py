@@ -20,7 +20,7 @@ import time
 import traceback
 from typing import Any
 
-from evokernel_mcp.runtime import protocol, sandbox
+from evokernel_mcp.runtime import protocol, sandbox, spares
 from evokernel_mcp.runtime.ops import resolve
 
 
@@ -117,12 +117,6 @@ class RunnerContext:
 CTX: RunnerContext | None = None
 
 
-def drain_events() -> list[str]:
-    from evokernel_mcp.runtime.spares import drain_events as drain
-
-    return drain()
-
-
 def context() -> RunnerContext:
     if CTX is None:
         raise RuntimeError("not inside a runner process")
@@ -164,7 +158,7 @@ def serve(device: str, chan: Channel) -> None:
             os.chdir(home)
             sandbox.reap_zombies()
         msg["duration_s"] = time.perf_counter() - t0
-        msg["events"] = drain_events()
+        msg["events"] = spares.drain_events()
         msg["stdout"], msg["stderr"] = cap.read()
         chan.send(msg)
         if msg.get("fatal"):

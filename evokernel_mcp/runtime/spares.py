@@ -23,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ START_TIMEOUT_S = float(os.environ.get("EVOKERNEL_CHILD_START_TIMEOUT_S", "180")
 
 # Where a job's time went (child starts, waits for a spare): the runner hands these to the server with the
 # op's reply, and the server logs them (stderr), so a slow job can be explained from the log.
-EVENTS: "collections.deque[str]" = __import__("collections").deque(maxlen=200)
+EVENTS: deque[str] = deque(maxlen=200)
 
 
 def _note(fmt: str, *args: Any) -> None:

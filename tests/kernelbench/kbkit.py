@@ -10,20 +10,7 @@ import anyio
 REPO = Path(__file__).resolve().parents[2]
 _PLACES = (REPO.parent / "shared" / "kernelbench" / "level1", Path("/work/shared/kernelbench/level1"))
 
-# output * 1.01 + 1e-3 for floating outputs (Python floats too), index + 1 for integer ones
-PERTURB = '''
-def _evk_perturb(o):
-    if isinstance(o, torch.Tensor):
-        return o * 1.01 + 1e-3 if o.is_floating_point() else o + 1
-    if isinstance(o, (tuple, list)):
-        return type(o)(_evk_perturb(v) for v in o)
-    return o * 1.01 + 1e-3 if isinstance(o, float) else o
-
-
-class ModelNew(Model):
-    def forward(self, *args, **kwargs):
-        return _evk_perturb(super().forward(*args, **kwargs))
-'''
+from evokernel_mcp.kb_candidates import PERTURB, perturbed, same_code  # noqa: E402,F401 - re-exported
 
 
 def level1() -> Path | None:
@@ -36,14 +23,6 @@ def problem(number: int) -> tuple[str, str]:
     assert d is not None
     (path,) = list(d.glob(f"{number}_*.py"))
     return path.name, path.read_text()
-
-
-def same_code(src: str) -> str:
-    return src + "\nclass ModelNew(Model):\n    pass\n"
-
-
-def perturbed(src: str) -> str:
-    return src + PERTURB
 
 
 def verify(candidate: str, reference: str, **kw):
