@@ -38,7 +38,7 @@ class ErrorInfo(Model):
 
     kind: Literal[
         "timeout", "crash", "exception", "gpu_fault", "oom", "compile_error", "bad_candidate",
-        "cancelled", "internal",
+        "cancelled", "internal", "harness", "too_big", "missing_module",
     ]
     message: str
     detail: str | None = None

@@ -50,9 +50,12 @@ def arm_init(loaded, req: dict[str, Any]) -> dict[str, Any]:
         l2, mall, _ = timing.cache_bytes(0)
         k = timing.copies_for(_nbytes(inputs), l2 + mall, torch.cuda.mem_get_info()[0])
         flusher = timing.CacheFlusher(0)
-    pool = [_to(p, loaded.device) for p in req.get("refill_pool") or []]
+    if req.get("reuse_pool"):  # a second arm in this child (the control): the first arm's pool
+        pool = loaded.__dict__.get("bench_pool") or []
+    else:
+        pool = loaded.__dict__["bench_pool"] = [_to(p, loaded.device) for p in req.get("refill_pool") or []]
     arms = loaded.__dict__.setdefault("arms", {})
-    sets = [_clone(inputs) for _ in range(k)]
+    sets = [inputs] + [_clone(inputs) for _ in range(k - 1)]  # the received inputs are this arm's own
     timer = arms[req["name"]] = BlockTimer(fn, sets, opt, gpu=gpu, refill_pool=pool if not opt.use_graph else [],
                                            sample_size=int(req.get("sample_size", 2)), seed=int(req["seed"]),
                                            flusher=flusher)
@@ -88,7 +91,10 @@ def _plain_list(outs: Any) -> Any:
 
 
 def arm_close(loaded, req: dict[str, Any]) -> dict[str, Any]:
-    loaded.__dict__.get("arms", {}).pop(req["name"], None)
+    arms = loaded.__dict__.get("arms", {})
+    arms.pop(req["name"], None)
+    if not arms:
+        loaded.__dict__.pop("bench_pool", None)
     return {}
 
 

@@ -30,6 +30,10 @@ OPS = {
                   "settled": "evokernel_mcp.benchmark.sides:cand_settled",
                   "bench_checks": "evokernel_mcp.benchmark.sides:cand_checks"},
 }
+# After these ops the process gives the device memory its allocator caches back to the driver: GPU memory
+# one process caches is memory no other can use (the runner, the candidate, the next job's reference).
+# Never after timing ops: the timed callable's allocations must stay as warm as the warm-up left them.
+TRIM_AFTER = frozenset({"load", "case", "expected", "run", "settled", "bench_checks", "arm_close"})
 MAX_REQUEST_BYTES = 1 << 40  # the runner is trusted: its requests are not limited
 
 
@@ -89,7 +93,14 @@ def _error(e: BaseException, kind: str | None = None) -> dict[str, Any]:
     return {"kind": k, "message": tail(text, 2000), "detail": tail(tb, 6000)}
 
 
-def serve(device: str, out) -> None:
+def _trim() -> None:
+    import torch
+
+    if torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > (256 << 20):
+        torch.cuda.empty_cache()
+
+
+def serve(device: str, out, courier=None) -> None:
     from evokernel_mcp import candidate as cand
     from evokernel_mcp.runtime.ops import resolve
 
@@ -98,8 +109,11 @@ def serve(device: str, out) -> None:
     inp = sys.stdin.buffer
     while True:
         try:
-            req = frames.read(inp, max_bytes=MAX_REQUEST_BYTES, device=None)
+            req = frames.read(inp, max_bytes=MAX_REQUEST_BYTES, device=None, courier=courier)
         except EOFError:
+            return
+        except Exception as e:  # noqa: BLE001 - e.g. no device memory for the inputs: say so, then stop (the
+            frames.write(out, {"ok": False, "error": _error(e)})  # stream may be out of step with the runner)
             return
         t0 = time.perf_counter()
         try:
@@ -120,12 +134,20 @@ def serve(device: str, out) -> None:
             reply = {"ok": False, "error": _error(e, "bad_candidate")}
         except Exception as e:  # noqa: BLE001 - every failure becomes an error reply
             reply = {"ok": False, "error": _error(e)}
-        frames.write(out, reply)
+        try:
+            frames.write(out, reply, courier)
+        except Exception as e:  # noqa: BLE001 - an output the wire cannot carry: this job's error, not a crash
+            frames.write(out, {"ok": False, "error": _error(e, "bad_candidate" if isinstance(e, frames.FrameError)
+                                                              else None)}, courier)
+        reply = result = None
+        if loaded is not None and loaded.device != "cpu" and req.get("op") in TRIM_AFTER:
+            _trim()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--fd-sock", type=int, default=None, help="unix socket for tensors sent by fd")
     args = ap.parse_args()
     from evokernel_mcp.runtime.sandbox import not_dumpable
 
@@ -136,7 +158,15 @@ def main() -> None:
         os.dup2(f, fd)
         os.close(f)
     faulthandler.enable(file=sys.stderr, all_threads=True)
-    serve(args.device, proto)
+    courier = None
+    if args.fd_sock is not None:
+        import socket
+
+        from evokernel_mcp.runtime.courier import Courier
+
+        os.set_inheritable(args.fd_sock, False)  # nothing the candidate starts gets it
+        courier = Courier(socket.socket(fileno=args.fd_sock))
+    serve(args.device, proto, courier)
 
 
 if __name__ == "__main__":

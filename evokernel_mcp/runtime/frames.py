@@ -6,6 +6,9 @@ Inside "msg", a tensor stands as {"__t__": i} (its index in "tensors"); a tuple 
 The runner decodes what a child sends with limits it sets (bytes in all, dtypes allowed), so a
 child that lies, floods or sends garbage gets an error for its own job and nothing else: no code
 crosses, only numbers (the trust model in ARCHITECTURE.md).
+With a courier (courier.py), a tensor of THRESHOLD bytes or more goes by file descriptor on a unix
+socket instead (a CUDA one device to device); its spec then says "via" ("vmm" | "memfd") and carries no
+bytes in the pipe.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from __future__ import annotations
 import json
 import math
 from typing import IO, Any
+
+from evokernel_mcp.runtime.courier import Courier, CourierError
 
 MAX_HEADER = 16 * 1024 * 1024
 DTYPES = ("float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "int64", "int32",
@@ -81,13 +86,23 @@ def _raw_bytes(t) -> memoryview:
     return memoryview(flat.view(torch.uint8).numpy()).cast("B")
 
 
-def write(stream: IO[bytes], msg: dict[str, Any]) -> None:
-    """Send one message (blocking). Tensors may be on any device: they are copied to the host."""
+def write(stream: IO[bytes], msg: dict[str, Any], courier: Courier | None = None) -> None:
+    """Send one message (blocking). Tensors may be on any device: through the pipe they are copied to the
+    host; with a courier, big ones go by fd (device to device for CUDA) before the header is written."""
     tensors: list = []
     body = _pack(msg, tensors)
-    raws = [_raw_bytes(t) for t in tensors]
-    specs = [{"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape), "nbytes": len(r)}
-             for t, r in zip(tensors, raws)]
+    specs, raws = [], []
+    for t in tensors:
+        spec = {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
+                "nbytes": t.numel() * t.element_size()}
+        via = courier.route(t) if courier is not None else None
+        if via:
+            spec.update(courier.send(t, via))
+        else:
+            raws.append(_raw_bytes(t))
+            if courier is not None:
+                courier._count("pipe", len(raws[-1]), 0.0)
+        specs.append(spec)
     stream.write(json.dumps({"msg": body, "tensors": specs}, separators=(",", ":")).encode() + b"\n")
     for r in raws:
         for i in range(0, len(r), CHUNK):
@@ -106,9 +121,12 @@ def _read_exact(stream: IO[bytes], n: int) -> bytearray:
     return buf
 
 
-def read(stream: IO[bytes], *, max_bytes: int, device: str | None = None) -> dict[str, Any]:
-    """Receive one message; tensors arrive on `device` (default the host). EOFError at end of stream;
-    FrameError when the message is malformed or its tensors exceed max_bytes in all."""
+def read(stream: IO[bytes], *, max_bytes: int, device: str | None = None,
+         courier: Courier | None = None) -> dict[str, Any]:
+    """Receive one message; tensors arrive on `device` (default: the host, or the CUDA device for one
+    sent device to device). EOFError at end of stream; FrameError when the message is malformed, its
+    tensors exceed max_bytes in all, or what came by fd does not check out. With a courier, a complete
+    read means the peer has answered: what we exported to it before is freed."""
     import torch
 
     line = stream.readline(MAX_HEADER + 1)
@@ -137,9 +155,18 @@ def read(stream: IO[bytes], *, max_bytes: int, device: str | None = None) -> dic
     tensors = []
     for s in specs:
         dt = _dtype(s["dtype"])
-        if s["nbytes"] == 0:
+        if "via" in s:
+            if courier is None:
+                raise FrameError("a tensor was sent by fd on a channel without an fd socket")
+            try:
+                t = courier.recv(s, device).view(dt).reshape(s["shape"])
+            except CourierError as e:
+                raise FrameError(f"tensor sent by fd: {e}") from e
+        elif s["nbytes"] == 0:
             t = torch.empty(s["shape"], dtype=dt)
         else:
             t = torch.frombuffer(_read_exact(stream, s["nbytes"]), dtype=dt).reshape(s["shape"])
         tensors.append(t.to(device) if device else t)
+    if courier is not None:
+        courier.settle()
     return _unpack(head.get("msg"), tensors)

@@ -94,6 +94,15 @@ def _import_stack(device: str) -> dict[str, Any]:
     return info
 
 
+def _trim(device: str) -> None:
+    """Give the device memory this job left cached back to the driver: the next job's children need it."""
+    if device != "cpu" and "torch" in sys.modules:
+        import torch
+
+        if torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+
+
 def _error_event(req_id: int, e: BaseException) -> dict[str, Any]:
     text = f"{type(e).__name__}: {e}"
     kind = protocol.classify_text(text) or "exception"
@@ -157,6 +166,7 @@ def serve(device: str, chan: Channel) -> None:
         finally:
             os.chdir(home)
             sandbox.reap_zombies()
+            _trim(device)
         msg["duration_s"] = time.perf_counter() - t0
         msg["events"] = spares.drain_events()
         msg["stdout"], msg["stderr"] = cap.read()

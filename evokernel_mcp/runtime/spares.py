@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from evokernel_mcp.paths import sub_state_dir
-from evokernel_mcp.runtime import frames, sandbox
+from evokernel_mcp.runtime import courier, frames, sandbox
 from evokernel_mcp.runtime.protocol import read_tail
 
 log = logging.getLogger(__name__)
@@ -86,13 +86,23 @@ class Child:
             # default mmaps (and page-faults) every multi-MB output, measured 3x slower than its twin; fix it
             env.setdefault("MALLOC_MMAP_THRESHOLD_", str(32 << 20))
             env.setdefault("MALLOC_TRIM_THRESHOLD_", str(1 << 30))
-        spec = sandbox.Spec(argv=[sys.executable, "-m", "evokernel_mcp.runtime.child", "--device", kind],
+        ours, theirs = courier.pair()  # big tensors by fd beside the pipes (courier.py)
+        spec = sandbox.Spec(argv=[sys.executable, "-m", "evokernel_mcp.runtime.child", "--device", kind,
+                                  "--fd-sock", str(theirs.fileno())],
                             scratch=self.scratch, env=env, devices=kind != "cpu")
         self._boot = open(self.scratch / ".boot.log", "wb")  # noqa: SIM115 - closed in kill()
-        self.proc = subprocess.Popen(sandbox.argv_for(spec, level), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self._boot, cwd=str(self.scratch), start_new_session=True,
-                                     preexec_fn=sandbox.preexec(level, None), env=env, bufsize=0)
+        try:
+            self.proc = subprocess.Popen(sandbox.argv_for(spec, level), stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=self._boot, cwd=str(self.scratch),
+                                         start_new_session=True, preexec_fn=sandbox.preexec(level, None), env=env,
+                                         bufsize=0, pass_fds=(theirs.fileno(),))
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
         sandbox.own(self.proc.pid)
+        self.courier = courier.Courier(ours)
         self.rx = io.BufferedReader(self.proc.stdout, buffer_size=1 << 20)
         self.tx = io.BufferedWriter(self.proc.stdin, buffer_size=1 << 20)
         self.info: dict[str, Any] = {}
@@ -112,7 +122,7 @@ class Child:
         self._expired = False
         timer.start()
         try:
-            msg = frames.read(self.rx, max_bytes=max_bytes, device=device)
+            msg = frames.read(self.rx, max_bytes=max_bytes, device=device, courier=self.courier)
         except (EOFError, OSError, ValueError) as e:
             self.kill()
             if self._expired:
@@ -152,11 +162,18 @@ class Child:
         if self.dead:
             raise ChildFailed("internal", "this child was killed already")
         try:
-            frames.write(self.tx, msg)
+            frames.write(self.tx, msg, self.courier)
         except (BrokenPipeError, OSError) as e:
             self.kill()
             raise ChildFailed("crash", f"the process {self._how()} before {msg.get('op')}", self._tails()) from e
         reply = self._read(timeout_s, max_bytes=max_bytes, what=str(msg.get("op")), device=device)
+        moved = self.courier.drain_stats()
+        took = reply.get("duration_s")
+        big = [f"{k[:-6]} {v / 2**20:.0f} MiB in {moved.get(k[:-6] + '_s', 0.0):.2f} s"
+               for k, v in sorted(moved.items()) if k.endswith("_bytes") and v >= courier.THRESHOLD]
+        if big or (isinstance(took, (int, float)) and took >= 1.0):
+            _note("%s %s%s", msg.get("op"), f"{took:.2f} s in the child" if isinstance(took, (int, float)) else "",
+                  "; moved " + ", ".join(big) if big else "")
         if reply.get("ok") is True:
             return reply.get("result")
         err = reply.get("error") if isinstance(reply.get("error"), dict) else {}
@@ -183,6 +200,7 @@ class Child:
                 log.warning("child %s did not exit after SIGKILL", self.proc.pid)
             sandbox.disown(self.proc.pid)
         if close:
+            self.courier.close()
             for s in (self.tx, self.rx):
                 try:
                     s.close()

@@ -1,0 +1,225 @@
+"""Device memory shared between processes by file descriptor: the CUDA driver's virtual memory API
+(cuMemCreate with a POSIX file-descriptor handle), called through ctypes.
+
+Why not cudaIpcGetMemHandle (what torch.multiprocessing uses): legacy CUDA IPC handles cannot be opened
+across PID namespaces, and every sandboxed child lives in its own (bwrap --unshare-pid). A VMM
+allocation exported as a file descriptor is a plain fd: it crosses a unix socket (SCM_RIGHTS) whatever
+the namespaces and uids, and the importer maps the memory in its own address space.
+
+Only used on CUDA devices; anything missing (no libcuda, an old driver, ROCm) makes `available()` False
+and the caller falls back to host transfer. The caller copies out of an imported allocation at once and
+releases it: no process ever computes on memory another process can still write.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Any
+
+_CU_MEM_ALLOCATION_TYPE_PINNED = 1
+_CU_MEM_HANDLE_TYPE_POSIX_FD = 1
+_CU_MEM_LOCATION_TYPE_DEVICE = 1
+_CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3
+_CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0
+
+
+class VmmError(Exception):
+    """A driver call failed (the message names the call and the driver's error)."""
+
+
+class _Location(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+
+class _AllocFlags(ctypes.Structure):
+    _fields_ = [("compressionType", ctypes.c_ubyte), ("gpuDirectRDMACapable", ctypes.c_ubyte),
+                ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 4)]
+
+
+class _Prop(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("requestedHandleTypes", ctypes.c_int), ("location", _Location),
+                ("win32HandleMetaData", ctypes.c_void_p), ("allocFlags", _AllocFlags)]
+
+
+class _Access(ctypes.Structure):
+    _fields_ = [("location", _Location), ("flags", ctypes.c_int)]
+
+
+class _Cuda:
+    def __init__(self) -> None:
+        self.lib = ctypes.CDLL("libcuda.so.1")
+        for name in ("cuMemCreate", "cuMemRelease", "cuMemAddressReserve", "cuMemAddressFree", "cuMemMap",
+                     "cuMemUnmap", "cuMemSetAccess", "cuMemExportToShareableHandle",
+                     "cuMemImportFromShareableHandle", "cuMemGetAllocationGranularity", "cuCtxGetCurrent",
+                     "cuCtxGetDevice", "cuGetErrorString"):
+            getattr(self.lib, name)  # AttributeError: this driver has no VMM API
+        self.lib.cuMemAddressReserve.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t,
+                                                 ctypes.c_size_t, ctypes.c_uint64, ctypes.c_ulonglong]
+        self.lib.cuMemAddressFree.argtypes = [ctypes.c_uint64, ctypes.c_size_t]
+        self.lib.cuMemMap.argtypes = [ctypes.c_uint64, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_uint64,
+                                      ctypes.c_ulonglong]
+        self.lib.cuMemUnmap.argtypes = [ctypes.c_uint64, ctypes.c_size_t]
+        self.lib.cuMemSetAccess.argtypes = [ctypes.c_uint64, ctypes.c_size_t, ctypes.POINTER(_Access),
+                                            ctypes.c_size_t]
+        self.lib.cuMemCreate.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t, ctypes.POINTER(_Prop),
+                                         ctypes.c_ulonglong]
+        self.lib.cuMemRelease.argtypes = [ctypes.c_uint64]
+        self.lib.cuMemExportToShareableHandle.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int,
+                                                          ctypes.c_ulonglong]
+        self.lib.cuMemImportFromShareableHandle.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_void_p,
+                                                            ctypes.c_int]
+        self.lib.cuMemGetAllocationGranularity.argtypes = [ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(_Prop),
+                                                           ctypes.c_int]
+
+    def check(self, rc: int, what: str) -> None:
+        if rc != 0:
+            s = ctypes.c_char_p()
+            self.lib.cuGetErrorString(rc, ctypes.byref(s))
+            raise VmmError(f"{what} failed: CUDA error {rc} ({(s.value or b'?').decode()})")
+
+    def device(self) -> int:
+        ctx = ctypes.c_void_p()
+        self.check(self.lib.cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent")
+        if not ctx.value:  # torch binds its (primary) context to a thread on the first runtime call there
+            import torch
+
+            torch.cuda.synchronize()
+            self.check(self.lib.cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent")
+        if not ctx.value:
+            raise VmmError("no current CUDA context on this thread")
+        dev = ctypes.c_int()
+        self.check(self.lib.cuCtxGetDevice(ctypes.byref(dev)), "cuCtxGetDevice")
+        return dev.value
+
+    def prop(self, dev: int) -> _Prop:
+        p = _Prop()
+        p.type, p.requestedHandleTypes = _CU_MEM_ALLOCATION_TYPE_PINNED, _CU_MEM_HANDLE_TYPE_POSIX_FD
+        p.location = _Location(_CU_MEM_LOCATION_TYPE_DEVICE, dev)
+        return p
+
+    def granularity(self, dev: int) -> int:
+        g = ctypes.c_size_t()
+        self.check(self.lib.cuMemGetAllocationGranularity(ctypes.byref(g), ctypes.byref(self.prop(dev)),
+                                                          _CU_MEM_ALLOC_GRANULARITY_MINIMUM), "granularity")
+        return int(g.value)
+
+
+_LIB: _Cuda | None = None
+_LIB_ERR: str | None = None
+_LOCK = threading.Lock()
+
+
+def _lib() -> _Cuda:
+    global _LIB, _LIB_ERR
+    with _LOCK:
+        if _LIB is None and _LIB_ERR is None:
+            try:
+                _LIB = _Cuda()
+            except (OSError, AttributeError) as e:
+                _LIB_ERR = f"{type(e).__name__}: {e}"
+    if _LIB is None:
+        raise VmmError(f"the CUDA driver's VMM API is not available: {_LIB_ERR}")
+    return _LIB
+
+
+def available() -> bool:
+    import torch
+
+    if not torch.cuda.is_available() or getattr(torch.version, "hip", None):
+        return False
+    try:
+        _lib()
+    except VmmError:
+        return False
+    return True
+
+
+class Mapping:
+    """An allocation mapped into this process: `ptr`, `size`; release() unmaps and drops the handle."""
+
+    def __init__(self, lib: _Cuda, handle: int, size: int, dev: int):
+        self.lib, self.handle, self.size, self.ptr = lib, handle, size, 0
+        addr = ctypes.c_uint64()
+        try:
+            lib.check(lib.lib.cuMemAddressReserve(ctypes.byref(addr), size, 0, 0, 0), "cuMemAddressReserve")
+            self.ptr = addr.value
+            lib.check(lib.lib.cuMemMap(self.ptr, size, 0, handle, 0), "cuMemMap")
+            self.mapped = True
+            acc = _Access(_Location(_CU_MEM_LOCATION_TYPE_DEVICE, dev), _CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+            lib.check(lib.lib.cuMemSetAccess(self.ptr, size, ctypes.byref(acc), 1), "cuMemSetAccess")
+        except VmmError:
+            self.release()
+            raise
+
+    def tensor(self, nbytes: int):
+        """The first nbytes as a uint8 tensor on the device (a view: valid until release())."""
+        import torch
+
+        class _Cai:
+            __cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (self.ptr, False),
+                                        "version": 3, "strides": None}
+
+        return torch.as_tensor(_Cai(), device="cuda")
+
+    def release(self) -> None:
+        lib = self.lib.lib
+        if getattr(self, "mapped", False):
+            lib.cuMemUnmap(self.ptr, self.size)
+            self.mapped = False
+        if self.ptr:
+            lib.cuMemAddressFree(self.ptr, self.size)
+            self.ptr = 0
+        if self.handle:
+            lib.cuMemRelease(self.handle)
+            self.handle = 0
+
+
+def export(src) -> tuple[int, int, Mapping]:
+    """Copy a CUDA tensor's bytes into a new shareable allocation: (fd, allocation size, mapping). The
+    caller sends the fd, closes it, and keeps the mapping until the peer has copied the bytes out."""
+    import torch
+
+    lib = _lib()
+    dev = lib.device()
+    flat = src.detach().contiguous().reshape(-1).view(torch.uint8)
+    nbytes = flat.numel()
+    gran = lib.granularity(dev)
+    size = max(gran, -(-nbytes // gran) * gran)
+    h = ctypes.c_uint64()
+    lib.check(lib.lib.cuMemCreate(ctypes.byref(h), size, ctypes.byref(lib.prop(dev)), 0), "cuMemCreate")
+    m = Mapping(lib, h.value, size, dev)
+    try:
+        m.tensor(nbytes).copy_(flat)
+        torch.cuda.synchronize()  # the peer reads it from another process: the copy must be complete
+        fd = ctypes.c_int(-1)
+        lib.check(lib.lib.cuMemExportToShareableHandle(ctypes.byref(fd), m.handle, _CU_MEM_HANDLE_TYPE_POSIX_FD, 0),
+                  "cuMemExportToShareableHandle")
+    except BaseException:
+        m.release()
+        raise
+    return fd.value, size, m
+
+
+def import_copy(fd: int, size: int, nbytes: int) -> Any:
+    """Map the allocation behind fd (an untrusted peer's), copy its first nbytes into memory this process
+    owns, release the mapping; the uint8 tensor on the device. VmmError when anything does not fit."""
+    import torch
+
+    lib = _lib()
+    dev = lib.device()
+    gran = lib.granularity(dev)
+    if size < nbytes or size % gran or size <= 0:
+        raise VmmError(f"allocation size {size} does not fit {nbytes} bytes in {gran}-byte pages")
+    h = ctypes.c_uint64()
+    lib.check(lib.lib.cuMemImportFromShareableHandle(ctypes.byref(h), ctypes.c_void_p(fd), _CU_MEM_HANDLE_TYPE_POSIX_FD),
+              "cuMemImportFromShareableHandle")
+    m = Mapping(lib, h.value, size, dev)
+    try:
+        out = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+        if nbytes:
+            out.copy_(m.tensor(nbytes))
+        torch.cuda.synchronize()
+    finally:
+        m.release()
+    return out

@@ -1,0 +1,230 @@
+"""Big tensors by fd (runtime/courier.py) beside the frames pipe: what goes by memfd, what stays in the
+pipe, and that the receiver rejects whatever a hostile sender puts on the socket (a pipe's fd, a file
+shorter than the header says, fds out of order, an fd the header does not announce). The CUDA (VMM)
+route is exercised by the GPU tests; here the host route and every check around it."""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+
+import anyio
+import pytest
+import torch
+
+from evokernel_mcp.runtime import courier, frames
+
+BIG = courier.THRESHOLD // 4 + 1024  # float32 elements: just over the threshold
+
+
+def _pair():
+    a, b = courier.pair()
+    return courier.Courier(a), courier.Courier(b)
+
+
+def _roundtrip(msg, tx: courier.Courier, rx: courier.Courier):
+    buf = io.BytesIO()
+    frames.write(buf, msg, tx)
+    buf.seek(0)
+    return frames.read(buf, max_bytes=1 << 40, courier=rx), buf.getvalue()
+
+
+def test_big_host_tensors_go_by_memfd_small_ones_by_pipe_and_arrive_intact():
+    tx, rx = _pair()
+    big = torch.randn(BIG)
+    ints = torch.arange(BIG, dtype=torch.int64).reshape(2, -1)
+    small = torch.randn(7)
+    got, wire = _roundtrip({"out": (big, [ints, small]), "n": 3}, tx, rx)
+    assert torch.equal(got["out"][0], big) and torch.equal(got["out"][1][0], ints)
+    assert torch.equal(got["out"][1][1], small) and got["n"] == 3
+    assert len(wire) < 4096, "the big tensors' bytes must not be in the pipe"
+    assert tx.stats["memfd_bytes"] == big.numel() * 4 + ints.numel() * 8
+    assert tx.stats["pipe_bytes"] == 28
+    assert rx.stats["memfd_bytes"] == tx.stats["memfd_bytes"]
+
+
+def test_without_a_courier_everything_stays_in_the_pipe():
+    buf = io.BytesIO()
+    big = torch.randn(BIG)
+    frames.write(buf, {"x": big})
+    assert len(buf.getvalue()) > big.numel() * 4
+    buf.seek(0)
+    assert torch.equal(frames.read(buf, max_bytes=1 << 40)["x"], big)
+
+
+def test_a_header_announcing_an_fd_on_a_channel_without_socket_is_refused():
+    tx, _ = _pair()
+    buf = io.BytesIO()
+    frames.write(buf, {"x": torch.randn(BIG)}, tx)
+    buf.seek(0)
+    with pytest.raises(frames.FrameError, match="without an fd socket"):
+        frames.read(buf, max_bytes=1 << 40)
+
+
+def _header(nbytes: int, via: str = "memfd", **extra) -> io.BytesIO:
+    import json
+
+    spec = {"dtype": "uint8", "shape": [nbytes], "nbytes": nbytes, "via": via, **extra}
+    return io.BytesIO(json.dumps({"msg": {"__t__": 0}, "tensors": [spec]}).encode() + b"\n")
+
+
+def _send_raw_fd(sock: socket.socket, fd: int, tag: int = 0) -> None:
+    import array
+
+    sock.sendmsg([tag.to_bytes(8, "little")], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+
+
+@pytest.mark.parametrize("attack", ["pipe_fd", "short_file", "out_of_order", "unknown_via", "huge_claim"])
+def test_hostile_fds_are_a_frame_error_never_a_crash_or_a_read_past_the_end(attack):
+    a, b = courier.pair()
+    rx = courier.Courier(a)
+    n = 4096
+    if attack == "pipe_fd":
+        r, w = os.pipe()
+        _send_raw_fd(b, r)
+        os.close(r)
+        os.close(w)
+        buf = _header(n)
+    elif attack in ("short_file", "huge_claim"):
+        fd = os.memfd_create("short")
+        os.write(fd, b"x" * 100)
+        _send_raw_fd(b, fd)
+        os.close(fd)
+        buf = _header(n if attack == "short_file" else 1 << 40)
+    elif attack == "out_of_order":
+        fd = os.memfd_create("ok")
+        os.ftruncate(fd, n)
+        _send_raw_fd(b, fd, tag=5)
+        os.close(fd)
+        buf = _header(n)
+    else:
+        fd = os.memfd_create("ok")
+        os.ftruncate(fd, n)
+        _send_raw_fd(b, fd)
+        os.close(fd)
+        buf = _header(n, via="telepathy")
+    before = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(frames.FrameError):
+        frames.read(buf, max_bytes=1 << 41 if attack == "huge_claim" else 1 << 20, courier=rx)
+    assert len(os.listdir("/proc/self/fd")) == before, "a received fd was left open"
+    b.close()
+    rx.close()
+
+
+def test_an_announced_fd_that_never_comes_is_end_of_stream_when_the_peer_goes():
+    a, b = courier.pair()
+    rx = courier.Courier(a)
+    b.close()
+    with pytest.raises(EOFError):
+        frames.read(_header(4096), max_bytes=1 << 20, courier=rx)
+
+
+REF = """import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x, y):
+        return (x * y + 1.0, torch.argmax(x, dim=1))
+
+def get_inputs():
+    return [torch.randn(512, 1024), torch.randn(512, 1024)]
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_verify_with_megabyte_tensors_through_the_sandbox_passes_same_code_and_fails_a_wrong_one(caplog):
+    """4 MiB inputs and outputs cross by memfd between the runner and the sandboxed children."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="evokernel_mcp.runtime.pool")
+    from evokernel_mcp.app import close_app
+    from evokernel_mcp.verify import verify_vs_pytorch
+
+    async def both():
+        same = await verify_vs_pytorch(REF + "\nclass ModelNew(Model):\n    pass\n", reference=REF, seeds=2,
+                                       wait_s=180)
+        wrong = await verify_vs_pytorch(REF.replace("x * y + 1.0", "x * y + 1.001")
+                                        + "\nclass ModelNew(Model):\n    pass\n", reference=REF, seeds=2, wait_s=180)
+        return same, wrong
+
+    try:
+        same, wrong = anyio.run(both)
+    finally:
+        anyio.run(close_app)
+    assert same.passed is True, same
+    assert wrong.passed is False and wrong.error is None, wrong
+    moved = [r.getMessage() for r in caplog.records if "moved" in r.getMessage()]
+    assert any("memfd" in m for m in moved), moved
+
+
+# ---------------------------------------------------------------- CUDA: device to device (VMM)
+GPU_REF = """import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x, y):
+        return x * y + 1.0
+
+def get_inputs():
+    return [torch.randn(8192, 16384), torch.randn(8192, 16384)]
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.gpu
+def test_gpu_vmm_roundtrip_in_process_and_hostile_handles_are_frame_errors():
+    from evokernel_mcp.runtime import cuda_vmm
+
+    if not cuda_vmm.available():
+        pytest.skip("no CUDA VMM on this device")
+    tx, rx = _pair()
+    x = torch.randn(BIG * 3, device="cuda").to(torch.bfloat16).reshape(3, -1)
+    got, wire = _roundtrip({"x": x}, tx, rx)
+    assert got["x"].device.type == "cuda" and torch.equal(got["x"], x) and len(wire) < 4096
+    assert tx.stats["vmm_bytes"] == x.numel() * 2
+    # a memfd announced as device memory, and a real allocation claimed bigger than it is
+    a, b = courier.pair()
+    hostile = courier.Courier(a)
+    fd = os.memfd_create("not-cuda")
+    os.ftruncate(fd, 4 << 20)
+    _send_raw_fd(b, fd)
+    os.close(fd)
+    with pytest.raises(frames.FrameError):
+        frames.read(_header(4 << 20, via="vmm", alloc=4 << 20), max_bytes=1 << 30, courier=hostile)
+    fd, size, mapping = cuda_vmm.export(torch.ones(1 << 20, dtype=torch.uint8, device="cuda"))
+    _send_raw_fd(b, fd, tag=1)
+    os.close(fd)
+    with pytest.raises(frames.FrameError):
+        frames.read(_header(size * 4, via="vmm", alloc=size * 4), max_bytes=1 << 34, courier=hostile)
+    mapping.release()
+
+
+@pytest.mark.gpu
+def test_gpu_verify_with_gigabyte_tensors_moves_them_device_to_device(caplog):
+    import logging
+
+    from evokernel_mcp.app import close_app
+    from evokernel_mcp.verify import verify_vs_pytorch
+
+    caplog.set_level(logging.INFO, logger="evokernel_mcp.runtime.pool")
+
+    async def both():
+        same = await verify_vs_pytorch(GPU_REF + "\nclass ModelNew(Model):\n    pass\n", reference=GPU_REF,
+                                       seeds=2, wait_s=300)
+        wrong = await verify_vs_pytorch(GPU_REF.replace("+ 1.0", "+ 1.01") + "\nclass ModelNew(Model):\n    pass\n",
+                                        reference=GPU_REF, seeds=2, wait_s=300)
+        return same, wrong
+
+    try:
+        same, wrong = anyio.run(both)
+    finally:
+        anyio.run(close_app)
+    assert same.passed is True, same
+    assert wrong.passed is False and wrong.error is None, wrong
+    moved = [r.getMessage() for r in caplog.records if "moved" in r.getMessage()]
+    assert any("vmm" in m for m in moved), moved
