@@ -141,6 +141,8 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
     out["settled"] = arms.ask(arms.cand, {"op": "settled", "inputs": case["inputs"], "seed": seed,
                                           "init_inputs": case["init_inputs"], "state": case["state"]})
     timed = _interleave(arms, case, pool, seed, opt, progress, gpu)
+    case["inputs"], pool = None, None  # every arm has its copies: device memory for the checks below
+    _free_cached(gpu)
     out.update({k: v for k, v in timed.items() if k != "samples"})
     out["check_sampled"] = _sampled(arms, ref, timed.get("samples") or [], seed)
     # inputs of other seeds, but the expected outputs from the model of the TIMED seed: a model with weights
@@ -157,6 +159,13 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
     out["check_fresh"] = _check(arms.task, got["fresh"], fresh)
     out["output_dtype"] = got.get("output_dtype")
     return out
+
+
+def _free_cached(gpu: bool) -> None:
+    if gpu:
+        import torch
+
+        torch.cuda.empty_cache()
 
 
 def runner_benchmark(payload: dict[str, Any], progress) -> dict[str, Any]:

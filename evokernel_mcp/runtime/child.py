@@ -134,13 +134,15 @@ def serve(device: str, out, courier=None) -> None:
             reply = {"ok": False, "error": _error(e, "bad_candidate")}
         except Exception as e:  # noqa: BLE001 - every failure becomes an error reply
             reply = {"ok": False, "error": _error(e)}
+        op = req.get("op")
+        box = [reply]  # frames.write takes the reply out and lets each big tensor go once it is sent
+        reply = result = req = None
         try:
-            frames.write(out, reply, courier)
+            frames.write(out, box, courier)
         except Exception as e:  # noqa: BLE001 - an output the wire cannot carry: this job's error, not a crash
             frames.write(out, {"ok": False, "error": _error(e, "bad_candidate" if isinstance(e, frames.FrameError)
                                                               else None)}, courier)
-        reply = result = None
-        if loaded is not None and loaded.device != "cpu" and req.get("op") in TRIM_AFTER:
+        if loaded is not None and loaded.device != "cpu" and op in TRIM_AFTER:
             _trim()
 
 

@@ -27,6 +27,7 @@ from typing import Any
 THRESHOLD = int(os.environ.get("EVOKERNEL_FD_THRESHOLD", str(1 << 20)))
 _CHUNK = 1 << 30
 _TAG = 8  # bytes of sequence number sent with each fd
+HOLD = os.environ.get("EVOKERNEL_VMM_HOLD", "0") == "1"
 
 
 class CourierError(Exception):
@@ -80,7 +81,13 @@ class Courier:
                 self._send_fd(fd)
             finally:
                 os.close(fd)
-            self._held.append(mapping)
+                # The fd in flight (then the peer's import) holds the allocation: the driver frees it once
+                # every handle, its shareable fd included, is gone. Holding our mapping until the peer
+                # answers (EVOKERNEL_VMM_HOLD=1) would pin a second copy of every big tensor meanwhile.
+                if HOLD:
+                    self._held.append(mapping)
+                else:
+                    mapping.release()
             extra: dict[str, Any] = {"via": "vmm", "alloc": size}
         else:
             flat = t.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)

@@ -86,18 +86,26 @@ def _raw_bytes(t) -> memoryview:
     return memoryview(flat.view(torch.uint8).numpy()).cast("B")
 
 
-def write(stream: IO[bytes], msg: dict[str, Any], courier: Courier | None = None) -> None:
+def write(stream: IO[bytes], msg: dict[str, Any] | list, courier: Courier | None = None) -> None:
     """Send one message (blocking). Tensors may be on any device: through the pipe they are copied to the
-    host; with a courier, big ones go by fd (device to device for CUDA) before the header is written."""
+    host; with a courier, big ones go by fd (device to device for CUDA) before the header is written.
+    `msg` may be a list holding the message as its only item: the message is then taken out of it, and
+    each tensor sent by fd is let go as soon as it is sent (its device memory back to the driver when
+    big), so a reply of many gigabytes never needs twice its size on the device."""
     tensors: list = []
-    body = _pack(msg, tensors)
+    consume = isinstance(msg, list)
+    body = _pack(msg.pop() if consume else msg, tensors)
     specs, raws = [], []
-    for t in tensors:
+    for i, t in enumerate(tensors):
         spec = {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
                 "nbytes": t.numel() * t.element_size()}
         via = courier.route(t) if courier is not None else None
         if via:
             spec.update(courier.send(t, via))
+            if consume:
+                tensors[i] = t = None
+                if via == "vmm" and spec["nbytes"] >= _TRIM_BYTES:
+                    _empty_cache()
         else:
             raws.append(_raw_bytes(t))
             if courier is not None:
@@ -108,6 +116,15 @@ def write(stream: IO[bytes], msg: dict[str, Any], courier: Courier | None = None
         for i in range(0, len(r), CHUNK):
             stream.write(r[i:i + CHUNK])
     stream.flush()
+
+
+_TRIM_BYTES = 256 << 20
+
+
+def _empty_cache() -> None:
+    import torch
+
+    torch.cuda.empty_cache()
 
 
 def _read_exact(stream: IO[bytes], n: int) -> bytearray:
