@@ -137,7 +137,7 @@ def _sampled(arms: _Arms, ref, samples: list, seed: int, hi: bool) -> dict[str, 
 def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, gpu: bool) -> dict:
     case = arms.ask(ref, {"op": "case", "shape": shape, "seed": seed, "hi": False}, max_bytes=1 << 42)
     n_pool = 2 if _nbytes(case["inputs"]) <= POOL_FULL_BYTES else 1  # every arm holds the pool: device memory
-    pool = [arms.ask(ref, {"op": "case", "shape": shape, "seed": seed + 1 + i, "hi": False},
+    pool = [arms.ask(ref, {"op": "case", "shape": shape, "seed": seed + 1 + i, "inputs_only": True},
                      max_bytes=1 << 42)["inputs"] for i in range(n_pool)]
     out: dict[str, Any] = {"shape": shape, "input_bytes": _nbytes(case["inputs"]), "refill_pool_sets": n_pool}
     limit = 2 * OUTPUT_SLACK * _nbytes(case["native"]) + (16 << 20)
@@ -155,8 +155,9 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
     _free_cached(gpu)
     # inputs of other seeds, but the expected outputs from the model of the TIMED seed: a model with weights
     # (nn.Conv3d, nn.Linear) is built per seed, and the candidate's checks run the timed seed's model
-    refill_in, fresh_in = (arms.ask(ref, {"op": "case", "shape": shape, "seed": seed + off, "hi": False},
-                                    max_bytes=1 << 42)["inputs"] for off in (REFILL_SEED_OFFSET, CHECK_SEED_OFFSET))
+    refill_in, fresh_in = (arms.ask(ref, {"op": "case", "shape": shape, "seed": seed + off,
+                                          "inputs_only": True}, max_bytes=1 << 42)["inputs"]
+                           for off in (REFILL_SEED_OFFSET, CHECK_SEED_OFFSET))
     got = arms.ask(arms.cand, {"op": "bench_checks", "refill": refill_in, "fresh": fresh_in,
                                "init_inputs": case["init_inputs"], "state": case["state"], "seed": seed},
                    max_bytes=limit)

@@ -255,12 +255,15 @@ def ref_case(loaded, req: dict[str, Any]) -> dict[str, Any]:
     """Inputs, native and float64 outputs, init inputs and state for one (shape set, seed).
 
     req: shape, seed, hi (want the float64 reference), probe (signed probe inputs), hold (keep the
-    float64 outputs here for op "expected" with held=true; the reply then has hi=None, hi_held=True).
+    float64 outputs here for op "expected" with held=true; the reply then has hi=None, hi_held=True),
+    inputs_only (the reply is {"inputs"} alone).
     Reply: inputs, native, hi, init_inputs, state, arg_reductions, plan {where, ref_hi, chunk_elems,
     needed_bytes, budget_bytes}, notes[]."""
     import torch
 
     seed, shape = int(req["seed"]), req["shape"]
+    if req.get("inputs_only"):  # benchmark's refill pool and post-timing checks: no forward, no plan for one
+        return {"inputs": _make_inputs(loaded, shape, seed, False)}
     want_hi = bool(req.get("hi", True))
     notes: list[str] = []
     try:
