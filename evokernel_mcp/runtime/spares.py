@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 # context, Triton's driver module), so back-to-back jobs need several; more on a host with cores to spare.
 N_SPARES = int(os.environ.get("EVOKERNEL_SPARES", str(max(2, min(6, (os.cpu_count() or 2) // 3)))))
 REF_CACHE = int(os.environ.get("EVOKERNEL_REF_CACHE", "2"))
+TIGHT_FREE_FRACTION = 0.5  # below this free fraction of the device, other sources' reference processes go
 START_TIMEOUT_S = float(os.environ.get("EVOKERNEL_CHILD_START_TIMEOUT_S", "180"))
 
 
@@ -371,6 +372,7 @@ class Spares:
     def reference(self, task, *, timeout_s: float) -> Child:
         """The child holding this task's reference source (loaded now if needed)."""
         key = hashlib.sha256(json.dumps([task.reference_source, task.name], sort_keys=True).encode()).hexdigest()
+        self._evict_others_if_tight(key)
         child = self._refs.get(key)
         if child is not None and not child.dead and child.proc.poll() is None:
             self._refs.move_to_end(key)
@@ -391,6 +393,26 @@ class Spares:
             _, old = self._refs.popitem(last=False)
             old.discard()
         return child
+
+    def _evict_others_if_tight(self, key: str) -> None:
+        """Cached reference processes of other sources hold device memory (context, weights, what their
+        allocator kept): when under half the device is free, they go before this job starts."""
+        if self.device == "cpu" or not any(k != key for k in self._refs):
+            return
+        try:
+            import torch
+
+            free, total = torch.cuda.mem_get_info()
+        except Exception:  # noqa: BLE001 - no device view here: keep the cache
+            return
+        if free >= total * TIGHT_FREE_FRACTION:
+            return
+        for k, c in list(self._refs.items()):
+            if k != key:
+                del self._refs[k]
+                c.discard()
+        _note("device %.0f of %.0f GiB free: cached reference processes of other sources stopped",
+              free / 2**30, total / 2**30)
 
     def drop_reference(self, child: Child) -> None:
         for k, c in list(self._refs.items()):
