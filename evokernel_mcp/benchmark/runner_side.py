@@ -136,7 +136,7 @@ def _sampled(arms: _Arms, ref, samples: list, seed: int, hi: bool) -> dict[str, 
 
 def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, gpu: bool) -> dict:
     case = arms.ask(ref, {"op": "case", "shape": shape, "seed": seed, "hi": False}, max_bytes=1 << 42)
-    n_pool = 2 if _nbytes(case["inputs"]) <= POOL_FULL_BYTES else 1  # every arm holds the pool: device memory
+    n_pool = _pool_sets(_nbytes(case["inputs"]), _nbytes(case["native"]), 3 if arms.control else 2, gpu)
     pool = [arms.ask(ref, {"op": "case", "shape": shape, "seed": seed + 1 + i, "inputs_only": True},
                      max_bytes=1 << 42)["inputs"] for i in range(n_pool)]
     out: dict[str, Any] = {"shape": shape, "input_bytes": _nbytes(case["inputs"]), "refill_pool_sets": n_pool}
@@ -173,6 +173,22 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
         exp = x = None
         _free_cached(gpu)
     return out
+
+
+def _pool_sets(in_bytes: int, out_bytes: int, n_arms: int, gpu: bool) -> int:
+    """How many refill input sets the arms get: two for small inputs; for big ones as many (1 or 0) as
+    leave the arms' own inputs and outputs room in the device's free memory (each arm holds its inputs
+    and outputs, each of the two children and this runner hold the pool, one more input set in flight).
+    Without a pool, caching by address is still caught by the post-timing refill check."""
+    if in_bytes <= POOL_FULL_BYTES or not gpu:
+        return 2
+    import torch
+
+    free, _ = torch.cuda.mem_get_info()
+    for n in (1, 0):
+        if n_arms * (in_bytes + out_bytes) + 3 * n * in_bytes + in_bytes <= 0.7 * free:
+            return n
+    return 0
 
 
 def _free_cached(gpu: bool) -> None:
