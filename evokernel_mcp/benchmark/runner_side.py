@@ -155,23 +155,20 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
     _free_cached(gpu)
     # inputs of other seeds, but the expected outputs from the model of the TIMED seed: a model with weights
     # (nn.Conv3d, nn.Linear) is built per seed, and the candidate's checks run the timed seed's model
-    refill_in, fresh_in = (arms.ask(ref, {"op": "case", "shape": shape, "seed": seed + off,
-                                          "inputs_only": True}, max_bytes=1 << 42)["inputs"]
-                           for off in (REFILL_SEED_OFFSET, CHECK_SEED_OFFSET))
-    got = arms.ask(arms.cand, {"op": "bench_checks", "refill": refill_in, "fresh": fresh_in,
-                               "init_inputs": case["init_inputs"], "state": case["state"], "seed": seed},
-                   max_bytes=limit)
-    arms.ask(arms.cand, {"op": "arm_close", "name": "candidate"})
-    out["output_dtype"] = got.get("output_dtype")
-    todo = [("check_timed", "refill", refill_in), ("check_fresh", "fresh", fresh_in)]
-    refill_in = fresh_in = None
-    while todo:  # one at a time, each freed before the next: device memory
-        key, name, x = todo.pop(0)
+    # One check at a time (inputs made, run by the candidate, judged, freed): device memory. The refill
+    # check runs first, on the storage of the candidate's last timed input set; then fresh inputs.
+    for key, name, off in (("check_timed", "refill", REFILL_SEED_OFFSET), ("check_fresh", "fresh", CHECK_SEED_OFFSET)):
+        x = arms.ask(ref, {"op": "case", "shape": shape, "seed": seed + off, "inputs_only": True},
+                     max_bytes=1 << 42)["inputs"]
+        got = arms.ask(arms.cand, {"op": "bench_checks", name: x, "init_inputs": case["init_inputs"],
+                                   "state": case["state"], "seed": seed}, max_bytes=limit)
+        out["output_dtype"] = out.get("output_dtype") or got.get("output_dtype")
         exp = {"inputs": x, **arms.ask(ref, {"op": "expected", "inputs": x, "seed": seed, "hi": hi},
                                         max_bytes=1 << 42)}
         out[key] = _check(arms.task, got.pop(name), exp)
-        exp = x = None
+        exp = x = got = None
         _free_cached(gpu)
+    arms.ask(arms.cand, {"op": "arm_close", "name": "candidate"})
     return out
 
 
@@ -186,7 +183,10 @@ def _pool_sets(in_bytes: int, out_bytes: int, n_arms: int, gpu: bool) -> int:
 
     free, _ = torch.cuda.mem_get_info()
     for n in (1, 0):
-        if n_arms * (in_bytes + out_bytes) + 3 * n * in_bytes + in_bytes <= 0.7 * free:
+        # arms: inputs + outputs of two calls; pools; an input set in flight (sender's and receiver's
+        # copies); the sampled repetition kept and sent (inputs + outputs, twice)
+        if n_arms * (in_bytes + 2 * out_bytes) + 3 * n * in_bytes + 2 * in_bytes + 2 * (in_bytes + out_bytes) \
+                <= 0.7 * free:
             return n
     return 0
 

@@ -108,21 +108,27 @@ def cand_settled(loaded, req: dict[str, Any]) -> dict[str, Any]:
 
 def cand_checks(loaded, req: dict[str, Any]) -> dict[str, Any]:
     """The candidate's outputs (1) on the storage of its last timed input set, refilled in place with
-    req['refill'] (a callable that caches by tensor address fails here) and (2) on fresh inputs."""
+    req['refill'] (a callable that caches by tensor address fails here) and/or (2) on req['fresh'],
+    fresh inputs (the runner sends one at a time: device memory)."""
     import torch
 
     fn = _callable(loaded, req)
-    timer = loaded.__dict__.get("arms", {}).get("candidate")
-    sets = timer.arg_sets if timer is not None else [_to(req["refill"], loaded.device)]
-    target = sets[(max(timer.rep, 1) - 1) % len(sets)] if timer is not None else sets[0]
+    reply: dict[str, Any] = {}
     with torch.no_grad():
-        for t, v in zip(target, _to(req["refill"], loaded.device)):
-            if isinstance(t, torch.Tensor) and isinstance(v, torch.Tensor) and t.shape == v.shape:
-                t.copy_(v)
-        out_refill = _plain(fn(*target))
-        _sync(loaded.device)
-        out_fresh = _plain(fn(*_to(req["fresh"], loaded.device)))
-    _sync(loaded.device)
-    first = out_fresh[0] if isinstance(out_fresh, (list, tuple)) else out_fresh
-    dtype = str(first.dtype).removeprefix("torch.") if isinstance(first, torch.Tensor) else None
-    return {"refill": out_refill, "fresh": out_fresh, "output_dtype": dtype}
+        if "refill" in req:
+            timer = loaded.__dict__.get("arms", {}).get("candidate")
+            sets = timer.arg_sets if timer is not None else [_to(req["refill"], loaded.device)]
+            target = sets[(max(timer.rep, 1) - 1) % len(sets)] if timer is not None else sets[0]
+            for t, v in zip(target, _to(req["refill"], loaded.device)):
+                if isinstance(t, torch.Tensor) and isinstance(v, torch.Tensor) and t.shape == v.shape:
+                    t.copy_(v)
+            req["refill"] = None
+            reply["refill"] = _plain(fn(*target))
+            _sync(loaded.device)
+        if "fresh" in req:
+            reply["fresh"] = _plain(fn(*_to(req["fresh"], loaded.device)))
+            _sync(loaded.device)
+    last = reply.get("fresh", reply.get("refill"))
+    first = last[0] if isinstance(last, (list, tuple)) else last
+    reply["output_dtype"] = str(first.dtype).removeprefix("torch.") if isinstance(first, torch.Tensor) else None
+    return reply
