@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from evokernel_mcp.runtime.devmem import release_cached
 from evokernel_mcp.runtime.spares import ChildFailed, _note, wall_deadline
 from evokernel_mcp.tasks import Task
 from evokernel_mcp.verify.runner_side import OUTPUT_SLACK, _nbytes, load_candidate
@@ -148,11 +149,11 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
     out.update({k: v for k, v in timed.items() if k != "samples"})
     _note("benchmark %s: arms set up and timed in %.2f s", shape, time.monotonic() - t0)
     case["inputs"], pool = None, None  # every arm has its copies: device memory for the checks below
-    _free_cached(gpu)
+    release_cached()
     # the checks guard against cheating, not precision: a float64 reference only while it is small
     hi = _nbytes(case["native"]) <= HI_CHECK_BYTES
     out["check_sampled"] = _sampled(arms, ref, timed.pop("samples", None) or [], seed, hi)
-    _free_cached(gpu)
+    release_cached()
     # inputs of other seeds, but the expected outputs from the model of the TIMED seed: a model with weights
     # (nn.Conv3d, nn.Linear) is built per seed, and the candidate's checks run the timed seed's model
     # One check at a time (inputs made, run by the candidate, judged, freed): device memory. The refill
@@ -167,7 +168,7 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
                                         max_bytes=1 << 42)}
         out[key] = _check(arms.task, got.pop(name), exp)
         exp = x = got = None
-        _free_cached(gpu)
+        release_cached()
     arms.ask(arms.cand, {"op": "arm_close", "name": "candidate"})
     return out
 
@@ -191,18 +192,9 @@ def _pool_sets(in_bytes: int, out_bytes: int, n_arms: int, gpu: bool) -> int:
     return 0
 
 
-def _free_cached(gpu: bool) -> None:
-    if gpu:
-        import torch
-
-        torch.cuda.empty_cache()
-
-
 def runner_benchmark(payload: dict[str, Any], progress) -> dict[str, Any]:
     """Op "benchmark". payload: task, candidate, baseline ('pytorch' or source), shapes, options
     (TimingOptions fields), seed, ceilings, budget_s. Returns raw times per shape and the checks."""
-    from evokernel_mcp.benchmark.clocks import read_clocks
-    from evokernel_mcp.benchmark.worker_info import ceilings_for, device_info
     from evokernel_mcp.runtime.runner import context
 
     ctx = context()

@@ -21,6 +21,7 @@ import traceback
 from typing import Any
 
 from evokernel_mcp.runtime import frames
+from evokernel_mcp.runtime.devmem import release_cached
 
 _ARM = {op: f"evokernel_mcp.benchmark.sides:{op}" for op in ("arm_init", "arm_block", "arm_report", "arm_close")}
 OPS = {
@@ -101,13 +102,6 @@ def _error(e: BaseException, kind: str | None = None) -> dict[str, Any]:
     return {"kind": k, "message": tail(text, 2000), "detail": tail(tb, 6000)}
 
 
-def _trim() -> None:
-    import torch
-
-    if torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > (256 << 20):
-        torch.cuda.empty_cache()
-
-
 def serve(device: str, out, courier=None) -> None:
     from evokernel_mcp import candidate as cand
     from evokernel_mcp.runtime.ops import resolve
@@ -150,8 +144,8 @@ def serve(device: str, out, courier=None) -> None:
         except Exception as e:  # noqa: BLE001 - an output the wire cannot carry: this job's error, not a crash
             frames.write(out, {"ok": False, "error": _error(e, "bad_candidate" if isinstance(e, frames.FrameError)
                                                               else None)}, courier)
-        if loaded is not None and loaded.device != "cpu" and op in TRIM_AFTER:
-            _trim()
+        if op in TRIM_AFTER:
+            release_cached(256 << 20)
 
 
 def main() -> None:

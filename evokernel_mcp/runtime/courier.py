@@ -102,7 +102,7 @@ class Courier:
             finally:
                 os.close(fd)
             extra = {"via": "memfd"}
-        self._count(via, t.numel() * t.element_size(), time.perf_counter() - t0)
+        self.count(via, t.numel() * t.element_size(), time.perf_counter() - t0)
         return extra
 
     def settle(self) -> None:
@@ -168,10 +168,10 @@ class Courier:
                 raise CourierError(f"unknown transport {via!r}")
         finally:
             os.close(fd)
-        self._count(via, nbytes, time.perf_counter() - t0)
+        self.count(via, nbytes, time.perf_counter() - t0)
         return out
 
-    def _count(self, via: str, nbytes: int, dt: float) -> None:
+    def count(self, via: str, nbytes: int, dt: float) -> None:
         self.stats[f"{via}_bytes"] = self.stats.get(f"{via}_bytes", 0) + nbytes
         self.stats[f"{via}_s"] = self.stats.get(f"{via}_s", 0.0) + dt
 

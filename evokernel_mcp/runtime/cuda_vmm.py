@@ -139,7 +139,7 @@ class Mapping:
     """An allocation mapped into this process: `ptr`, `size`; release() unmaps and drops the handle."""
 
     def __init__(self, lib: _Cuda, handle: int, size: int, dev: int):
-        self.lib, self.handle, self.size, self.ptr = lib, handle, size, 0
+        self.lib, self.handle, self.size, self.ptr, self.mapped = lib, handle, size, 0, False
         addr = ctypes.c_uint64()
         try:
             lib.check(lib.lib.cuMemAddressReserve(ctypes.byref(addr), size, 0, 0, 0), "cuMemAddressReserve")
@@ -164,7 +164,7 @@ class Mapping:
 
     def release(self) -> None:
         lib = self.lib.lib
-        if getattr(self, "mapped", False):
+        if self.mapped:
             lib.cuMemUnmap(self.ptr, self.size)
             self.mapped = False
         if self.ptr:

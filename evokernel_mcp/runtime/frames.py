@@ -18,6 +18,7 @@ import math
 from typing import IO, Any
 
 from evokernel_mcp.runtime.courier import Courier, CourierError
+from evokernel_mcp.runtime.devmem import release_cached
 
 MAX_HEADER = 16 * 1024 * 1024
 DTYPES = ("float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "int64", "int32",
@@ -105,11 +106,11 @@ def write(stream: IO[bytes], msg: dict[str, Any] | list, courier: Courier | None
             if consume:
                 tensors[i] = t = None
                 if via == "vmm" and spec["nbytes"] >= _TRIM_BYTES:
-                    _empty_cache()
+                    release_cached()
         else:
             raws.append(_raw_bytes(t))
             if courier is not None:
-                courier._count("pipe", len(raws[-1]), 0.0)
+                courier.count("pipe", len(raws[-1]), 0.0)
         specs.append(spec)
     stream.write(json.dumps({"msg": body, "tensors": specs}, separators=(",", ":")).encode() + b"\n")
     for r in raws:
@@ -119,12 +120,6 @@ def write(stream: IO[bytes], msg: dict[str, Any] | list, courier: Courier | None
 
 
 _TRIM_BYTES = 256 << 20
-
-
-def _empty_cache() -> None:
-    import torch
-
-    torch.cuda.empty_cache()
 
 
 def _read_exact(stream: IO[bytes], n: int) -> bytearray:

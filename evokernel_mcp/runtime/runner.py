@@ -21,6 +21,7 @@ import traceback
 from typing import Any
 
 from evokernel_mcp.runtime import protocol, sandbox, spares
+from evokernel_mcp.runtime.devmem import release_cached
 from evokernel_mcp.runtime.ops import resolve
 
 
@@ -94,15 +95,6 @@ def _import_stack(device: str) -> dict[str, Any]:
     return info
 
 
-def _trim(device: str) -> None:
-    """Give the device memory this job left cached back to the driver: the next job's children need it."""
-    if device != "cpu" and "torch" in sys.modules:
-        import torch
-
-        if torch.cuda.is_initialized():
-            torch.cuda.empty_cache()
-
-
 def _error_event(req_id: int, e: BaseException) -> dict[str, Any]:
     text = f"{type(e).__name__}: {e}"
     kind = protocol.classify_text(text) or "exception"
@@ -166,7 +158,7 @@ def serve(device: str, chan: Channel) -> None:
         finally:
             os.chdir(home)
             sandbox.reap_zombies()
-            _trim(device)
+            release_cached()  # what this job left cached: the next job's children need it
         msg["duration_s"] = time.perf_counter() - t0
         msg["events"] = spares.drain_events()
         msg["stdout"], msg["stderr"] = cap.read()

@@ -135,19 +135,20 @@ def get_init_inputs():
 """
 
 
-def test_verify_with_megabyte_tensors_through_the_sandbox_passes_same_code_and_fails_a_wrong_one(caplog):
-    """4 MiB inputs and outputs cross by memfd between the runner and the sandboxed children."""
+def _verify_same_and_wrong_and_routes(caplog, ref: str, wrong_ref: str, wait_s: float) -> str:
+    """Verify the same code (must pass) and a wrong copy (must fail, not error); the transfers the
+    server logged (the job events' 'moved ...' lines), joined."""
     import logging
 
-    caplog.set_level(logging.INFO, logger="evokernel_mcp.runtime.pool")
     from evokernel_mcp.app import close_app
     from evokernel_mcp.verify import verify_vs_pytorch
 
+    caplog.set_level(logging.INFO, logger="evokernel_mcp.runtime.pool")
+    tail = "\nclass ModelNew(Model):\n    pass\n"
+
     async def both():
-        same = await verify_vs_pytorch(REF + "\nclass ModelNew(Model):\n    pass\n", reference=REF, seeds=2,
-                                       wait_s=180)
-        wrong = await verify_vs_pytorch(REF.replace("x * y + 1.0", "x * y + 1.001")
-                                        + "\nclass ModelNew(Model):\n    pass\n", reference=REF, seeds=2, wait_s=180)
+        same = await verify_vs_pytorch(ref + tail, reference=ref, seeds=2, wait_s=wait_s)
+        wrong = await verify_vs_pytorch(wrong_ref + tail, reference=ref, seeds=2, wait_s=wait_s)
         return same, wrong
 
     try:
@@ -156,8 +157,13 @@ def test_verify_with_megabyte_tensors_through_the_sandbox_passes_same_code_and_f
         anyio.run(close_app)
     assert same.passed is True, same
     assert wrong.passed is False and wrong.error is None, wrong
-    moved = [r.getMessage() for r in caplog.records if "moved" in r.getMessage()]
-    assert any("memfd" in m for m in moved), moved
+    return "\n".join(r.getMessage() for r in caplog.records if "moved" in r.getMessage())
+
+
+def test_verify_with_megabyte_tensors_through_the_sandbox_passes_same_code_and_fails_a_wrong_one(caplog):
+    """4 MiB inputs and outputs cross by memfd between the runner and the sandboxed children."""
+    moved = _verify_same_and_wrong_and_routes(caplog, REF, REF.replace("x * y + 1.0", "x * y + 1.001"), 180)
+    assert "memfd" in moved, moved
 
 
 # ---------------------------------------------------------------- CUDA: device to device (VMM)
@@ -206,25 +212,5 @@ def test_gpu_vmm_roundtrip_in_process_and_hostile_handles_are_frame_errors():
 
 @pytest.mark.gpu
 def test_gpu_verify_with_gigabyte_tensors_moves_them_device_to_device(caplog):
-    import logging
-
-    from evokernel_mcp.app import close_app
-    from evokernel_mcp.verify import verify_vs_pytorch
-
-    caplog.set_level(logging.INFO, logger="evokernel_mcp.runtime.pool")
-
-    async def both():
-        same = await verify_vs_pytorch(GPU_REF + "\nclass ModelNew(Model):\n    pass\n", reference=GPU_REF,
-                                       seeds=2, wait_s=300)
-        wrong = await verify_vs_pytorch(GPU_REF.replace("+ 1.0", "+ 1.01") + "\nclass ModelNew(Model):\n    pass\n",
-                                        reference=GPU_REF, seeds=2, wait_s=300)
-        return same, wrong
-
-    try:
-        same, wrong = anyio.run(both)
-    finally:
-        anyio.run(close_app)
-    assert same.passed is True, same
-    assert wrong.passed is False and wrong.error is None, wrong
-    moved = [r.getMessage() for r in caplog.records if "moved" in r.getMessage()]
-    assert any("vmm" in m for m in moved), moved
+    moved = _verify_same_and_wrong_and_routes(caplog, GPU_REF, GPU_REF.replace("+ 1.0", "+ 1.01"), 300)
+    assert "vmm" in moved, moved
