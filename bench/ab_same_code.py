@@ -62,7 +62,7 @@ def _ref(args, body, inputs, init_args="", init_body="        pass", init_inputs
                            init_inputs=init_inputs)
 
 
-def kernels(small: bool) -> dict[str, str]:
+def kernels(small: bool, extra_kb: tuple[str, ...] = ()) -> dict[str, str]:
     n, m, e = (256, 256, 1 << 14) if small else (4096, 4096, 1 << 24)
     c = (1, 4, 4, 8, 4) if small else (4, 32, 16, 64, 64)  # conv3d: batch, in ch, depth, h=w, out ch
     out = {
@@ -79,6 +79,9 @@ def kernels(small: bool) -> dict[str, str]:
         p = KB / f"{name}.py"
         if p.exists():
             out[f"kb1_{name}"] = str(p)
+    for num in extra_kb:
+        for p in sorted(KB.glob(f"{num}_*.py")):
+            out[f"kb1_{p.stem}"] = str(p)
     return out
 
 
@@ -103,6 +106,7 @@ def _row(sc: dict) -> dict:
     ci = res.get("speedup_ci")
     return {"speedup": res.get("speedup"), "ci": ci, "holds_1": bool(ci and ci[0] <= 1.0 <= ci[1]),
             "noise": res.get("noise"), "valid": res.get("valid"), "invalid_reason": res.get("invalid_reason"),
+            "invalid_detail": (res.get("invalid_detail") or "")[:600] or None, "paired_ci": res.get("paired_ci"),
             "noise_floor": res.get("noise_floor"), "resolved": res.get("resolved"),
             "clocks_moved": res.get("clocks_moved"), "cand_median_ms": (res.get("candidate") or {}).get("median_ms"),
             "base_median_ms": (res.get("baseline") or {}).get("median_ms"), "clocks": sc.get("clocks"),
@@ -123,7 +127,7 @@ async def run_all(a, save=lambda out: None) -> dict:
     common = {"max_time_s": a.max_time_s, "wait_s": 600, "timeout_s": 1800}
     async with Client(build_server()) as client:
         common["control"] = True  # an advanced argument (not in the listed schema, accepted): the noise floor
-        ks = kernels(a.cpu_small)
+        ks = kernels(a.cpu_small, tuple(a.kb_extra))
         for name, ref in ks.items():
             if "same" not in a.only or (a.kernels and not any(k in name for k in a.kernels)):
                 continue
@@ -133,7 +137,8 @@ async def run_all(a, save=lambda out: None) -> dict:
                 sc = await call(client, {**_task_args(ref), "candidate": same_code_candidate(ref), **common})
                 sc["_wall_s"] = round(time.monotonic() - t0, 1)
                 rows.append(_row(sc))
-                print(name, rows[-1]["speedup"], rows[-1]["ci"], rows[-1]["valid"], rows[-1]["wall_s"], flush=True)
+                print(name, rows[-1]["speedup"], rows[-1]["ci"], rows[-1]["paired_ci"], rows[-1]["valid"],
+                      rows[-1]["wall_s"], rows[-1]["invalid_detail"] or "", flush=True)
                 out["same_code"][name] = rows
                 save(out)  # after every call: a run cut short keeps what it measured
         mm = str(KB / "1_Square_matrix_multiplication_.py")
@@ -196,11 +201,13 @@ def main() -> None:
     ap.add_argument("--only", default="same,five,cheats")
     ap.add_argument("--kernels", default="")
     ap.add_argument("--tag", default="")
+    ap.add_argument("--kb-extra", default="", help="more KernelBench level-1 problems by number (e.g. 72,75)")
     ap.add_argument("--cpu-small", action="store_true", help="small sizes for the CPU path (plumbing only)")
     ap.add_argument("--mm-n", type=int, default=0, help="N override of 1_Square_matrix_multiplication_ for the 5 %% "
                     "check and the cheats (0: the file's own 4096)")
     a = ap.parse_args()
     a.kernels = [k for k in a.kernels.split(",") if k]
+    a.kb_extra = [k for k in a.kb_extra.split(",") if k]
     import torch
 
     dev = torch.cuda.get_device_name(0).replace(" ", "_") if torch.cuda.is_available() else "cpu"

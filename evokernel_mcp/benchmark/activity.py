@@ -134,8 +134,8 @@ def spans_ms(acts: Sequence[Act], plan: Plan, n: int) -> list[float] | str:
             if name in plan.separator_names:
                 open_ = False
             elif not open_:
-                return CutFailure(f"device work ({name[:60]}) outside any repetition (after the timed window)",
-                                  "outside_window")
+                return CutFailure(f"device work ({name[:60]}, stream {_stream_of(acts[i])}) outside any repetition "
+                                  f"(after the timed window); before it: {_context(acts, i)}", "outside_window")
             else:
                 groups[-1].append(acts[i])
             i += 1
@@ -152,6 +152,16 @@ def spans_ms(acts: Sequence[Act], plan: Plan, n: int) -> list[float] | str:
     if empty:
         return f"{empty} repetition(s) with no device activity"
     return [(max(a[2] for a in g) - min(a[1] for a in g)) / 1e6 for g in groups]
+
+
+def _stream_of(a: Act) -> Any:
+    return a[3] if len(a) > 3 else None
+
+
+def _context(acts: Sequence[Act], i: int, n: int = 3) -> str:
+    """The n activities before acts[i] (name, stream, start relative to acts[i] in us): evidence for a person."""
+    return "; ".join(f"{a[0][:40]} (stream {_stream_of(a)}, {(a[1] - acts[i][1]) / 1e3:+.1f} us)"
+                     for a in acts[max(0, i - n):i]) or "nothing"
 
 
 def _stream(e: Any) -> int | None:
