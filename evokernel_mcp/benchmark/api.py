@@ -131,11 +131,15 @@ def _paired(sr: ShapeResult, raw: dict[str, Any], confidence: float) -> None:
     rounds = raw.get("rounds") or {}
     if rounds.get("baseline") and rounds.get("candidate"):
         s, lo, hi, noise = stats.paired_speedup(rounds["baseline"], rounds["candidate"], confidence)
-        sr.speedup, sr.speedup_ci, sr.noise = s, (lo, hi), noise
+        sr.speedup, sr.speedup_ci, sr.noise, sr.paired_ci = s, (lo, hi), noise, (lo, hi)
         if rounds.get("control"):
             sr.noise_floor = stats.noise_floor(rounds["baseline"], rounds["control"], confidence)
+            # the candidate ran in a process of its own: its interval is only as good as two processes
+            # running identical code agree, so the control's band widens it (see stats.widened)
+            sr.speedup_ci = stats.widened((lo, hi), sr.noise_floor)
+            sr.noise = sr.speedup_ci[0] <= 1.0 <= sr.speedup_ci[1]
     if sr.speedup_ci is not None:
-        sr.resolved = stats.resolved(sr.speedup_ci, sr.noise_floor)
+        sr.resolved = stats.resolved(sr.paired_ci or sr.speedup_ci, sr.noise_floor)
 
 
 def _confirmed(sr: ShapeResult, raw: dict[str, Any], confidence: float) -> None:
@@ -164,8 +168,8 @@ def _clocks_moved(raw: dict[str, Any]) -> bool | None:
     return clocks_moved(Clocks(**a), Clocks(**b))[0]
 
 
-NULLED = ("speedup", "speedup_ci", "noise", "resolved", "achieved_gbs", "achieved_tflops", "fraction_of_roofline",
-          "candidate", "roofline")
+NULLED = ("speedup", "speedup_ci", "paired_ci", "noise", "resolved", "achieved_gbs", "achieved_tflops",
+          "fraction_of_roofline", "candidate", "roofline")
 
 
 def apply_verdict(sr: ShapeResult, raw: dict[str, Any], floor_ms: float | None) -> ShapeResult:

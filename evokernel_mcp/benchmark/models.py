@@ -97,12 +97,18 @@ class ShapeResult(Model):
         default=None, description="The candidate's timing figures; null when valid is false.")
     baseline: TimingStats | None = None
     speedup: float | None = None
-    speedup_ci: tuple[float, float] | None = None
+    speedup_ci: tuple[float, float] | None = Field(
+        default=None, description="Interval of the speedup. Interleaved arms: the distribution-free interval "
+        "of the median per-round ratio (paired_ci); with a control arm, that interval widened on both sides "
+        "by the noise floor's band, so it holds 1 whenever the difference is within what identical code in "
+        "two processes shows.")
+    paired_ci: tuple[float, float] | None = Field(
+        default=None, description="The paired interval alone (not widened by the noise floor).")
     achieved_gbs: float | None = None
     achieved_tflops: float | None = None
     roofline_ms: float | None = None
     fraction_of_roofline: float | None = None
-    noise: bool | None = Field(default=None, description="Speedup not shown: the medians' intervals overlap.")
+    noise: bool | None = Field(default=None, description="True when speedup_ci holds 1: no difference shown.")
     flags: list[str] = Field(default_factory=list, description="Things a person must look at (e.g. speedup > 10x).")
     roofline: Roofline | None = Field(default=None, description="All roofline numbers for the candidate.")
     baseline_roofline: Roofline | None = None

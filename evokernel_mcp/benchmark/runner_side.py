@@ -1,8 +1,10 @@
 """Op "benchmark" in the runner (harness code only; never imports agent code).
 
 Per shape set: the reference child makes the inputs (fresh, never zeros); the candidate, in a fresh
-child of its own, times itself with our loop on copies of them; the baseline is timed in the reference's
-child (baseline "pytorch") or in a second fresh child (a baseline source); then the candidate's outputs
+child of its own, times itself with our loop on copies of them; the baseline is timed in a second fresh
+child (the reference loaded afresh for baseline "pytorch", else the baseline source) and the control arm,
+on request, in a third (the same baseline again): every arm runs in a process built the same way, so
+they differ only in their code; then the candidate's outputs
 on its last timed input storage refilled with new values and on fresh inputs are compared HERE with the
 reference's outputs for the same inputs. If the activity clock worked for one series and not the
 other, both are re-timed with events, so a speedup never compares two clocks. Returns raw times; the
@@ -48,17 +50,21 @@ def _check(task: Task, got: Any, expected: dict[str, Any]) -> dict[str, Any]:
 
 
 class _Arms:
-    """The children of one job and the arms they host: the candidate (its own fresh child), the baseline
-    (the reference's child for "pytorch", else a second fresh child) and, on request, the control arm (a
-    byte-identical second copy of the baseline, in the baseline's child)."""
+    """The children of one job and the arms they host, one fresh child each: the candidate, the baseline
+    and, on request, the control arm (a byte-identical copy of the baseline in a child of its own, so that
+    its ratio to the baseline measures what separate processes alone make of identical code)."""
 
-    def __init__(self, cand, base, task: Task, deadline: float, control: bool):
-        self.cand, self.base, self.task, self.deadline, self.control = cand, base, task, deadline, control
+    def __init__(self, cand, base, task: Task, deadline: float, ctrl=None):
+        self.cand, self.base, self.task, self.deadline, self.ctrl = cand, base, task, deadline, ctrl
+
+    @property
+    def control(self) -> bool:
+        return self.ctrl is not None
 
     def children(self) -> dict[str, Any]:
         out = {"baseline": self.base, "candidate": self.cand}
-        if self.control:
-            out["control"] = self.base
+        if self.ctrl is not None:
+            out["control"] = self.ctrl
         return out
 
     def ask(self, child, req: dict[str, Any], max_bytes: int = 1 << 20) -> Any:
@@ -87,17 +93,13 @@ def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progr
     from evokernel_mcp.benchmark.interleave import run_interleaved
     from evokernel_mcp.benchmark.timing import TimingOptions
 
-    inits, pooled = {}, set()
+    inits = {}
     big = _nbytes(case["inputs"]) + _nbytes(case["native"])  # each sampled repetition keeps inputs + outputs
     for name, child in arms.children().items():
         req = {"op": "arm_init", "name": name, "inputs": case["inputs"], "seed": seed,
                "init_inputs": case["init_inputs"], "state": case["state"], "options": opt,
-               "sample_size": (2 if big <= POOL_FULL_BYTES else 1) if name == "candidate" else 0}
-        if id(child) in pooled:  # the control arm shares the baseline's child: one copy of the pool there
-            req["reuse_pool"] = True
-        else:
-            req["refill_pool"] = pool
-            pooled.add(id(child))
+               "sample_size": (2 if big <= POOL_FULL_BYTES else 1) if name == "candidate" else 0,
+               "refill_pool": pool}
         inits[name] = arms.ask(child, req, max_bytes=1 << 20)
     def arm(child, name: str, ovh: float | None):
         def call(k: int) -> list[float]:  # event times less the measured empty-event pair, when asked
@@ -176,7 +178,7 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
 def _pool_sets(in_bytes: int, out_bytes: int, n_arms: int, gpu: bool) -> int:
     """How many refill input sets the arms get: two for small inputs; for big ones as many (1 or 0) as
     leave the arms' own inputs and outputs room in the device's free memory (each arm holds its inputs
-    and outputs, each of the two children and this runner hold the pool, one more input set in flight).
+    and outputs, each arm's child and this runner hold the pool, one more input set in flight).
     Without a pool, caching by address is still caught by the post-timing refill check."""
     if in_bytes <= POOL_FULL_BYTES or not gpu:
         return 2
@@ -186,7 +188,7 @@ def _pool_sets(in_bytes: int, out_bytes: int, n_arms: int, gpu: bool) -> int:
     for n in (1, 0):
         # arms: inputs + outputs of two calls; pools; an input set in flight (sender's and receiver's
         # copies); the sampled repetition kept and sent (inputs + outputs, twice)
-        if n_arms * (in_bytes + 2 * out_bytes) + 3 * n * in_bytes + 2 * in_bytes + 2 * (in_bytes + out_bytes) \
+        if n_arms * (in_bytes + 2 * out_bytes) + (n_arms + 1) * n * in_bytes + 2 * in_bytes + 2 * (in_bytes + out_bytes) \
                 <= 0.7 * free:
             return n
     return 0
@@ -218,19 +220,15 @@ def _benchmark(ctx, payload: dict[str, Any], progress) -> dict[str, Any]:
     except ChildFailed as e:
         result["error"] = e.info()
         return result
-    cand, base = ctx.spares.take(), None
+    cand, base, ctrl = ctx.spares.take(), None, None
     result["isolation"] = ctx.spares.isolation()
     try:
         load_candidate(ctx, cand, payload["candidate"], task, deadline)
-        base_src = payload.get("baseline", "pytorch")
-        if base_src != "pytorch":
-            base = ctx.spares.take()
-            try:
-                load_candidate(ctx, base, base_src, task, deadline)
-            except ChildFailed as e:
-                raise ChildFailed(e.kind, f"baseline: {e.message}", e.detail) from e
-        _note("benchmark: reference and candidate loaded at %.2f s", time.monotonic() - t0)
-        arms = _Arms(cand, base or ref, task, deadline, bool(payload.get("control")))
+        base = _baseline_child(ctx, payload, task, deadline)
+        if payload.get("control"):
+            ctrl = _baseline_child(ctx, payload, task, deadline)
+        _note("benchmark: reference, candidate and baseline loaded at %.2f s", time.monotonic() - t0)
+        arms = _Arms(cand, base, task, deadline, ctrl)
         shapes, seed = list(payload["shapes"]), int(payload.get("seed", 0))
         opt, gpu = dict(payload["options"]), info.get("backend") in ("cuda", "rocm")
         for i, shape in enumerate(shapes):
@@ -254,7 +252,7 @@ def _benchmark(ctx, payload: dict[str, Any], progress) -> dict[str, Any]:
         result["error"] = e.info()
     finally:
         result["stdout"], result["stderr"] = cand.output()
-        for c in (cand, base):
+        for c in (cand, base, ctrl):
             if c is not None:
                 c.discard()
     progress(len(payload["shapes"]), len(payload["shapes"]), "benchmark done")
@@ -265,17 +263,35 @@ def _confirm(ctx, payload: dict, task: Task, ref, shape: str, seed: int, opt: di
              gpu: bool) -> dict[str, Any]:
     """Re-time the candidate in a SECOND fresh process with fresh inputs (another seed), interleaved with
     the baseline again: a time a process reports about itself is only trusted when another agrees."""
-    child = ctx.spares.take()
+    child, base = ctx.spares.take(), None
     try:
         load_candidate(ctx, child, payload["candidate"], task, deadline)
-        arms = _Arms(child, ref, task, deadline, False)
+        base = _baseline_child(ctx, payload, task, deadline)
+        arms = _Arms(child, base, task, deadline)
         case = arms.ask(ref, {"op": "case", "shape": shape, "seed": seed + 31337, "hi": False}, max_bytes=1 << 42)
         timed = _interleave(arms, case, [], seed + 31337, opt, lambda *a: None, gpu)
         return {"rounds": timed["rounds"], "timer": timed["candidate"].get("timer")}
     except ChildFailed as e:
         return {"error": e.info()}
     finally:
+        for c in (child, base):
+            if c is not None:
+                c.discard()
+
+
+def _baseline_child(ctx, payload: dict, task: Task, deadline: float):
+    """A fresh child hosting the baseline: the task's reference loaded afresh (baseline "pytorch"), else the
+    baseline source loaded as a candidate is."""
+    base_src = payload.get("baseline", "pytorch")
+    if base_src == "pytorch":
+        return ctx.spares.fresh_reference(task, timeout_s=wall_deadline(deadline))
+    child = ctx.spares.take()
+    try:
+        load_candidate(ctx, child, base_src, task, deadline)
+    except ChildFailed as e:
         child.discard()
+        raise ChildFailed(e.kind, f"baseline: {e.message}", e.detail) from e
+    return child
 
 
 def _clocks(read_clocks, info: dict[str, Any]) -> dict[str, Any] | None:

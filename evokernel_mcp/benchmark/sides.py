@@ -1,8 +1,7 @@
 """The halves of benchmark that run INSIDE sandboxed children (runtime/child.py), where the kernels
 launch. An "arm" is one callable timed block by block (blocks.BlockTimer, timing.py bound at the child's
-start, before any agent code loaded): the candidate in its own fresh child, the PyTorch reference (and
-its byte-identical control copy) in the reference's child, or a baseline source in a second fresh
-child. The runner interleaves the arms' blocks (interleave.py) and checks what they report. Times are
+start, before any agent code loaded), one arm per fresh child: the candidate, the baseline (the PyTorch
+reference loaded afresh, or a baseline source) and, on request, the control (the baseline again). The runner interleaves the arms' blocks (interleave.py) and checks what they report. Times are
 raw: statistics, speedup and the verdict are computed in the runner and the server."""
 
 from __future__ import annotations
@@ -50,10 +49,7 @@ def arm_init(loaded, req: dict[str, Any]) -> dict[str, Any]:
         l2, mall, _ = timing.cache_bytes(0)
         k = timing.copies_for(_nbytes(inputs), l2 + mall, torch.cuda.mem_get_info()[0])
         flusher = timing.CacheFlusher(0)
-    if req.get("reuse_pool"):  # a second arm in this child (the control): the first arm's pool
-        pool = loaded.__dict__.get("bench_pool") or []
-    else:
-        pool = loaded.__dict__["bench_pool"] = [_to(p, loaded.device) for p in req.get("refill_pool") or []]
+    pool = loaded.__dict__["bench_pool"] = [_to(p, loaded.device) for p in req.get("refill_pool") or []]
     arms = loaded.__dict__.setdefault("arms", {})
     sets = [inputs] + [_clone(inputs) for _ in range(k - 1)]  # the received inputs are this arm's own
     timer = arms[req["name"]] = BlockTimer(fn, sets, opt, gpu=gpu, refill_pool=pool if not opt.use_graph else [],

@@ -193,6 +193,15 @@ def resolved(speedup_ci: tuple[float, float], floor: NoiseFloor | None) -> bool:
     return lo > b_hi or hi < b_lo
 
 
+def widened(ci: tuple[float, float], floor: NoiseFloor) -> tuple[float, float]:
+    """The paired interval stretched by the noise floor's band on both sides: [lo / x, hi * x] for the
+    band [1/x, x]. It holds 1 exactly when the paired interval overlaps the band, so `noise` (the widened
+    interval holds 1) and `resolved` (the paired interval lies outside the band) always agree."""
+    lo, hi = ci
+    x = floor.band[1]
+    return lo / x, hi * x
+
+
 def paired_rel_ci(base_rounds: Sequence[float], cand_rounds: Sequence[float], confidence: float = 0.95) -> float:
     """Half-width of the paired interval in log units (0.01 ~ +/-1 %): the interleaved loop's stopping test.
     inf until enough rounds exist for the interval to reach the confidence."""

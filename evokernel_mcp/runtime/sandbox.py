@@ -213,12 +213,20 @@ def argv_for(spec: Spec, level: str) -> list[str]:
     return list(spec.argv)
 
 
+def scratch_owner(level: str) -> int | None:
+    """The uid the sandboxed process runs as when it differs from ours (root dropping to nobody), else None."""
+    if os.geteuid() == 0 and (level == "bwrap+uid" or level == "process" and process_level_drops_uid()):
+        return NOBODY
+    return None
+
+
 def prepare_scratch(scratch: Path, level: str) -> None:
     scratch.mkdir(parents=True, exist_ok=True)
     (scratch / "tmp").mkdir(exist_ok=True)
-    if os.geteuid() == 0 and (level == "bwrap+uid" or level == "process" and process_level_drops_uid()):
+    owner = scratch_owner(level)
+    if owner is not None:
         for p in (scratch, scratch / "tmp"):
-            os.chown(p, NOBODY, NOBODY)
+            os.chown(p, owner, owner)
         os.chmod(scratch, 0o700)
 
 

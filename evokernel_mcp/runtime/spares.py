@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from evokernel_mcp.paths import sub_state_dir
-from evokernel_mcp.runtime import courier, frames, sandbox
+from evokernel_mcp.runtime import courier, frames, kernel_cache, sandbox
 from evokernel_mcp.runtime.protocol import read_tail
 
 log = logging.getLogger(__name__)
@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 N_SPARES = int(os.environ.get("EVOKERNEL_SPARES", str(max(2, min(6, (os.cpu_count() or 2) // 3)))))
 REF_CACHE = int(os.environ.get("EVOKERNEL_REF_CACHE", "2"))
 TIGHT_FREE_FRACTION = 0.5  # below this free fraction of the device, other sources' reference processes go
+TRACE_OPS_S = float(os.environ.get("EVOKERNEL_TRACE_OPS_S", "1.0"))  # ops at least this long go in the events
 START_TIMEOUT_S = float(os.environ.get("EVOKERNEL_CHILD_START_TIMEOUT_S", "180"))
 
 
@@ -172,7 +173,7 @@ class Child:
         took = reply.get("duration_s")
         big = [f"{k[:-6]} {v / 2**20:.0f} MiB in {moved.get(k[:-6] + '_s', 0.0):.2f} s"
                for k, v in sorted(moved.items()) if k.endswith("_bytes") and v >= courier.THRESHOLD]
-        if big or (isinstance(took, (int, float)) and took >= 1.0):
+        if big or (isinstance(took, (int, float)) and took >= TRACE_OPS_S):
             _note("%s %s%s", msg.get("op"), f"{took:.2f} s in the child" if isinstance(took, (int, float)) else "",
                   "; moved " + ", ".join(big) if big else "")
         if reply.get("ok") is True:
@@ -209,9 +210,20 @@ class Child:
                     pass
             self._boot.close()
 
+    def load_source(self, source: str, request: dict[str, Any], *, timeout_s: float) -> Any:
+        """Load agent source (a candidate, a baseline): its own Triton cache of earlier jobs first
+        (kernel_cache.py: per source, never shared with other sources), kept again when discarded."""
+        self._cache = (source, kernel_cache.restore(source, self.scratch, sandbox.scratch_owner(self.level)))
+        return self.request(request, timeout_s=timeout_s, max_bytes=0)
+
     def discard(self) -> None:
-        """Kill and remove its scratch dir: nothing the job wrote persists."""
+        """Kill and remove its scratch dir: nothing the job wrote persists (except, for its own source's
+        later jobs, Triton's compile cache: kernel_cache.py)."""
         self.kill()
+        cached = getattr(self, "_cache", None)
+        if cached is not None:
+            self._cache = None
+            kernel_cache.save(cached[0], self.scratch, cached[1])
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
@@ -379,8 +391,20 @@ class Spares:
             return child
         if child is not None:
             self.drop_reference(child)
-        child = self.take()
+        child = self.fresh_reference(task, timeout_s=timeout_s)
         child.source_key = key
+        self._refs[key] = child
+        while len(self._refs) > REF_CACHE:
+            _, old = self._refs.popitem(last=False)
+            old.discard()
+        return child
+
+    def fresh_reference(self, task, *, timeout_s: float) -> Child:
+        """A fresh child with this task's reference loaded, for one job only (never cached): a timed arm
+        (the PyTorch baseline, its control copy) runs in a process built exactly like the candidate's, so
+        that the two differ only in the code they run (a long-lived process's allocation history, its
+        other models and buffers, shift its kernels' times by tenths of a percent and more)."""
+        child = self.take()
         try:
             child.request({"op": "load", "role": "reference", "task": task.model_dump()}, timeout_s=timeout_s,
                           max_bytes=1 << 20)
@@ -388,10 +412,6 @@ class Spares:
             child.discard()
             raise ChildFailed("harness" if e.kind in ("exception", "bad_candidate") else e.kind,
                               f"the reference failed to load: {e.message}", e.detail) from e
-        self._refs[key] = child
-        while len(self._refs) > REF_CACHE:
-            _, old = self._refs.popitem(last=False)
-            old.discard()
         return child
 
     def _evict_others_if_tight(self, key: str) -> None:

@@ -39,8 +39,8 @@ def _nbytes(obj: Any) -> int:
 
 
 def load_candidate(ctx, child, source: str, task: Task, deadline: float) -> None:
-    child.request({"op": "load", "role": "candidate", "source": source, "task": task.model_dump()},
-                  timeout_s=min(LOAD_TIMEOUT_S, wall_deadline(deadline)), max_bytes=0)
+    child.load_source(source, {"op": "load", "role": "candidate", "source": source, "task": task.model_dump()},
+                      timeout_s=min(LOAD_TIMEOUT_S, wall_deadline(deadline)))
 
 
 def tensor_device(ctx) -> str | None:

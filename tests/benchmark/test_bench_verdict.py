@@ -84,11 +84,17 @@ def test_paired_rounds_and_control_give_noise_floor_and_resolution():
     raw = _raw(rounds={"baseline": base, "candidate": cand, "control": ctrl})
     sr = api.shape_result(raw, task, H200, None, "vector", 0.95)
     assert sr.noise_floor is not None and sr.noise_floor.rounds == 20
-    lo, hi = sr.speedup_ci
+    lo, hi = sr.paired_ci
     assert lo <= sr.speedup <= hi and sr.resolved is (lo > sr.noise_floor.band[1] or hi < sr.noise_floor.band[0])
+    # the reported interval is the paired one widened by the band: it holds 1 exactly when not resolved
+    x = sr.noise_floor.band[1]
+    assert sr.speedup_ci == pytest.approx((lo / x, hi * x))
+    assert sr.noise is (sr.speedup_ci[0] <= 1.0 <= sr.speedup_ci[1]) is (not sr.resolved)
     far = api.shape_result(_raw(rounds={"baseline": base, "candidate": [c / 1.2 for c in cand], "control": ctrl}),
                            task, H200, None, "vector", 0.95)
-    assert far.resolved is True and far.noise is False
+    assert far.resolved is True and far.noise is False and far.speedup_ci[0] > 1.0
+    alone = api.shape_result(_raw(rounds={"baseline": base, "candidate": cand}), task, H200, None, "vector", 0.95)
+    assert alone.noise_floor is None and alone.speedup_ci == alone.paired_ci  # no control: nothing widened
 
 
 def test_clocks_moved_and_nvidia_smi_reasons():

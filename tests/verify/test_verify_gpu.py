@@ -82,3 +82,19 @@ def test_flagship_conv3d_reference_runs_at_full_size():
     cand = "import torch.nn.functional as F\n\ndef run(x, w):\n    return F.conv3d(x, w, padding=(0, 2, 2), groups=x.shape[1])\n"
     r = verify(cand, "conv3d_depthwise", seeds=1, timeout_s=600)
     assert r.passed is True and [c.shape for c in r.cases if not c.probe] == ["small", "medium", "full"], r
+
+
+def test_a_triton_sources_compile_cache_serves_its_own_later_jobs_only():
+    """runtime/kernel_cache.py on a real compile: the first job's cubin is kept under its source's key and
+    the next job of that source still passes with it; a wrong source sharing the kernel gets none of it
+    and still fails."""
+    from evokernel_mcp.runtime import kernel_cache
+
+    src = "# kernel cache check\n" + (CANDS / "vadd_triton.py").read_text()
+    kept = kernel_cache._root() / kernel_cache.key(src)
+    assert verify(src, "vector_add", shapes=["small"], seeds=1).passed is True
+    assert any(p.suffix in (".cubin", ".hsaco") for p in kept.rglob("*")), sorted(kept.rglob("*"))
+    assert verify(src, "vector_add", shapes=["small"], seeds=1).passed is True
+    wrong = src.replace("return out", "return out * 1.001", 1)
+    assert wrong != src
+    assert verify(wrong, "vector_add", shapes=["small"], seeds=1).passed is False

@@ -1,0 +1,140 @@
+"""Triton's compile cache, kept per candidate SOURCE across that source's jobs.
+
+Every job runs its candidate in a fresh process with a fresh scratch dir, so a Triton candidate paid
+its whole JIT compile (the kernel, and the launcher module Triton builds with the C compiler) on every
+verify and benchmark: ~0.5 s of a ~1 s warm verify on the H200. This module lets the NEXT job of the
+SAME source start with what the last one compiled:
+
+- restore(): before the source loads, the runner copies the entries saved for sha256(source) into the
+  child's TRITON_CACHE_DIR (scratch/.triton). Entries the spare made before any agent code ran (Triton's
+  driver module) are left as they are.
+- save(): when the child is discarded (every process of the job is dead by then, so nothing changes
+  under us), the runner copies the entries the job added back under sha256(source).
+
+The trust argument: the files are written by agent code, so they are only ever given back to jobs of
+byte-identical source, that is to the same code. A source can therefore only affect its own later jobs,
+which it could already do by behaving differently in them; it can never reach another source's job
+(a different source has a different key). The copy reads agent-written files defensively: regular
+files only (no symlinks, no hard links), plain names, at most MAX_FILES files and MAX_BYTES per source;
+anything else is skipped. At most MAX_SOURCES sources are kept (least recently used go first).
+EVOKERNEL_KERNEL_CACHE=0 turns it off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import shutil
+import stat
+from pathlib import Path
+
+from evokernel_mcp.paths import sub_state_dir
+
+log = logging.getLogger(__name__)
+
+MAX_FILES = 256
+MAX_BYTES = 64 << 20
+MAX_SOURCES = 256
+NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
+SUBDIR = ".triton"
+
+
+def enabled() -> bool:
+    return os.environ.get("EVOKERNEL_KERNEL_CACHE", "1") != "0"
+
+
+def key(source: str) -> str:
+    return hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _root() -> Path:
+    return sub_state_dir("kernel-cache")
+
+
+def _entries(cache: Path) -> set[str]:
+    try:
+        return {e.name for e in os.scandir(cache) if e.is_dir(follow_symlinks=False)}
+    except OSError:
+        return set()
+
+
+def restore(source: str, scratch: Path, owner: int | None = None) -> set[str]:
+    """Copy the saved entries of this source into scratch/.triton (chowned to `owner` when given); returns
+    the entry names present before the job (what save() must not copy back)."""
+    cache = scratch / SUBDIR
+    before = _entries(cache)
+    if not enabled():
+        return before
+    src = _root() / key(source)
+    if not src.is_dir():
+        return before
+    try:
+        cache.mkdir(exist_ok=True)
+        if owner is not None:
+            os.chown(cache, owner, owner)
+        for entry in os.scandir(src):
+            if entry.name in before or not entry.is_dir(follow_symlinks=False):
+                continue
+            dst = cache / entry.name
+            shutil.copytree(entry.path, dst, symlinks=True)
+            if owner is not None:
+                for p in [dst, *dst.iterdir()]:
+                    os.chown(p, owner, owner)
+        os.utime(src)  # recently used
+    except OSError as e:  # a cache problem costs a compile, never a job
+        log.warning("kernel cache: restore failed: %s", e)
+    return before
+
+
+def _regular(path: str) -> os.stat_result | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st if stat.S_ISREG(st.st_mode) and st.st_nlink == 1 else None
+
+
+def save(source: str, scratch: Path, before: set[str]) -> int:
+    """Copy the entries the job added to scratch/.triton under this source's key; returns files copied.
+    Call only after every process of the job is dead."""
+    if not enabled():
+        return 0
+    cache = scratch / SUBDIR
+    new = sorted(_entries(cache) - before)
+    if not new:
+        return 0
+    dest = _root() / key(source)
+    files = total = 0
+    try:
+        for name in new:
+            if not NAME.match(name):
+                continue
+            for f in os.scandir(cache / name):
+                st = _regular(f.path)
+                if st is None or not NAME.match(f.name):
+                    continue
+                if files + 1 > MAX_FILES or total + st.st_size > MAX_BYTES:
+                    log.warning("kernel cache: %s over its limits; the rest not kept", dest.name[:12])
+                    return files
+                (dest / name).mkdir(parents=True, exist_ok=True)
+                tmp = dest / name / f".{f.name}.tmp{os.getpid()}"
+                fd = os.open(f.path, os.O_RDONLY | os.O_NOFOLLOW)
+                with os.fdopen(fd, "rb") as r, open(tmp, "wb") as w:
+                    shutil.copyfileobj(r, w, 1 << 20)
+                os.replace(tmp, dest / name / f.name)
+                files, total = files + 1, total + st.st_size
+    except OSError as e:
+        log.warning("kernel cache: save failed: %s", e)
+    _prune()
+    return files
+
+
+def _prune() -> None:
+    try:
+        dirs = sorted(_root().iterdir(), key=lambda p: p.stat().st_mtime, reverse=True)
+    except OSError:
+        return
+    for old in dirs[MAX_SOURCES:]:
+        shutil.rmtree(old, ignore_errors=True)

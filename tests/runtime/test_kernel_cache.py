@@ -1,0 +1,86 @@
+"""Triton's compile cache per candidate source (runtime/kernel_cache.py): a source's later jobs get what its
+earlier ones compiled; no other source ever does; agent-written files are copied defensively."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from evokernel_mcp.runtime import kernel_cache
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path, monkeypatch):
+    monkeypatch.setenv("EVOKERNEL_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("EVOKERNEL_KERNEL_CACHE", raising=False)
+
+
+def _scratch(tmp_path, name: str):
+    s = tmp_path / name
+    (s / ".triton" / "driverhash").mkdir(parents=True)
+    (s / ".triton" / "driverhash" / "cuda_utils.so").write_bytes(b"made before the source loaded")
+    return s
+
+
+def test_a_source_gets_back_what_it_compiled_and_another_source_gets_nothing(tmp_path):
+    a = _scratch(tmp_path, "job1")
+    before = kernel_cache.restore("SOURCE A", a)
+    assert before == {"driverhash"}
+    (a / ".triton" / "KERNELHASH").mkdir()
+    (a / ".triton" / "KERNELHASH" / "add_kernel.cubin").write_bytes(b"\x7fELF cubin")
+    (a / ".triton" / "KERNELHASH" / "__grp__add_kernel.json").write_text("{}")
+    assert kernel_cache.save("SOURCE A", a, before) == 2
+
+    b = _scratch(tmp_path, "job2")
+    kernel_cache.restore("SOURCE A", b)
+    assert (b / ".triton" / "KERNELHASH" / "add_kernel.cubin").read_bytes() == b"\x7fELF cubin"
+    # the entry made before the source loaded was neither saved nor overwritten
+    assert (b / ".triton" / "driverhash" / "cuda_utils.so").read_bytes() == b"made before the source loaded"
+    assert not (kernel_cache._root() / kernel_cache.key("SOURCE A") / "driverhash").exists()
+
+    c = _scratch(tmp_path, "job3")
+    assert kernel_cache.restore("SOURCE A ", c) == {"driverhash"}  # one byte more: another source
+    assert sorted(os.listdir(c / ".triton")) == ["driverhash"]
+
+
+def test_links_odd_names_and_oversized_caches_are_not_kept(tmp_path, monkeypatch):
+    secret = tmp_path / "server_secret"
+    secret.write_text("TOKEN")
+    a = _scratch(tmp_path, "job")
+    before = kernel_cache.restore("S", a)
+    d = a / ".triton" / "K"
+    d.mkdir()
+    (d / "link.cubin").symlink_to(secret)
+    os.link(secret, d / "hard.cubin")
+    (d / "bad name;rm").write_text("x")
+    (d / "sub").mkdir()
+    (d / "ok.cubin").write_bytes(b"ok")
+    (a / ".triton" / "L").symlink_to(tmp_path)  # a symlinked entry
+    assert kernel_cache.save("S", a, before) == 1
+    kept = kernel_cache._root() / kernel_cache.key("S")
+    assert sorted(p.name for p in kept.rglob("*")) == ["K", "ok.cubin"]
+
+    monkeypatch.setattr(kernel_cache, "MAX_BYTES", 10)
+    b = _scratch(tmp_path, "job2")
+    (b / ".triton" / "M").mkdir()
+    (b / ".triton" / "M" / "big.cubin").write_bytes(b"x" * 11)
+    assert kernel_cache.save("T", b, set()) == 0
+
+
+def test_switched_off_and_pruned(tmp_path, monkeypatch):
+    monkeypatch.setattr(kernel_cache, "MAX_SOURCES", 2)
+    for i in range(4):
+        s = _scratch(tmp_path, f"j{i}")
+        (s / ".triton" / "K").mkdir()
+        (s / ".triton" / "K" / "k.cubin").write_bytes(b"k")
+        assert kernel_cache.save(f"src {i}", s, {"driverhash"}) == 1
+        kept = kernel_cache._root() / kernel_cache.key(f"src {i}")
+        os.utime(kept, (1000 + i, 1000 + i))
+    # pruned to MAX_SOURCES at each save, least recently used first
+    assert {p.name for p in kernel_cache._root().iterdir()} == {kernel_cache.key("src 3"), kernel_cache.key("src 2")}
+    monkeypatch.setenv("EVOKERNEL_KERNEL_CACHE", "0")
+    s = _scratch(tmp_path, "off")
+    (s / ".triton" / "K").mkdir()
+    (s / ".triton" / "K" / "k.cubin").write_bytes(b"k")
+    assert kernel_cache.save("src off", s, {"driverhash"}) == 0
