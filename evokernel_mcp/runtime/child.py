@@ -48,15 +48,25 @@ class Loaded:
 
 def _info(device: str) -> dict[str, Any]:
     info: dict[str, Any] = {"python": sys.version.split()[0], "pid": os.getpid(), "uid": os.getuid()}
+    boot: dict[str, float] = {}  # where a spare's start goes (seconds per phase), for the job's events
+    t = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal t
+        now = time.perf_counter()
+        boot[name], t = round(now - t, 2), now
+
     import torch
 
     info["torch"] = torch.__version__
+    lap("torch")
     if device != "cpu" and torch.cuda.is_available():
         torch.cuda.init()
         torch.zeros(1, device="cuda")  # the context, ahead of the job
         info["device_name"] = torch.cuda.get_device_name(0)
     else:
         info["device_name"] = "cpu"
+    lap("device")
     try:
         import triton
 
@@ -67,6 +77,7 @@ def _info(device: str) -> dict[str, Any]:
             driver.active.get_current_device()
     except Exception as e:  # noqa: BLE001
         info["triton_error"] = repr(e)
+    lap("triton")
     if info["device_name"] != "cpu":  # the first profiler session in a process loads and starts CUPTI
         try:  # (seconds): once here, while a spare, so a benchmark's activity clock starts warm
             from torch.profiler import ProfilerActivity, profile
@@ -75,7 +86,10 @@ def _info(device: str) -> dict[str, Any]:
                 (torch.ones(16, device="cuda") + 1).sum().item()
         except Exception as e:  # noqa: BLE001 - the benchmark reports a profiler that cannot start
             info["profiler_warm_error"] = repr(e)
+        lap("profiler")
     import evokernel_mcp.verify.sides  # noqa: F401 - warm the harness side, off the job's clock
+    lap("harness")
+    info["boot_s"] = boot
     return info
 
 

@@ -6,8 +6,9 @@ verify and benchmark: ~0.5 s of a ~1 s warm verify on the H200. This module lets
 SAME source start with what the last one compiled:
 
 - restore(): before the source loads, the runner copies the entries saved for sha256(source) into the
-  child's TRITON_CACHE_DIR (scratch/.triton). Entries the spare made before any agent code ran (Triton's
-  driver module) are left as they are.
+  child's TRITON_CACHE_DIR (scratch/.triton), pointing Triton's group files (which list absolute paths)
+  at the new place. Entries the spare made before any agent code ran (Triton's driver module) are left
+  as they are.
 - save(): when the child is discarded (every process of the job is dead by then, so nothing changes
   under us), the runner copies the entries the job added back under sha256(source).
 
@@ -17,6 +18,8 @@ which it could already do by behaving differently in them; it can never reach an
 (a different source has a different key). The copy reads agent-written files defensively: regular
 files only (no symlinks, no hard links), plain names, at most MAX_FILES files and MAX_BYTES per source;
 anything else is skipped. At most MAX_SOURCES sources are kept (least recently used go first).
+Spares also start with the Triton driver module the first spare built (restore_driver / save_driver):
+those files are saved before any agent code reached that process, so they are our code's output alone.
 EVOKERNEL_KERNEL_CACHE=0 turns it off.
 """
 
@@ -39,6 +42,7 @@ MAX_BYTES = 64 << 20
 MAX_SOURCES = 256
 NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
 SUBDIR = ".triton"
+DRIVER = "_driver"
 
 
 def enabled() -> bool:
@@ -79,6 +83,7 @@ def restore(source: str, scratch: Path, owner: int | None = None) -> set[str]:
                 continue
             dst = cache / entry.name
             shutil.copytree(entry.path, dst, symlinks=True)
+            _relocate_groups(dst)
             if owner is not None:
                 for p in [dst, *dst.iterdir()]:
                     os.chown(p, owner, owner)
@@ -86,6 +91,21 @@ def restore(source: str, scratch: Path, owner: int | None = None) -> set[str]:
     except OSError as e:  # a cache problem costs a compile, never a job
         log.warning("kernel cache: restore failed: %s", e)
     return before
+
+
+def _relocate_groups(entry: Path) -> None:
+    """Triton's group files (__grp__<name>.json) list their members by ABSOLUTE path, which named the old
+    job's scratch dir: point them at this entry (a file that does not parse is dropped: a recompile)."""
+    import json
+
+    for grp in entry.glob("__grp__*.json"):
+        try:
+            paths = json.loads(grp.read_text())["child_paths"]
+            moved = {str(k): str(entry / Path(str(v)).name) for k, v in paths.items()
+                     if NAME.match(Path(str(v)).name)}
+            grp.write_text(json.dumps({"child_paths": moved}))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            grp.unlink(missing_ok=True)
 
 
 def _regular(path: str) -> os.stat_result | None:
@@ -131,9 +151,51 @@ def save(source: str, scratch: Path, before: set[str]) -> int:
     return files
 
 
+def restore_driver(scratch: Path, owner: int | None = None) -> None:
+    """Before a spare starts: the Triton driver module an earlier spare built (see save_driver), so that
+    each spare does not run the C compiler again (seconds on a busy host)."""
+    src = _root() / DRIVER
+    if not enabled() or not src.is_dir():
+        return
+    cache = scratch / SUBDIR
+    try:
+        cache.mkdir(exist_ok=True)
+        for entry in os.scandir(src):
+            if entry.is_dir(follow_symlinks=False) and not (cache / entry.name).exists():
+                shutil.copytree(entry.path, cache / entry.name, symlinks=True)
+                _relocate_groups(cache / entry.name)
+        if owner is not None:
+            for p in [cache, *cache.rglob("*")]:
+                os.chown(p, owner, owner, follow_symlinks=False)
+    except OSError as e:
+        log.warning("kernel cache: driver restore failed: %s", e)
+
+
+def save_driver(scratch: Path) -> None:
+    """Right after a spare reported ready, before any agent code reached it: what it has in its Triton
+    cache was made by our code alone (the driver module), so every later spare may start with it."""
+    dest = _root() / DRIVER
+    if not enabled() or dest.is_dir():
+        return
+    tmp = _root() / f".{DRIVER}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        for name in sorted(_entries(scratch / SUBDIR)):
+            for f in os.scandir(scratch / SUBDIR / name):
+                if _regular(f.path) is not None and NAME.match(f.name) and NAME.match(name):
+                    (tmp / name).mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(f.path, tmp / name / f.name, follow_symlinks=False)
+        if tmp.is_dir():
+            os.rename(tmp, dest)
+    except OSError as e:  # another spare got there first, or a disk problem: no harm
+        log.debug("kernel cache: driver not saved: %s", e)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _prune() -> None:
     try:
-        dirs = sorted(_root().iterdir(), key=lambda p: p.stat().st_mtime, reverse=True)
+        dirs = sorted((p for p in _root().iterdir() if not p.name.startswith(("_", "."))),
+                      key=lambda p: p.stat().st_mtime, reverse=True)
     except OSError:
         return
     for old in dirs[MAX_SOURCES:]:

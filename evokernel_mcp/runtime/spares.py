@@ -32,9 +32,10 @@ from evokernel_mcp.runtime import courier, frames, kernel_cache, sandbox
 from evokernel_mcp.runtime.protocol import read_tail
 
 log = logging.getLogger(__name__)
-# Spares per device: a job takes one, and a replacement needs seconds to start (interpreter, torch, device
-# context, Triton's driver module), so back-to-back jobs need several; more on a host with cores to spare.
-N_SPARES = int(os.environ.get("EVOKERNEL_SPARES", str(max(2, min(6, (os.cpu_count() or 2) // 3)))))
+# Spares per device: a verify takes one, a benchmark two or three (candidate, baseline, control), and a
+# replacement needs seconds to start (interpreter, torch, device context, CUPTI), so back-to-back jobs need
+# several; more on a host with cores to spare.
+N_SPARES = int(os.environ.get("EVOKERNEL_SPARES", str(max(2, min(8, (os.cpu_count() or 2) // 2)))))
 REF_CACHE = int(os.environ.get("EVOKERNEL_REF_CACHE", "2"))
 TIGHT_FREE_FRACTION = 0.5  # below this free fraction of the device, other sources' reference processes go
 TRACE_OPS_S = float(os.environ.get("EVOKERNEL_TRACE_OPS_S", "1.0"))  # ops at least this long go in the events
@@ -75,6 +76,7 @@ class Child:
         self.device, self.level = device, level
         self.scratch = sub_state_dir("sandbox") / f"{device.replace(':', '')}-{secrets.token_hex(6)}"
         sandbox.prepare_scratch(self.scratch, level)
+        kernel_cache.restore_driver(self.scratch, sandbox.scratch_owner(level))
         env = sandbox.base_env({"HOME": str(self.scratch), "TMPDIR": str(self.scratch / "tmp"),
                                 "TRITON_CACHE_DIR": str(self.scratch / ".triton")})
         for k in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "TRITON_INTERPRET"):
@@ -296,9 +298,10 @@ class Spares:
                 level = self.level
                 t0 = time.monotonic()
                 child = spawn(lambda: Child(self.device, level))
-                child.wait_ready()
+                info = child.wait_ready()
                 child.start_s = time.monotonic() - t0
-                _note("child started in %.2f s", child.start_s)
+                kernel_cache.save_driver(child.scratch)  # no agent code has reached it yet
+                _note("child started in %.2f s %s", child.start_s, info.get("boot_s") or "")
                 return child
             except (ChildFailed, OSError) as e:
                 msg, tail = (e.message, (e.detail or "")[-600:]) if isinstance(e, ChildFailed) else (repr(e), "")

@@ -3,6 +3,7 @@ earlier ones compiled; no other source ever does; agent-written files are copied
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -29,12 +30,19 @@ def test_a_source_gets_back_what_it_compiled_and_another_source_gets_nothing(tmp
     assert before == {"driverhash"}
     (a / ".triton" / "KERNELHASH").mkdir()
     (a / ".triton" / "KERNELHASH" / "add_kernel.cubin").write_bytes(b"\x7fELF cubin")
-    (a / ".triton" / "KERNELHASH" / "__grp__add_kernel.json").write_text("{}")
-    assert kernel_cache.save("SOURCE A", a, before) == 2
+    grp = {"child_paths": {"add_kernel.cubin": str(a / ".triton" / "KERNELHASH" / "add_kernel.cubin")}}
+    (a / ".triton" / "KERNELHASH" / "__grp__add_kernel.json").write_text(json.dumps(grp))
+    (a / ".triton" / "BROKEN").mkdir()
+    (a / ".triton" / "BROKEN" / "__grp__x.json").write_text("{not json")
+    assert kernel_cache.save("SOURCE A", a, before) == 3
 
     b = _scratch(tmp_path, "job2")
     kernel_cache.restore("SOURCE A", b)
     assert (b / ".triton" / "KERNELHASH" / "add_kernel.cubin").read_bytes() == b"\x7fELF cubin"
+    # Triton's group file lists absolute paths: they now name this job's copy, not the old scratch
+    moved = json.loads((b / ".triton" / "KERNELHASH" / "__grp__add_kernel.json").read_text())
+    assert moved == {"child_paths": {"add_kernel.cubin": str(b / ".triton" / "KERNELHASH" / "add_kernel.cubin")}}
+    assert not (b / ".triton" / "BROKEN" / "__grp__x.json").exists()  # unreadable: dropped (a recompile)
     # the entry made before the source loaded was neither saved nor overwritten
     assert (b / ".triton" / "driverhash" / "cuda_utils.so").read_bytes() == b"made before the source loaded"
     assert not (kernel_cache._root() / kernel_cache.key("SOURCE A") / "driverhash").exists()
@@ -84,3 +92,23 @@ def test_switched_off_and_pruned(tmp_path, monkeypatch):
     (s / ".triton" / "K").mkdir()
     (s / ".triton" / "K" / "k.cubin").write_bytes(b"k")
     assert kernel_cache.save("src off", s, {"driverhash"}) == 0
+
+
+def test_spares_start_with_the_driver_module_the_first_spare_built(tmp_path):
+    first = _scratch(tmp_path, "spare1")  # its driverhash entry: built before any agent code ran
+    kernel_cache.save_driver(first)
+    second = tmp_path / "spare2"
+    second.mkdir()
+    kernel_cache.restore_driver(second)
+    assert (second / ".triton" / "driverhash" / "cuda_utils.so").read_bytes() == b"made before the source loaded"
+    # saved once: a later spare's cache (which could differ) does not replace it
+    later = _scratch(tmp_path, "spare3")
+    (later / ".triton" / "driverhash" / "cuda_utils.so").write_bytes(b"other")
+    kernel_cache.save_driver(later)
+    third = tmp_path / "spare4"
+    third.mkdir()
+    kernel_cache.restore_driver(third)
+    assert (third / ".triton" / "driverhash" / "cuda_utils.so").read_bytes() == b"made before the source loaded"
+    # a source's restore leaves the driver entry alone and never saves it under the source
+    before = kernel_cache.restore("SRC", third)
+    assert "driverhash" in before

@@ -85,16 +85,34 @@ def test_flagship_conv3d_reference_runs_at_full_size():
 
 
 def test_a_triton_sources_compile_cache_serves_its_own_later_jobs_only():
-    """runtime/kernel_cache.py on a real compile: the first job's cubin is kept under its source's key and
-    the next job of that source still passes with it; a wrong source sharing the kernel gets none of it
-    and still fails."""
+    """runtime/kernel_cache.py on a real compile: the first job compiles (its cubin is kept under its source's
+    key), the next job of the same source loads that cubin without compiling (the candidate reports whether
+    the cubin in its cache dir was written during its call), and a wrong source sharing the kernel gets
+    none of it and still fails."""
     from evokernel_mcp.runtime import kernel_cache
 
-    src = "# kernel cache check\n" + (CANDS / "vadd_triton.py").read_text()
+    probe = """
+import glob as _glob
+import os as _os
+_run = run
+
+
+def run(x, y):
+    pat = _os.environ["TRITON_CACHE_DIR"] + "/*/*.cubin"
+    before = {p: _os.stat(p).st_mtime_ns for p in _glob.glob(pat)}
+    out = _run(x, y)
+    after = {p: _os.stat(p).st_mtime_ns for p in _glob.glob(pat)}
+    print("KCACHE", "hit" if before and before == after else "miss", flush=True)
+    return out
+"""
+    src = "# kernel cache check\n" + (CANDS / "vadd_triton.py").read_text() + probe
     kept = kernel_cache._root() / kernel_cache.key(src)
-    assert verify(src, "vector_add", shapes=["small"], seeds=1).passed is True
+    first = verify(src, "vector_add", shapes=["small"], seeds=1)
+    assert first.passed is True and "KCACHE miss" in first.stdout, first.stdout
     assert any(p.suffix in (".cubin", ".hsaco") for p in kept.rglob("*")), sorted(kept.rglob("*"))
-    assert verify(src, "vector_add", shapes=["small"], seeds=1).passed is True
-    wrong = src.replace("return out", "return out * 1.001", 1)
+    second = verify(src, "vector_add", shapes=["small"], seeds=1)
+    assert second.passed is True and "KCACHE hit" in second.stdout and "miss" not in second.stdout, second.stdout
+    wrong = src.replace("return out\n", "return out * 1.001\n", 1)
     assert wrong != src
-    assert verify(wrong, "vector_add", shapes=["small"], seeds=1).passed is False
+    third = verify(wrong, "vector_add", shapes=["small"], seeds=1)
+    assert third.passed is False and "KCACHE miss" in third.stdout, third.stdout
