@@ -87,7 +87,7 @@ def kernels(small: bool, extra_kb: tuple[str, ...] = ()) -> dict[str, str]:
 
 def same_code_candidate(ref: str) -> str:
     src = Path(ref).read_text() if ref.endswith(".py") and Path(ref).exists() else ref
-    return src.replace("class Model(", "class ModelNew(")
+    return src + "\n\nModelNew = Model  # the same code as the reference (KernelBench files call super(Model, self))\n"
 
 
 async def call(client, args: dict) -> dict:

@@ -75,6 +75,16 @@ def _info(device: str) -> dict[str, Any]:
             from triton.runtime import driver  # now, while this process is a spare, not on the job's clock
 
             driver.active.get_current_device()
+            # a fresh process's first JIT call hashes Triton's own files, libtriton.so included (hundreds of
+            # MB; ~0.5 s), and asks ptxas for its version, cache hit or not: both are cached per process
+            from triton.compiler.compiler import make_backend
+
+            try:
+                from triton.compiler.compiler import triton_key
+            except ImportError:  # moved in later Triton releases
+                from triton.runtime.cache import triton_key
+            triton_key()
+            make_backend(driver.active.get_current_target()).hash()
     except Exception as e:  # noqa: BLE001
         info["triton_error"] = repr(e)
     lap("triton")
