@@ -73,7 +73,9 @@ class Plan:
     flush_count: int
     separator_names: frozenset[str]
     per_call: int | None  # device activities per call of the callable; None if it varies
-    outside_window: str | None = None  # the callable's work on a stream other than the timed one: why
+    outside_window: str | None = None  # the callable's work outside its window (a side stream not joined): why
+    timed_streams: frozenset[int] = frozenset()  # where the harness's own flush / sleep kernels ran
+    side_streams: str | None = None  # the call forks work onto other streams and joins it back (cuDNN does)
 
 
 def _record(session: SessionFactory, ops: Sequence[Callable[[], Any]], sync: Callable[[], None]) -> list[Act]:
@@ -105,8 +107,36 @@ def calibrate(session: SessionFactory, calls: Sequence[Callable[[], Any]], flush
     clash = {a[0] for a in ca} & (flush_names | seps)
     if clash:
         return f"the callable launches a kernel named like the harness's own ({sorted(clash)[0][:80]})"
-    return Plan(flush_names, flush_count, seps, len(ca) // 2 if len(ca) % 2 == 0 else None,
-                side_stream_work(ca, _streams(fa) | _streams(sa)))
+    timed = frozenset(_streams(fa) | _streams(sa))
+    side = side_stream_work(ca, timed)
+    outside = None
+    if side:  # forked work is fine when the call joins it back before returning: the next kernel the
+        boundary = flush if flush is not None else sleep  # harness queues on the timed stream waits for it
+        if boundary is None:
+            outside = side
+        else:
+            raw = _record(session, [calls[0], boundary, calls[1 % len(calls)], boundary], sync)
+            outside = unjoined(raw, timed, flush_names | seps)
+    return Plan(flush_names, flush_count, seps, len(ca) // 2 if len(ca) % 2 == 0 else None, outside, timed, side)
+
+
+def unjoined(acts: Sequence[Act], timed: frozenset[int], ours: frozenset[str], tail_ok: bool = False) -> str | None:
+    """Why some work on another stream is not joined back to the timed stream, or None: each such activity
+    must end before the next of our own kernels (queued on the timed stream after the call) starts.
+    tail_ok: activities after the last of ours pass (a timed loop ends with a call, not with our kernel)."""
+    acts = sorted(acts, key=lambda a: (a[1], a[2]))
+    marks = [a for a in acts if a[0] in ours and _stream_of(a) in timed]
+    for a in acts:
+        if _stream_of(a) is None or _stream_of(a) in timed:
+            continue
+        nxt = next((b for b in marks if b[1] >= a[1]), None)
+        if nxt is None and tail_ok:
+            continue
+        if nxt is None or a[2] > nxt[1]:
+            return (f"device work ({a[0][:60]}) on stream {_stream_of(a)} was still running when the next "
+                    f"repetition's first kernel started on the timed stream {sorted(timed)}: the call does not "
+                    "wait for it before returning")
+    return None
 
 
 def spans_ms(acts: Sequence[Act], plan: Plan, n: int) -> list[float] | str:
@@ -116,6 +146,10 @@ def spans_ms(acts: Sequence[Act], plan: Plan, n: int) -> list[float] | str:
     GPU-sleep cushion) closes one, anything else belongs to the open repetition. Without a flush (warm
     cache): the callable's activities in groups of per_call."""
     acts = sorted(acts, key=lambda a: (a[1], a[2]))
+    if plan.timed_streams and plan.side_streams:
+        late = unjoined(acts, plan.timed_streams, plan.flush_names | plan.separator_names, tail_ok=True)
+        if late:
+            return CutFailure(late, "outside_window")
     if plan.flush_count:
         groups: list[list[Act]] = []
         open_ = False

@@ -141,9 +141,21 @@ def test_side_stream_work_found_in_calibration_and_after_the_window():
             return lambda: self.acts.append(_us(name, len(self.acts), len(self.acts) + 1, stream))
 
     r = Rec()
-    plan = act.calibrate(r.session, [r.op("gemm", stream=13)], r.op("flush"), r.op("spin"), lambda: None)
-    assert "stream(s) [13]" in plan.outside_window
+    # work forked onto stream 13 and still running when the next of our kernels starts: not joined
+    def left_running():
+        r.acts.append(("gemm", len(r.acts) * 1000, (len(r.acts) + 5) * 1000, 13))
+    plan = act.calibrate(r.session, [left_running], r.op("flush"), r.op("spin"), lambda: None)
+    assert "stream(s) [13]" in plan.side_streams and "still running" in plan.outside_window
     assert timing.window_marks(plan, None) == {"outside_window": plan.outside_window}
+    # forked and joined back (cuDNN's grouped convolutions): it ends before our next kernel starts
+    joined = act.calibrate(r.session, [r.op("gemm", stream=13)], r.op("flush"), r.op("spin"), lambda: None)
+    assert "stream(s) [13]" in joined.side_streams and joined.outside_window is None
+    spans = act.spans_ms([_us("flush", 0, 5), _us("k", 5, 6, 13), _us("k", 6, 7, 14), _us("flush", 8, 9),
+                          _us("k", 9, 10, 13)], joined, 2)
+    assert spans == [pytest.approx(0.002), pytest.approx(0.001)]
+    overlap = act.spans_ms([_us("flush", 0, 5), _us("k", 5, 9, 13), _us("flush", 8, 9), _us("k", 9, 10, 13)],
+                           joined, 2)
+    assert overlap.kind == "outside_window" and "still running" in overlap
     same = act.calibrate(r.session, [r.op("gemm")], r.op("flush"), r.op("spin"), lambda: None)
     assert same.outside_window is None and timing.window_marks(same, None) == {}
     none = act.calibrate(r.session, [lambda: None], r.op("flush"), r.op("spin"), lambda: None)

@@ -30,14 +30,16 @@ fi
 has tests && step tests 300 python3 -m pytest -q -rfE -p no:cacheprovider -m gpu --timeout 240 ${TESTS:-tests/faults/test_faults_gpu.py tests/verify/test_verify_gpu.py tests/benchmark/test_bench_gpu.py}
 has latency_torch && step latency_torch 120 python3 bench/verify_latency.py --torch --tag torch --reps 20 --distinct ${DISTINCT:-50}
 has latency && step latency 150 python3 bench/verify_latency.py --task vector_add --shapes small --reps 20 --distinct ${DISTINCT:-50}
-has selftest && step selftest 200 python3 -m evokernel_mcp selftest --capture /tmp/selftest_h200 --step-timeout-s 120 \
-  && tar czf "$OUT/selftest_bundle.tgz" -C /tmp selftest_h200  # one file: a call returns only so many
+has selftest && step selftest 200 python3 -m evokernel_mcp selftest --capture /tmp/selftest_h200 --step-timeout-s 120
+[ -d /tmp/selftest_h200 ] && tar czf /tmp/selftest_bundle.tgz -C /tmp selftest_h200  # into results.tgz below:
+# a call returns only so many files
 has journey && step journey 400 python3 tools/journey.py --journal
 has ab && step ab 450 python3 bench/ab_same_code.py ${AB_ARGS:-}
 has ncu && step ncu 300 python3 bench/ncu_kinds.py ${NCU_ARGS:-}
 [ -n "${KB_END:-}" ] && export T_kb=$(( KB_END - ($(date +%s) - t_start) )) && KB_MORE="${KB_MORE:-} --budget-s $(( T_kb - 60 ))"
 has kb && step kb 560 python3 bench/kernelbench_sweep.py ${KB_ARGS:---only 19,23} --kb .kb/level1 ${KB_MORE:-}
 mkdir -p "$OUT/res"; cp bench/results/*"$(date +%Y-%m-%d)"* "$OUT/res/" 2>/dev/null
+[ -f /tmp/selftest_bundle.tgz ] && cp /tmp/selftest_bundle.tgz "$OUT/res/"
 [ -d /tmp/evohome ] && tar czf "$OUT/evohome_journal.tgz" -C /tmp/evohome . --exclude='*.so' --exclude='artifacts' 2>/dev/null
 tar czf "$OUT/results.tgz" -C "$OUT" res && rm -rf "$OUT/res"
 echo "=== done at +$(( $(date +%s) - t_start ))s"
