@@ -100,7 +100,8 @@ def write_report(m: dict, task: str, shapes: list[str], tag: str = "", what: str
         f"| ... per candidate, median / max | {statistics.median(m['distinct_each'] or [0]):.3f} / "
         f"{max(m['distinct_each'] or [0]):.3f} |", "",
         "Each different candidate is a new source: a fresh sandboxed process (and, for Triton, a cold compile: "
-        "no compile cache is shared between candidates' sandboxes).", "",
+        "the compile cache is kept per source, runtime/kernel_cache.py, so only the warm calls of one source "
+        "reuse it).", "",
         f"Isolation in force: {res.get('isolation')} (each candidate in a fresh sandboxed process; the reference "
         "in its own cached process). Earlier shared-worker figures (one process for every job, no sandbox): "
         "25 ms warm verify, ~9 s cold (bench/results/verify_latency_NVIDIA_H200_2026-11-22.md).", "",
