@@ -86,8 +86,9 @@ def kernels(small: bool, extra_kb: tuple[str, ...] = ()) -> dict[str, str]:
 
 
 def same_code_candidate(ref: str) -> str:
-    src = Path(ref).read_text() if ref.endswith(".py") and Path(ref).exists() else ref
-    return src + "\n\nModelNew = Model  # the same code as the reference (KernelBench files call super(Model, self))\n"
+    from evokernel_mcp.kb_candidates import same_code
+
+    return same_code(Path(ref).read_text() if ref.endswith(".py") and Path(ref).exists() else ref)
 
 
 async def call(client, args: dict) -> dict:

@@ -9,7 +9,9 @@ repetition. A repetition is [flush kernel(s)] + [the callable's device work]; it
 the first start to the last end of the callable's work (so a multi-kernel callable is charged for the
 gaps between its kernels too). The cut is by kernel name: the flush and the GPU-sleep cushion are
 recognised from a calibration run, and if the callable launches a kernel with one of those names, or
-the counts do not add up, the caller falls back to events and says why.
+the counts do not add up, the caller falls back to events and says why. Work the callable forks onto
+other streams counts when it is joined back (it ends before our next kernel on the timed stream starts,
+as cuDNN's grouped convolutions do); work still running then is outside the window (`unjoined`).
 """
 
 from __future__ import annotations
@@ -124,15 +126,17 @@ def unjoined(acts: Sequence[Act], timed: frozenset[int], ours: frozenset[str], t
     """Why some work on another stream is not joined back to the timed stream, or None: each such activity
     must end before the next of our own kernels (queued on the timed stream after the call) starts.
     tail_ok: activities after the last of ours pass (a timed loop ends with a call, not with our kernel)."""
+    import bisect
+
     acts = sorted(acts, key=lambda a: (a[1], a[2]))
-    marks = [a for a in acts if a[0] in ours and _stream_of(a) in timed]
+    starts = [a[1] for a in acts if a[0] in ours and _stream_of(a) in timed]  # sorted: acts are
     for a in acts:
         if _stream_of(a) is None or _stream_of(a) in timed:
             continue
-        nxt = next((b for b in marks if b[1] >= a[1]), None)
-        if nxt is None and tail_ok:
+        j = bisect.bisect_left(starts, a[1])  # our first kernel starting at or after this activity
+        if j == len(starts) and tail_ok:
             continue
-        if nxt is None or a[2] > nxt[1]:
+        if j == len(starts) or a[2] > starts[j]:
             return (f"device work ({a[0][:60]}) on stream {_stream_of(a)} was still running when the next "
                     f"repetition's first kernel started on the timed stream {sorted(timed)}: the call does not "
                     "wait for it before returning")

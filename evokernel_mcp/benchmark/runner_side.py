@@ -188,8 +188,9 @@ def _pool_sets(in_bytes: int, out_bytes: int, n_arms: int, gpu: bool) -> int:
     for n in (1, 0):
         # arms: inputs + outputs of two calls; pools; an input set in flight (sender's and receiver's
         # copies); the sampled repetition kept and sent (inputs + outputs, twice)
-        if n_arms * (in_bytes + 2 * out_bytes) + (n_arms + 1) * n * in_bytes + 2 * in_bytes + 2 * (in_bytes + out_bytes) \
-                <= 0.7 * free:
+        need = n_arms * (in_bytes + 2 * out_bytes) + (n_arms + 1) * n * in_bytes + 2 * in_bytes \
+            + 2 * (in_bytes + out_bytes)
+        if need <= 0.7 * free:
             return n
     return 0
 

@@ -1,7 +1,8 @@
 """The halves of benchmark that run INSIDE sandboxed children (runtime/child.py), where the kernels
 launch. An "arm" is one callable timed block by block (blocks.BlockTimer, timing.py bound at the child's
 start, before any agent code loaded), one arm per fresh child: the candidate, the baseline (the PyTorch
-reference loaded afresh, or a baseline source) and, on request, the control (the baseline again). The runner interleaves the arms' blocks (interleave.py) and checks what they report. Times are
+reference loaded afresh, or a baseline source) and, on request, the control (the baseline again). The
+runner interleaves the arms' blocks (interleave.py) and checks what they report. Times are
 raw: statistics, speedup and the verdict are computed in the runner and the server."""
 
 from __future__ import annotations

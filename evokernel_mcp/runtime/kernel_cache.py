@@ -25,6 +25,7 @@ EVOKERNEL_KERNEL_CACHE=0 turns it off.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -67,30 +68,95 @@ def _entries(cache: Path) -> set[str]:
 def restore(source: str, scratch: Path, owner: int | None = None) -> set[str]:
     """Copy the saved entries of this source into scratch/.triton (chowned to `owner` when given); returns
     the entry names present before the job (what save() must not copy back)."""
-    cache = scratch / SUBDIR
-    before = _entries(cache)
-    if not enabled():
-        return before
+    before = _entries(scratch / SUBDIR)
     src = _root() / key(source)
-    if not src.is_dir():
-        return before
+    if enabled() and src.is_dir():
+        _copy_in(src, scratch / SUBDIR, owner)
+        with contextlib.suppress(OSError):
+            os.utime(src)  # recently used
+    return before
+
+
+def save(source: str, scratch: Path, before: set[str]) -> int:
+    """Copy the entries the job added to scratch/.triton under this source's key; returns files copied.
+    Call only after every process of the job is dead."""
+    new = sorted(_entries(scratch / SUBDIR) - before)
+    if not enabled() or not new:
+        return 0
+    files = _copy_out(scratch / SUBDIR, new, _root() / key(source))
+    _prune()
+    return files
+
+
+def restore_driver(scratch: Path, owner: int | None = None) -> None:
+    """Before a spare starts: the Triton driver module an earlier spare built (see save_driver), so that
+    each spare does not run the C compiler again (seconds on a busy host)."""
+    if enabled() and (_root() / DRIVER).is_dir():
+        _copy_in(_root() / DRIVER, scratch / SUBDIR, owner)
+
+
+def save_driver(scratch: Path) -> None:
+    """Right after a spare reported ready, before any agent code reached it: what it has in its Triton
+    cache was made by our code alone (the driver module), so every later spare may start with it. Saved
+    once (the first spare's), into a temporary dir renamed into place."""
+    dest = _root() / DRIVER
+    if not enabled() or dest.is_dir():
+        return
+    tmp = _root() / f".{DRIVER}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        if _copy_out(scratch / SUBDIR, sorted(_entries(scratch / SUBDIR)), tmp):
+            os.rename(tmp, dest)
+    except OSError as e:  # another spare got there first, or a disk problem: no harm
+        log.debug("kernel cache: driver not saved: %s", e)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _copy_in(src: Path, cache: Path, owner: int | None) -> None:
+    """Each saved entry of src that the cache does not have yet, copied in, its group files relocated, owned
+    by `owner` when given. A cache problem costs a compile, never a job."""
     try:
         cache.mkdir(exist_ok=True)
         if owner is not None:
             os.chown(cache, owner, owner)
         for entry in os.scandir(src):
-            if entry.name in before or not entry.is_dir(follow_symlinks=False):
-                continue
             dst = cache / entry.name
+            if not entry.is_dir(follow_symlinks=False) or dst.exists():
+                continue
             shutil.copytree(entry.path, dst, symlinks=True)
             _relocate_groups(dst)
             if owner is not None:
                 for p in [dst, *dst.iterdir()]:
-                    os.chown(p, owner, owner)
-        os.utime(src)  # recently used
-    except OSError as e:  # a cache problem costs a compile, never a job
+                    os.chown(p, owner, owner, follow_symlinks=False)
+    except OSError as e:
         log.warning("kernel cache: restore failed: %s", e)
-    return before
+
+
+def _copy_out(cache: Path, names: list[str], dest: Path) -> int:
+    """The regular, plainly named files of cache/<name> for each name, copied to dest/<name>/ (each file
+    written aside and renamed into place) within MAX_FILES and MAX_BYTES; returns files copied."""
+    files = total = 0
+    try:
+        for name in names:
+            if not NAME.match(name):
+                continue
+            for f in os.scandir(cache / name):
+                st = _regular(f.path)
+                if st is None or not NAME.match(f.name):
+                    continue
+                if files + 1 > MAX_FILES or total + st.st_size > MAX_BYTES:
+                    log.warning("kernel cache: %s over its limits; the rest not kept", dest.name[:12])
+                    return files
+                (dest / name).mkdir(parents=True, exist_ok=True)
+                tmp = dest / name / f".{f.name}.tmp{os.getpid()}"
+                fd = os.open(f.path, os.O_RDONLY | os.O_NOFOLLOW)
+                with os.fdopen(fd, "rb") as r, open(tmp, "wb") as w:
+                    shutil.copyfileobj(r, w, 1 << 20)
+                os.replace(tmp, dest / name / f.name)
+                files, total = files + 1, total + st.st_size
+    except OSError as e:
+        log.warning("kernel cache: save failed: %s", e)
+    return files
 
 
 def _relocate_groups(entry: Path) -> None:
@@ -114,82 +180,6 @@ def _regular(path: str) -> os.stat_result | None:
     except OSError:
         return None
     return st if stat.S_ISREG(st.st_mode) and st.st_nlink == 1 else None
-
-
-def save(source: str, scratch: Path, before: set[str]) -> int:
-    """Copy the entries the job added to scratch/.triton under this source's key; returns files copied.
-    Call only after every process of the job is dead."""
-    if not enabled():
-        return 0
-    cache = scratch / SUBDIR
-    new = sorted(_entries(cache) - before)
-    if not new:
-        return 0
-    dest = _root() / key(source)
-    files = total = 0
-    try:
-        for name in new:
-            if not NAME.match(name):
-                continue
-            for f in os.scandir(cache / name):
-                st = _regular(f.path)
-                if st is None or not NAME.match(f.name):
-                    continue
-                if files + 1 > MAX_FILES or total + st.st_size > MAX_BYTES:
-                    log.warning("kernel cache: %s over its limits; the rest not kept", dest.name[:12])
-                    return files
-                (dest / name).mkdir(parents=True, exist_ok=True)
-                tmp = dest / name / f".{f.name}.tmp{os.getpid()}"
-                fd = os.open(f.path, os.O_RDONLY | os.O_NOFOLLOW)
-                with os.fdopen(fd, "rb") as r, open(tmp, "wb") as w:
-                    shutil.copyfileobj(r, w, 1 << 20)
-                os.replace(tmp, dest / name / f.name)
-                files, total = files + 1, total + st.st_size
-    except OSError as e:
-        log.warning("kernel cache: save failed: %s", e)
-    _prune()
-    return files
-
-
-def restore_driver(scratch: Path, owner: int | None = None) -> None:
-    """Before a spare starts: the Triton driver module an earlier spare built (see save_driver), so that
-    each spare does not run the C compiler again (seconds on a busy host)."""
-    src = _root() / DRIVER
-    if not enabled() or not src.is_dir():
-        return
-    cache = scratch / SUBDIR
-    try:
-        cache.mkdir(exist_ok=True)
-        for entry in os.scandir(src):
-            if entry.is_dir(follow_symlinks=False) and not (cache / entry.name).exists():
-                shutil.copytree(entry.path, cache / entry.name, symlinks=True)
-                _relocate_groups(cache / entry.name)
-        if owner is not None:
-            for p in [cache, *cache.rglob("*")]:
-                os.chown(p, owner, owner, follow_symlinks=False)
-    except OSError as e:
-        log.warning("kernel cache: driver restore failed: %s", e)
-
-
-def save_driver(scratch: Path) -> None:
-    """Right after a spare reported ready, before any agent code reached it: what it has in its Triton
-    cache was made by our code alone (the driver module), so every later spare may start with it."""
-    dest = _root() / DRIVER
-    if not enabled() or dest.is_dir():
-        return
-    tmp = _root() / f".{DRIVER}.{os.getpid()}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        for name in sorted(_entries(scratch / SUBDIR)):
-            for f in os.scandir(scratch / SUBDIR / name):
-                if _regular(f.path) is not None and NAME.match(f.name) and NAME.match(name):
-                    (tmp / name).mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(f.path, tmp / name / f.name, follow_symlinks=False)
-        if tmp.is_dir():
-            os.rename(tmp, dest)
-    except OSError as e:  # another spare got there first, or a disk problem: no harm
-        log.debug("kernel cache: driver not saved: %s", e)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _prune() -> None:

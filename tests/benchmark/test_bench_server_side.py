@@ -126,3 +126,47 @@ def test_copies_for_rotation():
     assert timing.copies_for(10 << 20, 60 << 20) == 12  # 2 x 60 MiB / 10 MiB
     assert timing.copies_for(1 << 10, 60 << 20) == timing.MAX_COPIES
     assert timing.copies_for(10 << 20, 60 << 20, memory_free=40 << 20) == 2
+
+
+def test_every_arm_gets_a_fresh_child_of_its_own():
+    """The baseline is never the cached reference process: "pytorch" loads the reference afresh, a baseline
+    source loads in a fresh child as a candidate does, and the control arm is a further child."""
+    import time
+
+    from evokernel_mcp.benchmark import runner_side
+
+    class Kid:
+        def __init__(self, n):
+            self.n, self.loaded = n, []
+
+        def load_source(self, source, req, timeout_s):
+            self.loaded.append(req["role"])
+
+        def discard(self):
+            pass
+
+    class Spares:
+        def __init__(self):
+            self.made = []
+
+        def fresh_reference(self, task, timeout_s):
+            self.made.append(Kid(f"ref{len(self.made)}"))
+            return self.made[-1]
+
+        def take(self):
+            self.made.append(Kid(f"kid{len(self.made)}"))
+            return self.made[-1]
+
+    class Ctx:
+        spares = Spares()
+
+    task, deadline = load_task("vector_add"), time.monotonic() + 60
+    base = runner_side._baseline_child(Ctx, {"baseline": "pytorch"}, task, deadline)
+    ctrl = runner_side._baseline_child(Ctx, {"baseline": "pytorch"}, task, deadline)
+    assert base.n == "ref0" and ctrl.n == "ref1"  # two fresh reference processes, not the cached one
+    src = runner_side._baseline_child(Ctx, {"baseline": "def run(x, y):\n    return x + y\n"}, task, deadline)
+    assert src.n == "kid2" and src.loaded == ["candidate"]
+    arms = runner_side._Arms("cand", base, task, deadline, ctrl)
+    kids = arms.children()
+    assert list(kids) == ["baseline", "candidate", "control"] and len({id(k) for k in kids.values()}) == 3
+    assert runner_side._Arms("cand", base, task, deadline).control is False
