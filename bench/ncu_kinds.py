@@ -68,6 +68,15 @@ def workloads(small: bool = False) -> dict[str, dict]:
 
     def conv(shape: tuple, layer: str) -> str:
         return _ref("x", "return self.conv(x)", f"torch.randn{shape}", init_body=f"        self.conv = {layer}")
+
+    def conv_nhwc(dtype: str) -> str:
+        """cuDNN on channels-last data without a layout conversion: the input is made NHWC (N, H, W, C) and the
+        forward views it as NCHW by a permute (no copy, channels-last strides); the weight is channels-last."""
+        nb = 2 * b
+        return _ref("x", "return self.conv(x.permute(0, 3, 1, 2))",
+                    f"torch.randn({nb}, {hw}, {hw}, {ch}, dtype=torch.{dtype})",
+                    init_body=f"        self.conv = nn.Conv2d({ch}, {ch}, 3, padding=1, bias=False).to(torch.{dtype})"
+                              ".to(memory_format=torch.channels_last)")
     return {
         "bandwidth": {"unit": "vector", "expect": "one elementwise kernel (fp32, 1 GiB moved)",
                       "source": _ref("x", "return x * 2.0", f"torch.randn({n})")},
@@ -75,9 +84,14 @@ def workloads(small: bool = False) -> dict[str, dict]:
                       "source": _ref("x", "return torch.sum(x, dim=-1)", f"torch.randn({r}, {c})")},
         "gemm": {"unit": "matrix", "expect": "one cuBLAS kernel (bf16 4096^3, compute-bound)",
                  "source": _ref("a, b", "return a @ b", f"torch.randn({m}, {m}, {bf}), torch.randn({m}, {m}, {bf})")},
-        "convolution": {"unit": "matrix", "expect": "cuDNN conv2d fp32 NCHW (TF32): one implicit-GEMM kernel, more "
-                        "when cuDNN converts layouts",
-                        "source": conv((b, ch, hw, hw), f"nn.Conv2d({ch}, {ch}, 3, padding=1, bias=False)")},
+        "convolution": {"unit": "matrix", "expect": "cuDNN conv2d bf16 on channels-last data (an NHWC input viewed as "
+                        "NCHW): one implicit-GEMM kernel, no layout conversion",
+                        "source": conv_nhwc("bfloat16")},
+        "conv_tf32_nhwc": {"unit": "matrix", "expect": "cuDNN conv2d fp32 (TF32) on channels-last data: one kernel",
+                           "source": conv_nhwc("float32")},
+        "conv_nchw_fp32": {"unit": "matrix", "expect": "cuDNN conv2d fp32 NCHW (TF32): an implicit-GEMM kernel, "
+                           "with layout conversions beside it (4 kernels on the H200)",
+                           "source": conv((b, ch, hw, hw), f"nn.Conv2d({ch}, {ch}, 3, padding=1, bias=False)")},
         "depthwise": {"unit": "vector", "expect": "one PyTorch conv_depthwise2d kernel (fp32 NCHW 3x3, 411 MB in)",
                       "source": conv((dn, dc, dhw, dhw), f"nn.Conv2d({dc}, {dc}, 3, padding=1, groups={dc}, "
                                      "bias=False)")},
@@ -359,7 +373,7 @@ def dry_run(wls: dict) -> None:
 def main() -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated, of {','.join(KINDS)},depthwise")
+    ap.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated, of {','.join(KINDS)},depthwise,conv_tf32_nhwc,conv_nchw_fp32")
     ap.add_argument("--max-time-s", type=float, default=1.5, help="benchmark max_time_s per measured series")
     ap.add_argument("--budget-s", type=float, default=240.0,
                     help="start no new kind after this many seconds; what was measured is written")

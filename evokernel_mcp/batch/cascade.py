@@ -7,6 +7,8 @@ Per candidate, in order, stopping at the first failed stage:
   verify        verify on every chosen shape set, 3 seeds, stop at the first failing case
   benchmark     the benchmark op on the largest chosen shape set, interleaved against the PyTorch
                 baseline; the verdict (valid / invalid_reason) is the benchmark's own
+verify_small and verify run as ONE executor stage (runner op verify_steps): the candidate loads once, in one
+process, which stops after verify_small when that fails; each still reports as its own stage.
 verify and benchmark are runner ops run by an executor (executors/): the same payloads, result models
 and verdicts as verify_vs_pytorch and benchmark, so a candidate's row means what those tools would say.
 """
@@ -156,6 +158,24 @@ async def _verify(ex: Executor, slot: str, src: str, plan: Plan, small: bool):
     return result_from_reply(reply, plan.task.name)
 
 
+async def _verify_both(ex: Executor, slot: str, src: str, plan: Plan) -> list[tuple[str, Any]]:
+    """verify_small then verify as ONE stage (runner op verify_steps): one candidate process for both, which
+    stops after verify_small when that fails. [(stage, VerifyResult)] for the steps that ran."""
+    from evokernel_mcp.verify.api import build_payload, result_from_reply
+
+    steps = [build_payload(plan.small_task, src, plan.small_shapes, SMALL_SEEDS, None, True),  # type: ignore[arg-type]
+             build_payload(plan.task, src, plan.verify_shapes, VERIFY_SEEDS, None, True)]
+    budget = max(1.0, plan.timeout_s - BUDGET_MARGIN_S)
+    payload = {"candidate": src, "steps": [{k: v for k, v in p.items() if k != "candidate"} for p in steps],
+               "budget_s": budget}
+    reply = await ex.run(slot, Stage("verify_steps", payload, timeout_s=plan.timeout_s))
+    done = (reply.result or {}).get("steps") if reply.ok and isinstance(reply.result, dict) else None
+    if not done:  # the stage itself failed (the runner, a time limit): verify_small carries the reason
+        return [("verify_small", result_from_reply(reply.model_copy(update={"result": None}), plan.task.name))]
+    return [(name, result_from_reply(reply.model_copy(update={"result": r}), plan.task.name))
+            for name, r in zip(("verify_small", "verify"), done)]
+
+
 async def _benchmark(ex: Executor, slot: str, src: str, plan: Plan):
     from evokernel_mcp.benchmark.api import build_payload, result_from_reply
 
@@ -189,6 +209,16 @@ async def run_candidate(ex: Executor, slot: str, index: int, cand: BatchCandidat
                 first = next((d for d in res.diagnostics if d.severity == "error"), None)
                 return out.fail(stage, "compile_error: " + (f"line {first.line}: {first.message}" if first else
                                                             "the compiler failed (see the artifact)"))
+        elif stage == "verify" and "verify_small" in plan.stages:
+            continue  # ran with verify_small, in the same process
+        elif stage == "verify_small" and "verify" in plan.stages:
+            for name, res in await _verify_both(ex, slot, cand.source, plan):
+                out.device, out.last = res.device, ("verify_vs_pytorch", res)
+                out.results[name] = res.model_dump(mode="json")
+                if not res.passed:
+                    return out.fail(name, _verify_reason(res))
+            if "verify" not in out.results:
+                return out.fail("verify", "not_run: the verify step did not report")
         elif stage in ("verify_small", "verify"):
             res = await _verify(ex, slot, cand.source, plan, small=stage == "verify_small")
             out.device, out.last = res.device, ("verify_vs_pytorch", res)

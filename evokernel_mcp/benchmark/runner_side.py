@@ -13,11 +13,13 @@ statistics, speedup, roofline, flags and verdict are computed in the server (api
 
 from __future__ import annotations
 
+import contextlib
+
 import time
 from typing import Any
 
 from evokernel_mcp.runtime.devmem import release_cached
-from evokernel_mcp.runtime.spares import ChildFailed, _note, wall_deadline
+from evokernel_mcp.runtime.spares import ChildFailed, note, wall_deadline
 from evokernel_mcp.tasks import Task
 from evokernel_mcp.verify.runner_side import OUTPUT_SLACK, _nbytes, load_candidate
 
@@ -149,7 +151,7 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
     t0 = time.monotonic()
     timed = _interleave(arms, case, pool, seed, opt, progress, gpu)
     out.update({k: v for k, v in timed.items() if k != "samples"})
-    _note("benchmark %s: arms set up and timed in %.2f s", shape, time.monotonic() - t0)
+    note("benchmark %s: arms set up and timed in %.2f s", shape, time.monotonic() - t0)
     case["inputs"], pool = None, None  # every arm has its copies: device memory for the checks below
     release_cached()
     # the checks guard against cheating, not precision: a float64 reference only while it is small
@@ -201,11 +203,15 @@ def runner_benchmark(payload: dict[str, Any], progress) -> dict[str, Any]:
     from evokernel_mcp.runtime.runner import context
 
     ctx = context()
-    with ctx.spares.quiet():  # no interpreter starts in the background while arms are timed
-        return _benchmark(ctx, payload, progress)
+    # no interpreter starts in the background while arms are timed: on a host of few cores, for the whole job
+    # (after the starts in flight); on a GPU host with cores to spare, only around the shapes' timing, so the
+    # children this job took are replaced while it loads its sources (spares.waits_in_quiet)
+    whole = ctx.spares.waits_in_quiet()
+    with ctx.spares.quiet() if whole else contextlib.nullcontext():
+        return _benchmark(ctx, payload, progress, timing_quiet=not whole)
 
 
-def _benchmark(ctx, payload: dict[str, Any], progress) -> dict[str, Any]:
+def _benchmark(ctx, payload: dict[str, Any], progress, timing_quiet: bool = False) -> dict[str, Any]:
     from evokernel_mcp.benchmark.clocks import read_clocks
     from evokernel_mcp.benchmark.worker_info import ceilings_for, device_info
 
@@ -215,20 +221,20 @@ def _benchmark(ctx, payload: dict[str, Any], progress) -> dict[str, Any]:
     t0 = time.monotonic()
     result: dict[str, Any] = {"device_info": info, "shapes": [], "clocks_before": None, "clocks_after": None,
                               "ceilings": ceilings_for(payload, progress)}
-    _note("benchmark: device info and ceilings in %.2f s", time.monotonic() - t0)
+    note("benchmark: device info and ceilings in %.2f s", time.monotonic() - t0)
     try:
         ref = ctx.spares.reference(task, timeout_s=wall_deadline(deadline))
     except ChildFailed as e:
         result["error"] = e.info()
         return result
-    cand, base, ctrl = ctx.spares.take(), None, None
+    cand, base, ctrl = ctx.spares.take("bench"), None, None
     result["isolation"] = ctx.spares.isolation()
     try:
         load_candidate(ctx, cand, payload["candidate"], task, deadline)
         base = _baseline_child(ctx, payload, task, deadline)
         if payload.get("control"):
             ctrl = _baseline_child(ctx, payload, task, deadline)
-        _note("benchmark: reference, candidate and baseline loaded at %.2f s", time.monotonic() - t0)
+        note("benchmark: reference, candidate and baseline loaded at %.2f s", time.monotonic() - t0)
         arms = _Arms(cand, base, task, deadline, ctrl)
         shapes, seed = list(payload["shapes"]), int(payload.get("seed", 0))
         opt, gpu = dict(payload["options"]), info.get("backend") in ("cuda", "rocm")
@@ -239,15 +245,18 @@ def _benchmark(ctx, payload: dict[str, Any], progress) -> dict[str, Any]:
             def prog(done, total, msg, i=i):
                 progress(i + min(done / max(total, 1e-9), 0.999), len(shapes), f"{shape}: {msg}")
             try:
-                raw = _bench_shape(arms, ref, shape, seed, opt, prog, gpu)
+                with ctx.spares.quiet(wait=False) if timing_quiet else contextlib.nullcontext():
+                    raw = _bench_shape(arms, ref, shape, seed, opt, prog, gpu)
             except ChildFailed as e:
                 result["error"] = {**e.info(), "shape": shape}
                 break
             raw["clocks_before"], raw["clocks_after"] = before, _clocks(read_clocks, info)
-            _note("benchmark %s: done at %.2f s", shape, time.monotonic() - t0)
+            note("benchmark %s: done at %.2f s", shape, time.monotonic() - t0)
             result["shapes"].append(raw)
             if payload.get("confirm"):
-                result["shapes"][-1]["confirm"] = _confirm(ctx, payload, task, ref, shape, seed, opt, deadline, gpu)
+                with ctx.spares.quiet(wait=False) if timing_quiet else contextlib.nullcontext():
+                    result["shapes"][-1]["confirm"] = _confirm(ctx, payload, task, ref, shape, seed, opt, deadline,
+                                                               gpu)
         result["clocks_after"] = _clocks(read_clocks, info)
     except ChildFailed as e:
         result["error"] = e.info()
@@ -264,7 +273,7 @@ def _confirm(ctx, payload: dict, task: Task, ref, shape: str, seed: int, opt: di
              gpu: bool) -> dict[str, Any]:
     """Re-time the candidate in a SECOND fresh process with fresh inputs (another seed), interleaved with
     the baseline again: a time a process reports about itself is only trusted when another agrees."""
-    child, base = ctx.spares.take(), None
+    child, base = ctx.spares.take("bench"), None
     try:
         load_candidate(ctx, child, payload["candidate"], task, deadline)
         base = _baseline_child(ctx, payload, task, deadline)
@@ -285,8 +294,8 @@ def _baseline_child(ctx, payload: dict, task: Task, deadline: float):
     baseline source loaded as a candidate is."""
     base_src = payload.get("baseline", "pytorch")
     if base_src == "pytorch":
-        return ctx.spares.fresh_reference(task, timeout_s=wall_deadline(deadline))
-    child = ctx.spares.take()
+        return ctx.spares.fresh_reference(task, timeout_s=wall_deadline(deadline), purpose="bench")
+    child = ctx.spares.take("bench")
     try:
         load_candidate(ctx, child, base_src, task, deadline)
     except ChildFailed as e:

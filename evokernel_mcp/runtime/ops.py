@@ -21,6 +21,7 @@ OPS: dict[str, str] = {
     "ping": "evokernel_mcp.runtime.ops:op_ping",
     "selftest": "evokernel_mcp.runtime.ops:op_selftest",
     "verify": "evokernel_mcp.verify.runner_side:runner_verify",
+    "verify_steps": "evokernel_mcp.verify.runner_side:runner_verify_steps",
     "benchmark": "evokernel_mcp.benchmark.runner_side:runner_benchmark",
 }
 

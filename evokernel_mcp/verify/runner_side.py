@@ -60,28 +60,64 @@ def runner_verify(payload: dict[str, Any], progress) -> dict[str, Any]:
     from evokernel_mcp.runtime.runner import context
 
     ctx = context()
-    task = Task(**payload["task"])
     deadline = time.monotonic() + float(payload.get("budget_s", 280))
-    out: dict[str, Any] = {"cases": [], "platform": platform.machine(), "overrides_applied": task.overrides_applied,
-                           "reference_precision": "float64 (inputs upcast) where it fits, else the native dtype; "
-                           "in the reference's own process"}
+    return _verify_steps(ctx, payload["candidate"], [payload], deadline, progress)[0]
+
+
+def runner_verify_steps(payload: dict[str, Any], progress) -> dict[str, Any]:
+    """Op "verify_steps": several verify payloads (payload["steps"]: task, shapes, seeds, probe, tolerance,
+    stop_on_first_failure each) run in turn against ONE candidate child, which loads the candidate once; it
+    stops after the first step that does not pass. The batch cascade's verify_small then verify: one process
+    start per candidate instead of two. Returns {"steps": [op "verify"'s result per step run]}."""
+    from evokernel_mcp.runtime.runner import context
+
+    ctx = context()
+    deadline = time.monotonic() + float(payload.get("budget_s", 280))
+    return {"steps": _verify_steps(ctx, payload["candidate"], list(payload["steps"]), deadline, progress)}
+
+
+def _passed(out: dict[str, Any]) -> bool:
+    return "error" not in out and bool(out["cases"]) and all(c.get("passed") for c in out["cases"])
+
+
+def _verify_steps(ctx, source: str, steps: list[dict[str, Any]], deadline: float, progress) -> list[dict[str, Any]]:
+    outs: list[dict[str, Any]] = []
+    cand = None
     try:
-        ref = ctx.spares.reference(task, timeout_s=min(LOAD_TIMEOUT_S, wall_deadline(deadline)))
+        for k, step in enumerate(steps):
+            task = Task(**step["task"])
+            out: dict[str, Any] = {"cases": [], "platform": platform.machine(),
+                                   "overrides_applied": task.overrides_applied,
+                                   "reference_precision": "float64 (inputs upcast) where it fits, else the native "
+                                   "dtype; in the reference's own process"}
+            outs.append(out)
+            try:
+                ref = ctx.spares.reference(task, timeout_s=min(LOAD_TIMEOUT_S, wall_deadline(deadline)))
+            except ChildFailed as e:
+                out["error"] = e.info()
+                out["isolation"] = ctx.spares.isolation()
+                return outs
+            out["isolation"] = ctx.spares.isolation()
+            if cand is None:
+                cand = ctx.spares.take("verify")
+                out["isolation"] = ctx.spares.isolation()
+                # loaded with the last step's task: the candidate side reads only each case's init inputs
+                # and state (sent with every run), so one load serves every step
+                load_candidate(ctx, cand, source, Task(**steps[-1]["task"]), deadline)
+            _cases(ctx, ref, cand, task, step, deadline, progress, out, model_key=k if len(steps) > 1 else None)
+            if k < len(steps) - 1 and not _passed(out):
+                return outs
     except ChildFailed as e:
-        out["error"] = e.info()
-        out["isolation"] = ctx.spares.isolation()
-        return out
-    cand = ctx.spares.take()
-    out["isolation"] = ctx.spares.isolation()
-    try:
-        load_candidate(ctx, cand, payload["candidate"], task, deadline)
-        _cases(ctx, ref, cand, task, payload, deadline, progress, out)
-    except ChildFailed as e:
-        out["error"] = e.info()
+        outs[-1]["error"] = e.info()
     finally:
-        out["stdout"], out["stderr"] = cand.output()
-        cand.discard()
-    return out
+        if cand is not None:
+            stdout, stderr = cand.output()
+            cand.discard()
+        else:
+            stdout = stderr = ""
+        for out in outs:
+            out["stdout"], out["stderr"] = stdout, stderr
+    return outs
 
 
 def _case_list(payload: dict) -> list[tuple[str, int, bool]]:
@@ -110,12 +146,15 @@ def _reference_case(ctx, ref, shape: str, seed: int, probe: bool, deadline: floa
     return case
 
 
-def _candidate_runs(cand, case: dict, seed: int, deadline: float, dev: str | None, what: str) -> list[dict]:
+def _candidate_runs(cand, case: dict, seed: int, deadline: float, dev: str | None, what: str,
+                    model_key: int | None = None) -> list[dict]:
     limit = OUTPUT_SLACK * _nbytes(case["native"]) + (16 << 20)
     runs = []
     for i, poison in enumerate(("nan", "sentinel")):
         req = {"op": "run", "init_inputs": case["init_inputs"], "state": case["state"], "seed": seed,
                "poison": poison, "keep": i == 0, "same_inputs": i == 1}
+        if model_key is not None:  # one child serving several steps: a step's ModelNew is built for its own sizes
+            req["model_key"] = f"{model_key}:{seed}"
         if i == 0:
             req["inputs"] = case["inputs"]
         try:
@@ -127,7 +166,8 @@ def _candidate_runs(cand, case: dict, seed: int, deadline: float, dev: str | Non
     return runs
 
 
-def _cases(ctx, ref, cand, task: Task, payload: dict, deadline: float, progress, out: dict) -> None:
+def _cases(ctx, ref, cand, task: Task, payload: dict, deadline: float, progress, out: dict,
+           model_key: int | None = None) -> None:
     from evokernel_mcp.verify.case import judge
 
     dev = tensor_device(ctx)
@@ -136,7 +176,7 @@ def _cases(ctx, ref, cand, task: Task, payload: dict, deadline: float, progress,
         what = f"shape set {shape!r}, seed {seed}" + (", probe" if probe else "")
         progress(i, len(todo), f"verify {task.name} {what}")
         case = _reference_case(ctx, ref, shape, seed, probe, deadline, dev)
-        runs = _candidate_runs(cand, case, seed, deadline, dev, what)
+        runs = _candidate_runs(cand, case, seed, deadline, dev, what, model_key)
         out["cases"].append(judge(task, shape, seed, case, runs[0], runs[1], payload.get("tolerance"),
                                   device=dev or "cpu", probe=probe))
         del case, runs

@@ -344,7 +344,8 @@ def candidate_fn(loaded, req: dict[str, Any]):
     if callable(getattr(mod, "run", None)):
         return mod.run
     seed = int(req["seed"])
-    if seed not in loaded.models:
+    key = req.get("model_key", seed)  # op verify_steps: per step and seed (a step's init inputs are its own)
+    if key not in loaded.models:
         loaded.models.clear()
         torch.manual_seed(seed)
         try:
@@ -354,8 +355,8 @@ def candidate_fn(loaded, req: dict[str, Any]):
         state = req.get("state") or {}
         if state and set(state) == set(model.state_dict()):
             model.load_state_dict(state)
-        loaded.models[seed] = model.to(loaded.device)
-    return loaded.models[seed]
+        loaded.models[key] = model.to(loaded.device)
+    return loaded.models[key]
 
 
 def cand_run(loaded, req: dict[str, Any]) -> dict[str, Any]:

@@ -149,11 +149,13 @@ def test_every_arm_gets_a_fresh_child_of_its_own():
         def __init__(self):
             self.made = []
 
-        def fresh_reference(self, task, timeout_s):
+        def fresh_reference(self, task, timeout_s, purpose):
+            assert purpose == "bench"  # a timed arm: a child with the profiler warm
             self.made.append(Kid(f"ref{len(self.made)}"))
             return self.made[-1]
 
-        def take(self):
+        def take(self, purpose):
+            assert purpose == "bench"
             self.made.append(Kid(f"kid{len(self.made)}"))
             return self.made[-1]
 

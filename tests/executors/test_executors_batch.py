@@ -118,10 +118,17 @@ GOOD = "def run(x, y):\n    return x + y\n"
 BAD = "def run(x, y):\n    return x - y\n"
 
 
+def _cases(payload: dict, bad: bool) -> dict:
+    cases = [{"shape": s, "seed": 0, "passed": not bad, "mismatches": 7 if bad else 0} for s in payload["shapes"]]
+    return {"cases": cases, "isolation": {"level": "fake"}}
+
+
 def _verify_reply(slot: str, payload: dict) -> WorkerReply:
     bad = payload["candidate"].startswith(BAD)
-    cases = [{"shape": s, "seed": 0, "passed": not bad, "mismatches": 7 if bad else 0} for s in payload["shapes"]]
-    return WorkerReply(ok=True, device=slot, result={"cases": cases, "isolation": {"level": "fake"}})
+    if "steps" in payload:  # op verify_steps: stops after the first step that fails, as the runner does
+        steps = [_cases(p, bad) for p in payload["steps"][:1 if bad else None]]
+        return WorkerReply(ok=True, device=slot, result={"steps": steps})
+    return WorkerReply(ok=True, device=slot, result=_cases(payload, bad))
 
 
 class FakeExecutor(Executor):
@@ -191,9 +198,11 @@ def test_candidates_run_concurrently_one_per_slot_and_stop_at_their_first_failur
     assert rows["c1"].failed_stage == "verify_small" and rows["c1"].reason.startswith("wrong_output")
     assert rows["junk"].failed_stage == "verify_small" and "bad_candidate" in rows["junk"].reason
     assert all(rows[f"c{i}"].valid for i in (0, 2, 3, 4))
-    # c1 stopped at verify_small: it never reached the full verify; junk never reached the executor
+    # verify_small and verify are one stage (op verify_steps: one candidate process); c1 stopped at
+    # verify_small; junk never reached the executor
     assert sum(1 for _, _, src in ex.started if src.startswith(BAD)) == 1
-    assert len(ex.started) == 4 * 2 + 1
+    assert len(ex.started) == 5 and {op for _, op, _ in ex.started} == {"verify_steps"}
+    assert set(res.ranked[0].model_dump()) >= {"name", "valid"}
     assert res.counts == {"valid": 4, "failed_verify_small": 2} and res.slots == 2
     assert all(r.result_id for r in res.ranked)  # the artifact of each candidate's full results
     assert not api._pending  # the batch's queue entry is gone once it finished

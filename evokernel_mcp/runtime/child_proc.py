@@ -1,0 +1,230 @@
+"""One sandboxed child process as the runner sees it (runtime/child.py is the process's own side): its
+start in the sandbox, requests with deadlines, the capture of its output, its death and clean-up. The
+spares that hold these processes are in spares.py.
+
+- Every request has a deadline: a child past it is killed with its whole tree (pid namespace under
+  bwrap; /proc walk otherwise) and the caller gets ChildFailed(kind="timeout").
+- A child is started cold or with the profiler warm (`warm=True`: CUPTI loaded and started once, which
+  only a benchmark's timed arms need); `warm_profiler()` warms a cold one before any agent code loads.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import threading
+from collections import deque
+from typing import Any
+
+from evokernel_mcp.paths import sub_state_dir
+from evokernel_mcp.runtime import courier, frames, kernel_cache, sandbox
+from evokernel_mcp.runtime.protocol import read_tail
+
+log = logging.getLogger(__name__)
+TRACE_OPS_S = float(os.environ.get("EVOKERNEL_TRACE_OPS_S", "1.0"))  # ops at least this long go in the events
+START_TIMEOUT_S = float(os.environ.get("EVOKERNEL_CHILD_START_TIMEOUT_S", "180"))
+WARM_TIMEOUT_S = 120.0
+
+
+# Where a job's time went (child starts, waits for a spare): the runner hands these to the server with the
+# op's reply, and the server logs them (stderr), so a slow job can be explained from the log.
+EVENTS: deque[str] = deque(maxlen=200)
+
+
+def note(fmt: str, *args: Any) -> None:
+    EVENTS.append(fmt % args)
+
+
+def drain_events() -> list[str]:
+    out = []
+    while EVENTS:
+        out.append(EVENTS.popleft())
+    return out
+
+
+class ChildFailed(Exception):
+    """A child did not answer properly: it crashed, hung, faulted, lied about its frames, or its op raised."""
+
+    def __init__(self, kind: str, message: str, detail: str | None = None):
+        super().__init__(message)
+        self.kind, self.message, self.detail = kind, message, detail
+
+    def info(self) -> dict[str, Any]:
+        return {"kind": self.kind, "message": self.message, "detail": self.detail}
+
+
+class Child:
+    """One sandboxed process. Not thread-safe: one request at a time."""
+
+    def __init__(self, device: str, level: str, warm: bool = True):
+        self.device, self.level = device, level
+        self.warm = warm and device != "cpu"
+        self.scratch = sub_state_dir("sandbox") / f"{device.replace(':', '')}-{secrets.token_hex(6)}"
+        sandbox.prepare_scratch(self.scratch, level)
+        kernel_cache.restore_driver(self.scratch, sandbox.scratch_owner(level))
+        env = sandbox.base_env({"HOME": str(self.scratch), "TMPDIR": str(self.scratch / "tmp"),
+                                "TRITON_CACHE_DIR": str(self.scratch / ".triton")})
+        for k in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "TRITON_INTERPRET"):
+            if k in os.environ:
+                env[k] = os.environ[k]
+        kind = "cpu" if device == "cpu" else "cuda"
+        if kind == "cpu":  # host timing: one thread per arm, and an idle arm's threads never spin, so arms
+            env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # timed in turn do not compete for the cores
+            env.setdefault("OMP_NUM_THREADS", os.environ.get("EVOKERNEL_CPU_THREADS", "1"))
+            # glibc's mmap threshold moves with each process's allocation history: a process still at the
+            # default mmaps (and page-faults) every multi-MB output, measured 3x slower than its twin; fix it
+            env.setdefault("MALLOC_MMAP_THRESHOLD_", str(32 << 20))
+            env.setdefault("MALLOC_TRIM_THRESHOLD_", str(1 << 30))
+        ours, theirs = courier.pair()  # big tensors by fd beside the pipes (courier.py)
+        spec = sandbox.Spec(argv=[sys.executable, "-m", "evokernel_mcp.runtime.child", "--device", kind,
+                                  "--fd-sock", str(theirs.fileno()),
+                                  *(["--warm-profiler"] if self.warm else [])],
+                            scratch=self.scratch, env=env, devices=kind != "cpu")
+        self._boot = open(self.scratch / ".boot.log", "wb")  # noqa: SIM115 - closed in kill()
+        try:
+            self.proc = subprocess.Popen(sandbox.argv_for(spec, level), stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=self._boot, cwd=str(self.scratch),
+                                         start_new_session=True, preexec_fn=sandbox.preexec(level, None), env=env,
+                                         bufsize=0, pass_fds=(theirs.fileno(),))
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        sandbox.own(self.proc.pid)
+        self.courier = courier.Courier(ours)
+        self.rx = io.BufferedReader(self.proc.stdout, buffer_size=1 << 20)
+        self.tx = io.BufferedWriter(self.proc.stdin, buffer_size=1 << 20)
+        self.info: dict[str, Any] = {}
+        self.source_key: str | None = None
+        self.dead = False
+
+    def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> dict[str, Any]:
+        ev = self._read(timeout_s, max_bytes=0, what="start")
+        if ev.get("event") != "ready":
+            self.kill()
+            raise ChildFailed("crash", f"child sent {str(ev)[:200]} instead of ready")
+        self.info = ev.get("info") or {}
+        return self.info
+
+    def _read(self, timeout_s: float, *, max_bytes: int, what: str, device: str | None = None) -> dict[str, Any]:
+        timer = threading.Timer(max(timeout_s, 0.01), self._expire)
+        self._expired = False
+        timer.start()
+        try:
+            msg = frames.read(self.rx, max_bytes=max_bytes, device=device, courier=self.courier)
+        except (EOFError, OSError, ValueError) as e:
+            self.kill()
+            if self._expired:
+                raise ChildFailed("timeout", f"{what} did not finish within {timeout_s:.3g} s; the process and "
+                                  "everything it started were killed") from e
+            raise ChildFailed("crash", f"the process running {what} {self._how()}", self._tails()) from e
+        except frames.FrameError as e:
+            self.kill()
+            raise ChildFailed("bad_candidate", f"protocol violation during {what}: {e}") from e
+        finally:
+            timer.cancel()
+        if not isinstance(msg, dict):
+            self.kill()
+            raise ChildFailed("bad_candidate", f"protocol violation during {what}: not a message")
+        return msg
+
+    def _expire(self) -> None:
+        self._expired = True
+        self.kill(close=False)  # the reader gets EOF and reports the timeout
+
+    def _how(self) -> str:
+        try:
+            rc = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return "stopped answering"
+        if rc < 0:
+            import signal
+
+            try:
+                return f"was killed by {signal.Signals(-rc).name}"
+            except ValueError:
+                return f"was killed by signal {-rc}"
+        return f"exited with code {rc}"
+
+    def request(self, msg: dict[str, Any], *, timeout_s: float, max_bytes: int, device: str | None = None) -> Any:
+        """Send one op and return its result; ChildFailed on any failure (the op's own error included)."""
+        if self.dead:
+            raise ChildFailed("internal", "this child was killed already")
+        try:
+            frames.write(self.tx, msg, self.courier)
+        except (BrokenPipeError, OSError) as e:
+            self.kill()
+            raise ChildFailed("crash", f"the process {self._how()} before {msg.get('op')}", self._tails()) from e
+        reply = self._read(timeout_s, max_bytes=max_bytes, what=str(msg.get("op")), device=device)
+        moved = self.courier.drain_stats()
+        took = reply.get("duration_s")
+        big = [f"{k[:-6]} {v / 2**20:.0f} MiB in {moved.get(k[:-6] + '_s', 0.0):.2f} s"
+               for k, v in sorted(moved.items()) if k.endswith("_bytes") and v >= courier.THRESHOLD]
+        if big or (isinstance(took, (int, float)) and took >= TRACE_OPS_S):
+            note("%s %s%s", msg.get("op"), f"{took:.2f} s in the child" if isinstance(took, (int, float)) else "",
+                  "; moved " + ", ".join(big) if big else "")
+        if reply.get("ok") is True:
+            return reply.get("result")
+        err = reply.get("error") if isinstance(reply.get("error"), dict) else {}
+        raise ChildFailed(str(err.get("kind") or "exception")[:40], str(err.get("message") or "failed")[:4000],
+                          str(err.get("detail") or "")[:8000] or None)
+
+    def _tails(self) -> str | None:
+        parts = [read_tail(self.scratch / n, 3000) for n in ("stderr.txt", ".boot.log")]
+        text = "\n".join(p for p in parts if p.strip())
+        return text or None
+
+    def output(self) -> tuple[str, str]:
+        """The candidate's captured stdout/stderr (tails)."""
+        return read_tail(self.scratch / "stdout.txt"), read_tail(self.scratch / "stderr.txt")
+
+    def kill(self, close: bool = True) -> None:
+        """Kill the process and everything it started; close the pipes unless a reader is still on them."""
+        if not self.dead:
+            self.dead = True
+            sandbox.kill_tree(self.proc.pid)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                log.warning("child %s did not exit after SIGKILL", self.proc.pid)
+            sandbox.disown(self.proc.pid)
+        if close:
+            self.courier.close()
+            for s in (self.tx, self.rx):
+                try:
+                    s.close()
+                except (OSError, ValueError):
+                    pass
+            self._boot.close()
+
+    def warm_profiler(self) -> None:
+        """Start and stop a profiler session once in this child, before it loads any source (a cold spare
+        taken for a benchmark's timed arm): its first session loads CUPTI, seconds that must not fall inside
+        a timed arm's calibration."""
+        if self.warm:
+            return
+        took = self.request({"op": "warm_profiler"}, timeout_s=WARM_TIMEOUT_S, max_bytes=1 << 20)
+        self.warm = True
+        note("profiler warmed in a cold spare: %s", took)
+
+    def load_source(self, source: str, request: dict[str, Any], *, timeout_s: float) -> Any:
+        """Load agent source (a candidate, a baseline): its own Triton cache of earlier jobs first
+        (kernel_cache.py: per source, never shared with other sources), kept again when discarded."""
+        self._cache = (source, kernel_cache.restore(source, self.scratch, sandbox.scratch_owner(self.level)))
+        return self.request(request, timeout_s=timeout_s, max_bytes=0)
+
+    def discard(self) -> None:
+        """Kill and remove its scratch dir: nothing the job wrote persists (except, for its own source's
+        later jobs, Triton's compile cache: kernel_cache.py)."""
+        self.kill()
+        cached = getattr(self, "_cache", None)
+        if cached is not None:
+            self._cache = None
+            kernel_cache.save(cached[0], self.scratch, cached[1])
+        shutil.rmtree(self.scratch, ignore_errors=True)

@@ -1,0 +1,99 @@
+"""Spares come in two flavours on a GPU (spares.py): the profiler warm (for a benchmark's timed arms) or cold
+(for a verify). These tests drive the Spares logic with stand-in children (no process is started)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from evokernel_mcp.runtime import spares
+from evokernel_mcp.runtime.child_proc import ChildFailed
+
+
+class _Proc:
+    def poll(self):
+        return None
+
+
+class _Kid:
+    def __init__(self, warm: bool, fail_warm: bool = False):
+        self.warm, self.fail_warm, self.proc = warm, fail_warm, _Proc()
+        self.warmed = self.discarded = False
+
+    def warm_profiler(self):
+        if self.fail_warm:
+            raise ChildFailed("crash", "gone")
+        self.warm = self.warmed = True
+
+    def discard(self):
+        self.discarded = True
+
+
+def _pool(monkeypatch, device="cuda:0", n=4, ready=()):
+    """A Spares whose starts are recorded (flavour per start), not run."""
+    monkeypatch.setattr(spares.sandbox, "level_candidates", lambda: ["none"])
+    pool = spares.Spares(device, n=n)
+    started: list[bool] = []
+    lock = threading.Lock()
+
+    def fill(warm):
+        with lock:
+            started.append(warm)
+        with pool._lock:
+            pool._starting -= 1
+            pool._starting_warm -= int(warm)
+            pool._ready.append(_Kid(warm))
+
+    monkeypatch.setattr(pool, "_fill", fill)
+    monkeypatch.setattr(spares.threading, "Thread",
+                        lambda target, args=(), daemon=None: type("T", (), {"start": lambda self: target(*args)})())
+    pool._ready = list(ready)
+    return pool, started
+
+
+def test_take_gives_a_bench_a_warm_child_and_a_verify_a_cold_one(monkeypatch):
+    cold, warm = _Kid(False), _Kid(True)
+    pool, _ = _pool(monkeypatch, ready=[cold, warm])
+    assert pool.take("bench") is warm and not warm.warmed
+    assert pool.take("verify") is cold and not cold.warmed
+
+
+def test_a_bench_handed_a_cold_child_warms_it_before_use(monkeypatch):
+    cold = _Kid(False)
+    pool, _ = _pool(monkeypatch, ready=[cold])
+    assert pool.take("bench") is cold and cold.warmed and cold.warm
+
+
+def test_a_child_whose_warm_up_fails_is_discarded_and_the_failure_raised(monkeypatch):
+    bad = _Kid(False, fail_warm=True)
+    pool, _ = _pool(monkeypatch, ready=[bad])
+    with pytest.raises(ChildFailed):
+        pool.take("bench")
+    assert bad.discarded
+
+
+def test_replacements_follow_the_flavours_recent_takes_asked_for(monkeypatch):
+    pool, started = _pool(monkeypatch, n=4, ready=[_Kid(False) for _ in range(4)])
+    pool.replenish()
+    assert started == []  # full: nothing to start
+    for _ in range(4):  # a run of benchmarks: every take wants a warm child (the cold ones are warmed)
+        pool.take("bench")
+    assert sum(started) == len(started) == 4  # and every replacement is started warm
+    started.clear()
+    for _ in range(8):  # then a run of verifies: the replacements turn cold once the demand has
+        pool.take("verify")
+    assert len(started) == 8 and started[-4:] == [False] * 4
+
+
+def test_before_any_take_half_the_spares_start_warm(monkeypatch):
+    pool, started = _pool(monkeypatch, n=4)
+    pool.replenish()
+    assert sorted(started) == [False, False, True, True]
+
+
+def test_a_cpu_pool_never_starts_warm_children_nor_warms_one(monkeypatch):
+    kid = _Kid(False)
+    pool, started = _pool(monkeypatch, device="cpu", n=2, ready=[kid])
+    assert pool.take("bench") is kid and not kid.warmed
+    assert started == [False, False]
