@@ -133,7 +133,8 @@ async def run_all(a, save=lambda out: None) -> dict:
             if "same" not in a.only or (a.kernels and not any(k in name for k in a.kernels)):
                 continue
             rows = []
-            for _ in range(a.calls):
+            per = dict(kv.split("=") for kv in a.calls_per.split(",") if "=" in kv)
+            for _ in range(next((int(v) for k, v in per.items() if k in name), a.calls)):
                 t0 = time.monotonic()
                 sc = await call(client, {**_task_args(ref), "candidate": same_code_candidate(ref), **common})
                 sc["_wall_s"] = round(time.monotonic() - t0, 1)
@@ -198,6 +199,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=8)
+    ap.add_argument("--calls-per", default="", help="per-kernel call counts, e.g. gemm=5 (a name fragment = count)")
     ap.add_argument("--max-time-s", type=float, default=2.0)
     ap.add_argument("--only", default="same,five,cheats")
     ap.add_argument("--kernels", default="")

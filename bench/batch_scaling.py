@@ -1,7 +1,7 @@
 """evaluate_batch scaling: 16 candidates on 1 vs 2 devices, with the local pool and with Ray on this host.
 
     PYTHONPATH=. python3 bench/batch_scaling.py [--modes local:1,local:2,ray:1,ray:2] [--n 16]
-        [--task vector_add] [--shapes small,medium] [--max-time-s 1.0] [--devices cuda:0,cuda:1] [--merge]
+        [--task vector_add] [--shapes small,medium] [--max-time-s 1.0] [--devices cuda:0,cuda:1] [--merge] [--tag T]
 
 Per mode: a warm-up batch (one candidate per slot: starts the runners, the reference children, the CUDA
 contexts), then the timed batch of --n candidates (plain torch variants of x + y, all correct) through the
@@ -123,7 +123,7 @@ def report(data: dict) -> list[Path]:
         lines.append(f"| {name} | {m['slots']} | {m['wall_s']:.1f} | {m['counts'].get('valid')} | "
                      f"{'' if ratio is None else f'{ratio:.3f}'} | {verdict} |")
     lines += ["", "Executors: " + "; ".join(f"{k}: {m.get('executor')}" for k, m in modes.items() if m.get("executor"))]
-    stem = f"batch_scaling_{data['device']}_{data['date'][:10]}"
+    stem = f"batch_scaling_{data['device']}_{data['date'][:10]}{data.get('tag') or ''}"
     out_dir = REPO / "bench" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"{stem}.md", out_dir / f"{stem}.json"]
@@ -153,7 +153,8 @@ async def main(ns: argparse.Namespace) -> None:
     data = {"date": dt.datetime.now().isoformat(timespec="seconds"), "host": platform.node(), "cpus": os.cpu_count(),
             "device": dev, "device_name": dev_name, "devices": devices, "versions": versions, "task": ns.task,
             "shapes": ns.shapes, "n": ns.n, "max_time_s": ns.max_time_s, "modes": {}}
-    prior = REPO / "bench" / "results" / f"batch_scaling_{dev}_{data['date'][:10]}.json"
+    data["tag"] = f"_{ns.tag}" if ns.tag else ""
+    prior = REPO / "bench" / "results" / f"batch_scaling_{dev}_{data['date'][:10]}{data['tag']}.json"
     if ns.merge and prior.is_file():  # modes measured by an earlier call (one mode per device call fits 10 min)
         data["modes"].update(json.loads(prior.read_text()).get("modes", {}))
     for mode in ns.modes.split(","):
@@ -191,5 +192,6 @@ if __name__ == "__main__":
     ap.add_argument("--max-time-s", type=float, default=1.0)
     ap.add_argument("--timeout-s", type=float, default=300.0)
     ap.add_argument("--devices", default=None, help="pool device ids (default: discovered)")
+    ap.add_argument("--tag", default="", help="suffix of the result files (another run of the same day)")
     ap.add_argument("--merge", action="store_true", help="keep the modes of today's earlier run of this script")
     anyio.run(main, ap.parse_args())

@@ -65,6 +65,10 @@ def warm_profiler() -> dict[str, Any]:
 def _info(device: str, warm: bool = True) -> dict[str, Any]:
     info: dict[str, Any] = {"python": sys.version.split()[0], "pid": os.getpid(), "uid": os.getuid()}
     boot: dict[str, float] = {}  # where a spare's start goes (seconds per phase), for the job's events
+    try:  # from the runner's Popen to here: the sandbox, the interpreter, the imports before torch
+        boot["exec"] = round(time.time() - float(os.environ.pop("EVOKERNEL_SPAWNED_AT")), 2)
+    except (KeyError, ValueError):
+        pass
     t = time.perf_counter()
 
     def lap(name: str) -> None:

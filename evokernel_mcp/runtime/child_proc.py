@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections import deque
 from typing import Any
 
@@ -69,6 +70,7 @@ class Child:
         kernel_cache.restore_driver(self.scratch, sandbox.scratch_owner(level))
         env = sandbox.base_env({"HOME": str(self.scratch), "TMPDIR": str(self.scratch / "tmp"),
                                 "TRITON_CACHE_DIR": str(self.scratch / ".triton")})
+        env["EVOKERNEL_SPAWNED_AT"] = repr(time.time())  # the child reports how long its exec took (boot_s)
         for k in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "TRITON_INTERPRET"):
             if k in os.environ:
                 env[k] = os.environ[k]

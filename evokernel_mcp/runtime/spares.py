@@ -115,10 +115,12 @@ class Spares:
                 level = self.level
                 t0 = time.monotonic()
                 child = spawn(lambda: Child(self.device, level, warm=warm))
+                spawned = time.monotonic() - t0  # the spawner thread's queue, the scratch dir, fork + exec
                 info = child.wait_ready()
                 child.start_s = time.monotonic() - t0
                 kernel_cache.save_driver(child.scratch)  # no agent code has reached it yet
-                note("child started in %.2f s%s %s", child.start_s, "" if warm else " (cold)", info.get("boot_s") or "")
+                note("child started in %.2f s%s (spawned in %.2f s) %s", child.start_s, "" if warm else " (cold)",
+                     spawned, info.get("boot_s") or "")
                 return child
             except (ChildFailed, OSError) as e:
                 msg, tail = (e.message, (e.detail or "")[-600:]) if isinstance(e, ChildFailed) else (repr(e), "")
