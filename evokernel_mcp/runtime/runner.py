@@ -128,9 +128,26 @@ def log_exc() -> None:
     traceback.print_exc(file=sys.stderr)
 
 
+def _start_reaper(every_s: float = 0.5) -> None:
+    """Orphans of killed children re-parent to us (a subreaper) and may die after the op that killed them
+    ended: collected every every_s, so a long-lived runner keeps no zombies between jobs."""
+    import threading
+
+    def loop() -> None:
+        while True:
+            time.sleep(every_s)
+            try:
+                sandbox.reap_zombies()
+            except Exception:  # noqa: BLE001 - /proc racing a process's exit; next round
+                pass
+
+    threading.Thread(target=loop, daemon=True, name="evokernel-reaper").start()
+
+
 def serve(device: str, chan: Channel) -> None:
     global CTX
     sandbox.become_subreaper()
+    _start_reaper()
     CTX = RunnerContext(device)
     CTX.spares.replenish()
     chan.send({"event": "ready", "pid": os.getpid(), "device": device, "info": _import_stack(device)})

@@ -98,6 +98,7 @@ class Spares:
         self._refs: OrderedDict[str, Child] = OrderedDict()
         self._starting = 0
         self._starting_warm = 0
+        self._warming = 0  # cold spares being warmed in the background (out of _ready meanwhile)
         self._closed = False
         self._quiet = 0
         self._profiles = device != "cpu"  # only a GPU child has a profiler to warm
@@ -182,20 +183,56 @@ class Spares:
 
     _wait_in_quiet = waits_in_quiet  # older name
 
+    def _sweep(self) -> None:
+        """Drop ready spares that died meanwhile (reaped: no zombie stays with the runner). Under the lock."""
+        for c in [c for c in self._ready if c.proc.poll() is not None]:
+            self._ready.remove(c)
+            threading.Thread(target=c.discard, daemon=True).start()
+
     def replenish(self) -> None:
+        """Start spares up to n, in the flavour mix the recent takes asked for (half and half before any);
+        when warm ones are still short, warm idle cold ones in the background (off any job's clock)."""
         with self._lock:
+            self._sweep()
             if self._quiet:
                 return
-            need = max(0, self.n - len(self._ready) - self._starting)
-            warm = 0
-            if need and self._profiles:  # the mix the recent takes asked for (half and half before any)
+            need = max(0, self.n - len(self._ready) - self._starting - self._warming)
+            warm, to_warm = 0, []
+            if self._profiles:
                 frac = sum(self._demand) / len(self._demand) if self._demand else 0.5
-                have = sum(1 for c in self._ready if c.warm) + self._starting_warm
-                warm = min(need, max(0, round(self.n * frac) - have))
+                target = round(self.n * frac)
+                have = sum(1 for c in self._ready if c.warm) + self._starting_warm + self._warming
+                warm = min(need, max(0, target - have))
+                cold_ready = [c for c in self._ready if not c.warm]
+                surplus = len(cold_ready) + (need - warm) - (self.n - target)
+                to_warm = cold_ready[:min(max(0, target - have - warm), max(0, surplus))]
+                for c in to_warm:
+                    self._ready.remove(c)
+                self._warming += len(to_warm)
             self._starting += need
             self._starting_warm += warm
         for i in range(need):
             threading.Thread(target=self._fill, args=(i < warm,), daemon=True).start()
+        for c in to_warm:
+            threading.Thread(target=self._warm_idle, args=(c,), daemon=True).start()
+
+    def _warm_idle(self, child: Child) -> None:
+        try:
+            child.warm_profiler()
+        except Exception:  # noqa: BLE001 - a spare that cannot warm is dropped; another starts
+            log.exception("could not warm a spare")
+            child.discard()
+            child = None
+        with self._lock:
+            self._warming -= 1
+            if child is not None:
+                if self._closed:
+                    child.discard()
+                else:
+                    self._ready.append(child)
+            self._lock.notify_all()
+        if child is None:
+            self.replenish()
 
     def take(self, purpose: Purpose = "any") -> Child:
         """A ready child for one job: a ready spare, else one already starting, else one started now.
@@ -208,7 +245,10 @@ class Spares:
                 self._demand.append(want)
             ready_now, starting = len(self._ready), self._starting
             deadline = time.monotonic() + START_TIMEOUT_S
-            while not self._ready and self._starting > 0 and time.monotonic() < deadline:
+            while not self._ready and self._starting + self._warming > 0 and time.monotonic() < deadline:
+                self._lock.wait(timeout=1.0)
+            # a timed arm: a spare being warmed in the background is ready sooner than a cold one warmed now
+            while want and self._warming and not any(c.warm for c in self._ready) and time.monotonic() < deadline:
                 self._lock.wait(timeout=1.0)
             pick = next((c for c in self._ready if c.warm == want), None) if purpose != "any" else None
             child = pick or (self._ready[0] if self._ready else None)
@@ -292,7 +332,7 @@ class Spares:
         with self._lock:
             self._closed = True
             kids = self._ready + list(self._refs.values())
-            self._ready, self._refs = [], OrderedDict()
+            self._ready, self._refs = [], OrderedDict()  # spares being warmed go when they come back
         for c in kids:
             c.discard()
 

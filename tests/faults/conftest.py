@@ -30,7 +30,10 @@ def server(_isolated_state):
     from evokernel_mcp.server import build_server
 
     anyio.run(close_app)  # a fresh runner that sees the environment above
-    srv = build_server()
+    # lifespan=None: one runner and its spares for the whole module, as under HTTP (many sessions, one
+    # lifespan): every fault then meets the runner the earlier faults met, and each call does not pay a
+    # runner start and two spare starts
+    srv = build_server(lifespan=None)
     yield srv
     anyio.run(close_app)
     os.environ.pop("EVOKERNEL_FAULT_SECRET", None)

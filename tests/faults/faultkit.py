@@ -64,7 +64,18 @@ def stray_processes() -> list[str]:
     return strays
 
 
-def zombies_of_runner() -> list[int]:
+def zombies_of_runner(settle_s: float = 3.0) -> list[int]:
+    """Zombies whose parent is the runner and that stay so past settle_s (the runner collects the orphans
+    of killed children every half second)."""
+    import time
+
+    deadline = time.monotonic() + settle_s
+    while (found := _zombies_now()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return found
+
+
+def _zombies_now() -> list[int]:
     out = []
     for name in os.listdir("/proc"):
         if not name.isdigit():

@@ -55,8 +55,8 @@ def _pool(monkeypatch, device="cuda:0", n=4, ready=()):
 def test_take_gives_a_bench_a_warm_child_and_a_verify_a_cold_one(monkeypatch):
     cold, warm = _Kid(False), _Kid(True)
     pool, _ = _pool(monkeypatch, ready=[cold, warm])
-    assert pool.take("bench") is warm and not warm.warmed
     assert pool.take("verify") is cold and not cold.warmed
+    assert pool.take("bench") is warm and not warm.warmed
 
 
 def test_a_bench_handed_a_cold_child_warms_it_before_use(monkeypatch):
@@ -97,3 +97,23 @@ def test_a_cpu_pool_never_starts_warm_children_nor_warms_one(monkeypatch):
     pool, started = _pool(monkeypatch, device="cpu", n=2, ready=[kid])
     assert pool.take("bench") is kid and not kid.warmed
     assert started == [False, False]
+
+
+def test_idle_cold_spares_are_warmed_in_the_background_when_benchmarks_want_warm_ones(monkeypatch):
+    kids = [_Kid(False) for _ in range(4)]
+    pool, started = _pool(monkeypatch, n=4, ready=kids)
+    pool._demand.extend([True] * 3 + [False])  # three of four recent takes were timed arms
+    pool.replenish()
+    assert started == []  # the pool is full: no start, the idle cold ones are converted instead
+    assert sum(k.warmed for k in kids) == 3 and pool._warming == 0
+    assert sorted(k.warm for k in pool._ready) == [False, True, True, True]
+
+
+def test_no_spare_is_warmed_while_arms_are_timed(monkeypatch):
+    kids = [_Kid(False) for _ in range(4)]
+    pool, _ = _pool(monkeypatch, n=4, ready=kids)
+    pool._demand.extend([True] * 4)
+    with pool.quiet(wait=False):
+        pool.replenish()
+        assert not any(k.warmed for k in kids)
+    assert all(k.warmed for k in kids)  # once the timed section ends
