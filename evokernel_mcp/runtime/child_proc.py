@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 TRACE_OPS_S = float(os.environ.get("EVOKERNEL_TRACE_OPS_S", "1.0"))  # ops at least this long go in the events
 START_TIMEOUT_S = float(os.environ.get("EVOKERNEL_CHILD_START_TIMEOUT_S", "180"))
 WARM_TIMEOUT_S = 120.0
+# A spare boots at this nice value (its start is off every job's clock, so the runner and the children
+# serving jobs come first on a busy host) and is set back to 0 when a job takes it, where allowed.
+SPARE_NICE = int(os.environ.get("EVOKERNEL_SPARE_NICE", "10"))
 
 
 # Where a job's time went (child starts, waits for a spare): the runner hands these to the server with the
@@ -91,7 +94,7 @@ class Child:
         try:
             self.proc = subprocess.Popen(sandbox.argv_for(spec, level), stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=self._boot, cwd=str(self.scratch),
-                                         start_new_session=True, preexec_fn=sandbox.preexec(level, None), env=env,
+                                         start_new_session=True, preexec_fn=sandbox.preexec(level, None, SPARE_NICE), env=env,
                                          bufsize=0, pass_fds=(theirs.fileno(),))
         except BaseException:
             ours.close()
@@ -204,6 +207,12 @@ class Child:
                 except (OSError, ValueError):
                     pass
             self._boot.close()
+
+    def unnice(self) -> None:
+        """Back to nice 0 for the job that took it (the whole sandboxed tree); where the host does not allow
+        it, every job's children stay at SPARE_NICE alike."""
+        if SPARE_NICE and not getattr(self, "_unniced", False):
+            self._unniced = sandbox.renice_tree(self.proc.pid, 0)
 
     def warm_profiler(self) -> None:
         """Start and stop a profiler session once in this child, before it loads any source (a cold spare

@@ -230,10 +230,13 @@ def prepare_scratch(scratch: Path, level: str) -> None:
         os.chmod(scratch, 0o700)
 
 
-def preexec(level: str, cpu_s: int | None):
-    """Runs in the child between fork and exec: rlimits, parent-death signal, uid switch (process level)."""
+def preexec(level: str, cpu_s: int | None, nice: int = 0):
+    """Runs in the child between fork and exec: rlimits, parent-death signal, niceness, uid switch (process
+    level)."""
     def fn() -> None:
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if nice:
+            os.nice(nice)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_FSIZE, (FSIZE_BYTES, FSIZE_BYTES))
         resource.setrlimit(resource.RLIMIT_NPROC, (NPROC, NPROC))
@@ -328,6 +331,16 @@ def kill_tree(pid: int, include_self: bool = True) -> None:
         if not descendants(pid):
             return
         time.sleep(0.05)
+
+
+def renice_tree(pid: int, value: int = 0) -> bool:
+    """Set the nice value of pid and its descendants; False where not allowed (lowering it needs privilege)."""
+    try:
+        for p in [pid, *descendants(pid)]:
+            os.setpriority(os.PRIO_PROCESS, p, value)
+    except (PermissionError, ProcessLookupError, OSError):
+        return False
+    return True
 
 
 def reap_zombies() -> int:

@@ -25,6 +25,7 @@ from typing import Literal
 from evokernel_mcp.runtime import kernel_cache, sandbox
 from evokernel_mcp.runtime.child_proc import (  # noqa: F401 - re-exported: the runner's ops import them here
     EVENTS,
+    SPARE_NICE,
     START_TIMEOUT_S,
     Child,
     ChildFailed,
@@ -260,6 +261,7 @@ class Spares:
             child = None
         if child is None:
             child = self._start_one(want or purpose == "any")
+        child.unnice()
         self.replenish()
         if want and self._profiles and not child.warm:
             try:

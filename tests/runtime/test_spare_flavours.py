@@ -21,6 +21,9 @@ class _Kid:
         self.warm, self.fail_warm, self.proc = warm, fail_warm, _Proc()
         self.warmed = self.discarded = False
 
+    def unnice(self):
+        pass
+
     def warm_profiler(self):
         if self.fail_warm:
             raise ChildFailed("crash", "gone")
@@ -117,3 +120,31 @@ def test_no_spare_is_warmed_while_arms_are_timed(monkeypatch):
         pool.replenish()
         assert not any(k.warmed for k in kids)
     assert all(k.warmed for k in kids)  # once the timed section ends
+
+
+def test_a_spare_boots_niced_and_the_job_that_takes_it_gets_it_at_nice_0(tmp_path, monkeypatch):
+    """Real children (CPU path): a spare's start yields the CPU to the runner and to the children serving
+    jobs; the child a job takes runs at nice 0 again, its whole sandboxed tree (where the host allows)."""
+    import os
+    import time
+
+    from evokernel_mcp.runtime import sandbox
+
+    monkeypatch.setenv("EVOKERNEL_HOME", str(tmp_path))
+    pool = spares.Spares("cpu", n=2)
+    try:
+        pool.replenish()
+        deadline = time.monotonic() + 120
+        while len(pool._ready) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(pool._ready) == 2
+        idle = pool._ready[-1]
+        tree = [idle.proc.pid, *sandbox.descendants(idle.proc.pid)]
+        assert len(tree) >= 2 and {os.getpriority(os.PRIO_PROCESS, p) for p in tree} == {spares.SPARE_NICE}
+        kid = pool.take("verify")
+        tree = [kid.proc.pid, *sandbox.descendants(kid.proc.pid)]
+        want = {0} if os.geteuid() == 0 else {spares.SPARE_NICE}  # lowering a nice value needs privilege
+        assert {os.getpriority(os.PRIO_PROCESS, p) for p in tree} == want
+        kid.discard()
+    finally:
+        pool.close()
