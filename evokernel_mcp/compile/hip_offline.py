@@ -66,10 +66,11 @@ def _hip_version_file(include: Path) -> str:
     return "".join(f"HIP_VERSION_{k}={m.group(1) if m else 0}\n" for k, m in parts.items())
 
 
-@functools.lru_cache(maxsize=1)
 def offline_rocm_root() -> Path:
     """state_dir/hip_rocm_root/<hash of the header dir>: include -> triton's HIP headers, bin/.hipVersion
-    (clang-19 reads it to accept the root and pre-include its HIP runtime wrapper). Built once, atomically."""
+    (clang-19 reads it to accept the root and pre-include its HIP runtime wrapper). Built once per state dir,
+    atomically; looked up on every call (a stat), never cached in the process: the state dir can change
+    (EVOKERNEL_HOME) and a cached path into an earlier one may be gone."""
     include = _triton_hip_include()
     root = sub_state_dir("hip_rocm_root") / hashlib.sha256(str(include.resolve()).encode()).hexdigest()[:12]
     if (root / "bin" / ".hipVersion").is_file():

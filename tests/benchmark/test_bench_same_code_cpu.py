@@ -14,9 +14,6 @@ SRC = "import torch\n\ndef run(x, y):\n    return torch.add(x, y)\n"
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.xfail(strict=False, reason="issue 12 on the CPU path, with the control arm: two processes running "
-                   "identical code still read ~5 % apart in some calls on this 2-core VM, beyond what the control "
-                   "arm showed (held in the three runs on this code, one of them 7 of 8)")
 def test_same_code_interval_holds_one_in_7_of_8_calls():
     from evokernel_mcp.app import close_app
 

@@ -134,3 +134,20 @@ def test_hip_lds_kernel_end_to_end(target):
     assert k.vgpr_count == int(re.search(r"\.vgpr_count:\s+(\d+)", asm).group(1))
     assert k.isa_summary.classes.get("ds_read", 0) >= 1
     assert k.isa_summary.classes.get("sched_group_barrier") == 2
+
+
+def test_hip_compile_survives_a_state_dir_that_moved_away(tmp_path, monkeypatch):
+    """The offline ROCm root lives in the state dir: a process that compiled in one state dir, which is then
+    removed, compiles again in another (the root was once cached per process, pointing into the first)."""
+    import shutil
+
+    first = tmp_path / "first"
+    monkeypatch.setenv("EVOKERNEL_HOME", str(first))
+    r = anyio.run(lambda: compile_kernel(HIP_LDS, "hip", "lds_fma", "gfx942"))
+    if not r.ok and any("not found" in d.message for d in r.diagnostics):
+        pytest.skip(f"no HIP toolchain: {r.diagnostics}")
+    assert r.ok, r.diagnostics
+    shutil.rmtree(first)
+    monkeypatch.setenv("EVOKERNEL_HOME", str(tmp_path / "second"))
+    again = anyio.run(lambda: compile_kernel(HIP_LDS + "// another source: no cache hit\n", "hip", "lds_fma", "gfx942"))
+    assert again.ok, again.diagnostics

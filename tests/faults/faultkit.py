@@ -45,8 +45,18 @@ def runner_pids() -> list[int]:
     return out
 
 
-def stray_processes() -> list[str]:
-    """Descendants of the runner that are not our own sandboxed children (spares, cached references)."""
+def stray_processes(settle_s: float = 3.0) -> list[str]:
+    """Descendants of the runner that are not our own sandboxed children (spares, cached references), and
+    that stay so past settle_s: a killed child's orphans die, and are collected by the runner, within it."""
+    import time
+
+    deadline = time.monotonic() + settle_s
+    while (found := _strays_now()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return found
+
+
+def _strays_now() -> list[str]:
     from evokernel_mcp.runtime.sandbox import _children_map
 
     kids = _children_map()
@@ -95,4 +105,5 @@ def assert_next_jobs_right(srv) -> None:
     assert not good.is_error and good.structured_content["passed"] is True, good.structured_content
     wrong = verify(srv, WRONG)
     assert not wrong.is_error and wrong.structured_content["passed"] is False, wrong.structured_content
-    assert stray_processes() == [], stray_processes()
+    strays = stray_processes()
+    assert strays == [], strays
