@@ -254,9 +254,9 @@ def _benchmark(ctx, payload: dict[str, Any], progress, timing_quiet: bool = Fals
             note("benchmark %s: done at %.2f s", shape, time.monotonic() - t0)
             result["shapes"].append(raw)
             if payload.get("confirm"):
-                with ctx.spares.quiet(wait=False) if timing_quiet else contextlib.nullcontext():
-                    result["shapes"][-1]["confirm"] = _confirm(ctx, payload, task, ref, shape, seed, opt, deadline,
-                                                               gpu)
+                quiet = (lambda: ctx.spares.quiet(wait=False)) if timing_quiet else contextlib.nullcontext
+                result["shapes"][-1]["confirm"] = _confirm(ctx, payload, task, ref, shape, seed, opt, deadline, gpu,
+                                                           quiet)
         result["clocks_after"] = _clocks(read_clocks, info)
     except ChildFailed as e:
         result["error"] = e.info()
@@ -270,7 +270,7 @@ def _benchmark(ctx, payload: dict[str, Any], progress, timing_quiet: bool = Fals
 
 
 def _confirm(ctx, payload: dict, task: Task, ref, shape: str, seed: int, opt: dict, deadline: float,
-             gpu: bool) -> dict[str, Any]:
+             gpu: bool, quiet=contextlib.nullcontext) -> dict[str, Any]:
     """Re-time the candidate in a SECOND fresh process with fresh inputs (another seed), interleaved with
     the baseline again: a time a process reports about itself is only trusted when another agrees."""
     child, base = ctx.spares.take("bench"), None
@@ -279,7 +279,8 @@ def _confirm(ctx, payload: dict, task: Task, ref, shape: str, seed: int, opt: di
         base = _baseline_child(ctx, payload, task, deadline)
         arms = _Arms(child, base, task, deadline)
         case = arms.ask(ref, {"op": "case", "shape": shape, "seed": seed + 31337, "hi": False}, max_bytes=1 << 42)
-        timed = _interleave(arms, case, [], seed + 31337, opt, lambda *a: None, gpu)
+        with quiet():  # the children are taken and loaded first: only the timing holds spares back
+            timed = _interleave(arms, case, [], seed + 31337, opt, lambda *a: None, gpu)
         return {"rounds": timed["rounds"], "timer": timed["candidate"].get("timer")}
     except ChildFailed as e:
         return {"error": e.info()}

@@ -62,7 +62,7 @@ def warm_profiler() -> dict[str, Any]:
     return {"profiler_s": round(time.perf_counter() - t0, 2)}
 
 
-def _info(device: str, warm: bool = True) -> dict[str, Any]:
+def _info(device: str, warm: bool = True, gate=None) -> dict[str, Any]:
     info: dict[str, Any] = {"python": sys.version.split()[0], "pid": os.getpid(), "uid": os.getuid()}
     boot: dict[str, float] = {}  # where a spare's start goes (seconds per phase), for the job's events
     try:  # from the runner's Popen to here: the sandbox, the interpreter, the imports before torch
@@ -80,6 +80,9 @@ def _info(device: str, warm: bool = True) -> dict[str, Any]:
 
     info["torch"] = torch.__version__
     lap("torch")
+    if gate is not None:  # the device is touched from here on: only when the runner says
+        gate()  # (it holds spares back from the GPU while a benchmark times there)
+        lap("gate")
     if device != "cpu" and torch.cuda.is_available():
         torch.cuda.init()
         torch.zeros(1, device="cuda")  # the context, ahead of the job
@@ -140,11 +143,15 @@ def _error(e: BaseException, kind: str | None = None) -> dict[str, Any]:
     return {"kind": k, "message": tail(text, 2000), "detail": tail(tb, 6000)}
 
 
-def serve(device: str, out, courier=None, warm: bool = True) -> None:
+def serve(device: str, out, courier=None, warm: bool = True, gated: bool = False) -> None:
     from evokernel_mcp import candidate as cand
     from evokernel_mcp.runtime.ops import resolve
 
-    frames.write(out, {"event": "ready", "info": _info(device, warm)})
+    def gate() -> None:
+        frames.write(out, {"event": "gate"})
+        frames.read(sys.stdin.buffer, max_bytes=0, device=None, courier=courier)  # the runner's go-ahead
+
+    frames.write(out, {"event": "ready", "info": _info(device, warm, gate if gated else None)})
     loaded: Loaded | None = None
     inp = sys.stdin.buffer
     while True:
@@ -195,6 +202,7 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--fd-sock", type=int, default=None, help="unix socket for tensors sent by fd")
     ap.add_argument("--warm-profiler", action="store_true", help="start and stop a profiler session while a spare")
+    ap.add_argument("--gpu-gate", action="store_true", help="wait for the runner's go before touching the device")
     args = ap.parse_args()
     from evokernel_mcp.runtime.sandbox import not_dumpable
 
@@ -213,7 +221,7 @@ def main() -> None:
 
         os.set_inheritable(args.fd_sock, False)  # nothing the candidate starts gets it
         courier = Courier(socket.socket(fileno=args.fd_sock))
-    serve(args.device, proto, courier, warm=args.warm_profiler)
+    serve(args.device, proto, courier, warm=args.warm_profiler, gated=args.gpu_gate)
 
 
 if __name__ == "__main__":

@@ -65,9 +65,10 @@ class ChildFailed(Exception):
 class Child:
     """One sandboxed process. Not thread-safe: one request at a time."""
 
-    def __init__(self, device: str, level: str, warm: bool = True):
+    def __init__(self, device: str, level: str, warm: bool = True, gated: bool = False):
         self.device, self.level = device, level
         self.warm = warm and device != "cpu"
+        self.gated = gated  # spares.py gates GPU children only; a CPU child may be gated (tests the protocol)
         self.scratch = sub_state_dir("sandbox") / f"{device.replace(':', '')}-{secrets.token_hex(6)}"
         sandbox.prepare_scratch(self.scratch, level)
         kernel_cache.restore_driver(self.scratch, sandbox.scratch_owner(level))
@@ -88,7 +89,8 @@ class Child:
         ours, theirs = courier.pair()  # big tensors by fd beside the pipes (courier.py)
         spec = sandbox.Spec(argv=[sys.executable, "-m", "evokernel_mcp.runtime.child", "--device", kind,
                                   "--fd-sock", str(theirs.fileno()),
-                                  *(["--warm-profiler"] if self.warm else [])],
+                                  *(["--warm-profiler"] if self.warm else []),
+                                  *(["--gpu-gate"] if self.gated else [])],
                             scratch=self.scratch, env=env, devices=kind != "cpu")
         self._boot = open(self.scratch / ".boot.log", "wb")  # noqa: SIM115 - closed in kill()
         try:
@@ -109,8 +111,22 @@ class Child:
         self.source_key: str | None = None
         self.dead = False
 
-    def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> dict[str, Any]:
+    def wait_ready(self, timeout_s: float = START_TIMEOUT_S, gate=None) -> dict[str, Any]:
+        """Read the child's "ready". A gated child first says "gate" once its CPU-only start is done and
+        waits: gate() blocks until it may touch the device and returns the function to call once it is
+        ready (spares.py holds spares back from a device while a benchmark times there)."""
         ev = self._read(timeout_s, max_bytes=0, what="start")
+        if ev.get("event") == "gate":
+            done = gate() if gate is not None else None
+            try:
+                frames.write(self.tx, {"op": "go"}, self.courier)
+                ev = self._read(timeout_s, max_bytes=0, what="start")
+            except (BrokenPipeError, OSError) as e:
+                self.kill()
+                raise ChildFailed("crash", f"the process {self._how()} at its start", self._tails()) from e
+            finally:
+                if done is not None:
+                    done()
         if ev.get("event") != "ready":
             self.kill()
             raise ChildFailed("crash", f"child sent {str(ev)[:200]} instead of ready")

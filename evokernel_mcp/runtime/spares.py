@@ -100,6 +100,7 @@ class Spares:
         self._starting = 0
         self._starting_warm = 0
         self._warming = 0  # cold spares being warmed in the background (out of _ready meanwhile)
+        self._gpu_busy = 0  # background work touching the device now (a spare's device start, a warm-up)
         self._closed = False
         self._quiet = 0
         self._profiles = device != "cpu"  # only a GPU child has a profiler to warm
@@ -108,17 +109,34 @@ class Spares:
     def isolation(self) -> dict[str, object]:
         return {"level": self.level, "notes": list(self.level_notes)}
 
-    def _start_one(self, warm: bool = True) -> Child:
-        """Start a child at the best level that works here; a level that fails is dropped, with the reason."""
+    def _gpu_phase(self):
+        """For a background start's device phase: blocks while arms are timed (quiet), then counts it as
+        device work in flight (quiet waits for that) and returns the function that ends it."""
+        with self._lock:
+            while self._quiet and not self._closed:
+                self._lock.wait(timeout=1.0)
+            self._gpu_busy += 1
+
+        def done() -> None:
+            with self._lock:
+                self._gpu_busy -= 1
+                self._lock.notify_all()
+        return done
+
+    def _start_one(self, warm: bool = True, background: bool = False) -> Child:
+        """Start a child at the best level that works here; a level that fails is dropped, with the reason.
+        A background start (a spare) touches the device only outside benchmarks' timed sections; a start a
+        job waits for now is not held back (nothing of its device is timed meanwhile)."""
         warm = warm and self._profiles
+        gated = background and self._profiles
         while True:
             child = None
             try:
                 level = self.level
                 t0 = time.monotonic()
-                child = spawn(lambda: Child(self.device, level, warm=warm))
+                child = spawn(lambda: Child(self.device, level, warm=warm, gated=gated))
                 spawned = time.monotonic() - t0  # the spawner thread's queue, the scratch dir, fork + exec
-                info = child.wait_ready()
+                info = child.wait_ready(gate=self._gpu_phase if gated else None)
                 child.start_s = time.monotonic() - t0
                 kernel_cache.save_driver(child.scratch)  # no agent code has reached it yet
                 note("child started in %.2f s%s (spawned in %.2f s) %s", child.start_s, "" if warm else " (cold)",
@@ -137,7 +155,7 @@ class Spares:
 
     def _fill(self, warm: bool) -> None:
         try:
-            child = self._start_one(warm)
+            child = self._start_one(warm, background=True)
         except Exception:  # noqa: BLE001
             log.exception("could not start a spare child")
             child = None
@@ -164,7 +182,9 @@ class Spares:
                 self._quiet += 1
                 deadline = time.monotonic() + START_TIMEOUT_S
                 waiting = self.waits_in_quiet() if wait is None else wait
-                while self._starting > 0 and time.monotonic() < deadline and waiting:
+                # device work of spares in flight (a context, CUPTI's first session) ends first, always: it
+                # measurably disturbs the kernels being timed (a 5 % difference read as 0.62-1.34 once)
+                while (self._gpu_busy or (waiting and self._starting > 0)) and time.monotonic() < deadline:
                     self._lock.wait(timeout=1.0)
             note("quiet: waited %.2f s for spare starts", time.monotonic() - t0)
             try:
@@ -218,12 +238,15 @@ class Spares:
             threading.Thread(target=self._warm_idle, args=(c,), daemon=True).start()
 
     def _warm_idle(self, child: Child) -> None:
+        done = self._gpu_phase()
         try:
             child.warm_profiler()
         except Exception:  # noqa: BLE001 - a spare that cannot warm is dropped; another starts
             log.exception("could not warm a spare")
             child.discard()
             child = None
+        finally:
+            done()
         with self._lock:
             self._warming -= 1
             if child is not None:
@@ -246,10 +269,13 @@ class Spares:
                 self._demand.append(want)
             ready_now, starting = len(self._ready), self._starting
             deadline = time.monotonic() + START_TIMEOUT_S
-            while not self._ready and self._starting + self._warming > 0 and time.monotonic() < deadline:
+            # (inside a quiet section, background starts and warm-ups wait for its end: never wait for them)
+            while not self._ready and self._starting + self._warming > 0 and not self._quiet \
+                    and time.monotonic() < deadline:
                 self._lock.wait(timeout=1.0)
             # a timed arm: a spare being warmed in the background is ready sooner than a cold one warmed now
-            while want and self._warming and not any(c.warm for c in self._ready) and time.monotonic() < deadline:
+            while want and self._warming and not self._quiet and not any(c.warm for c in self._ready) \
+                    and time.monotonic() < deadline:
                 self._lock.wait(timeout=1.0)
             pick = next((c for c in self._ready if c.warm == want), None) if purpose != "any" else None
             child = pick or (self._ready[0] if self._ready else None)
@@ -333,6 +359,7 @@ class Spares:
     def close(self) -> None:
         with self._lock:
             self._closed = True
+            self._lock.notify_all()  # starts held at the device gate go on, and are discarded when ready
             kids = self._ready + list(self._refs.values())
             self._ready, self._refs = [], OrderedDict()  # spares being warmed go when they come back
         for c in kids:

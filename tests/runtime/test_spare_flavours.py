@@ -10,6 +10,8 @@ import pytest
 from evokernel_mcp.runtime import spares
 from evokernel_mcp.runtime.child_proc import ChildFailed
 
+RealThread = threading.Thread  # _pool() makes threading.Thread run its target at once, for the spares' starts
+
 
 class _Proc:
     def poll(self):
@@ -148,3 +150,76 @@ def test_a_spare_boots_niced_and_the_job_that_takes_it_gets_it_at_nice_0(tmp_pat
         kid.discard()
     finally:
         pool.close()
+
+
+def test_quiet_waits_for_device_work_of_spares_in_flight(monkeypatch):
+    import time
+
+    pool, _ = _pool(monkeypatch, n=0)
+    done = pool._gpu_phase()  # a spare's device start under way
+    finished = []
+
+    def finish():
+        time.sleep(0.3)
+        finished.append(True)
+        done()
+
+    RealThread(target=finish).start()
+    with pool.quiet(wait=False):
+        assert finished == [True]  # timing begins only once the device work in flight has ended
+        assert pool._gpu_busy == 0
+
+
+def test_device_phase_of_a_spare_waits_for_the_end_of_the_timed_section(monkeypatch):
+    import time
+
+    pool, _ = _pool(monkeypatch, n=0)
+    entered = []
+
+    def spare():
+        done = pool._gpu_phase()
+        entered.append(time.monotonic())
+        done()
+
+    with pool.quiet(wait=False):
+        t = RealThread(target=spare)
+        t.start()
+        time.sleep(0.3)
+        assert entered == []  # held back while arms are timed
+        left = time.monotonic()
+    t.join(10)
+    assert entered and entered[0] >= left
+
+
+def test_a_take_inside_a_timed_section_does_not_wait_for_held_back_spares(monkeypatch):
+    pool, _ = _pool(monkeypatch, n=0)
+    pool._starting, pool._warming = 1, 1  # both would wait for the quiet section to end
+    made = _Kid(True)
+    monkeypatch.setattr(pool, "_start_one", lambda *a, **k: made)
+    got = []
+    with pool.quiet(wait=False):
+        t = RealThread(target=lambda: got.append(pool.take("bench")))
+        t.start()
+        t.join(5)
+    assert got == [made]
+
+
+def test_a_gated_child_says_gate_and_waits_for_the_go_ahead(tmp_path, monkeypatch):
+    """The protocol for real (a CPU child asked to gate): the runner's gate function runs between the
+    child's CPU-only start and its device start, and its end function once the child is ready."""
+    from evokernel_mcp.runtime import sandbox
+    from evokernel_mcp.runtime.child_proc import Child
+
+    monkeypatch.setenv("EVOKERNEL_HOME", str(tmp_path))
+    calls = []
+
+    def gate():
+        calls.append("gate")
+        return lambda: calls.append("done")
+
+    kid = Child("cpu", sandbox.level_candidates()[0], warm=False, gated=True)
+    try:
+        info = kid.wait_ready(gate=gate)
+        assert calls == ["gate", "done"] and "gate" in info["boot_s"]
+    finally:
+        kid.discard()
