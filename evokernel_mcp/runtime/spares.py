@@ -102,7 +102,8 @@ class Spares:
         self._warming = 0  # cold spares being warmed in the background (out of _ready meanwhile)
         self._gpu_busy = 0  # background work touching the device now (a spare's device start, a warm-up)
         self._closed = False
-        self._quiet = 0
+        self._quiet = 0  # quiet sections open (no new spares): the job's whole run on a host of few cores
+        self._timing = 0  # ... of which timing now: spares' device phases are held back only then
         self._profiles = device != "cpu"  # only a GPU child has a profiler to warm
         self._demand: deque[bool] = deque(maxlen=max(4, 2 * self.n))  # recent takes: was a warm child wanted
 
@@ -110,10 +111,10 @@ class Spares:
         return {"level": self.level, "notes": list(self.level_notes)}
 
     def _gpu_phase(self):
-        """For a background start's device phase: blocks while arms are timed (quiet), then counts it as
-        device work in flight (quiet waits for that) and returns the function that ends it."""
+        """For a background start's device phase: blocks while arms are timed, then counts it as device
+        work in flight (a timed section waits for that to end) and returns the function that ends it."""
         with self._lock:
-            while self._quiet and not self._closed:
+            while self._timing and not self._closed:
                 self._lock.wait(timeout=1.0)
             self._gpu_busy += 1
 
@@ -184,14 +185,18 @@ class Spares:
                 waiting = self.waits_in_quiet() if wait is None else wait
                 # device work of spares in flight (a context, CUPTI's first session) ends first, always: it
                 # measurably disturbs the kernels being timed (a 5 % difference read as 0.62-1.34 once)
+                # (starts in flight pass the device gate until the timing begins, so they can end)
                 while (self._gpu_busy or (waiting and self._starting > 0)) and time.monotonic() < deadline:
                     self._lock.wait(timeout=1.0)
+                self._timing += 1
             note("quiet: waited %.2f s for spare starts", time.monotonic() - t0)
             try:
                 yield
             finally:
                 with self._lock:
                     self._quiet -= 1
+                    self._timing -= 1
+                    self._lock.notify_all()
                 self.replenish()
         return cm()
 
@@ -269,12 +274,12 @@ class Spares:
                 self._demand.append(want)
             ready_now, starting = len(self._ready), self._starting
             deadline = time.monotonic() + START_TIMEOUT_S
-            # (inside a quiet section, background starts and warm-ups wait for its end: never wait for them)
-            while not self._ready and self._starting + self._warming > 0 and not self._quiet \
+            # (while arms are timed, background starts and warm-ups wait at the device gate: never wait for them)
+            while not self._ready and self._starting + self._warming > 0 and not self._timing \
                     and time.monotonic() < deadline:
                 self._lock.wait(timeout=1.0)
             # a timed arm: a spare being warmed in the background is ready sooner than a cold one warmed now
-            while want and self._warming and not self._quiet and not any(c.warm for c in self._ready) \
+            while want and self._warming and not self._timing and not any(c.warm for c in self._ready) \
                     and time.monotonic() < deadline:
                 self._lock.wait(timeout=1.0)
             pick = next((c for c in self._ready if c.warm == want), None) if purpose != "any" else None

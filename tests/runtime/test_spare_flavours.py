@@ -223,3 +223,35 @@ def test_a_gated_child_says_gate_and_waits_for_the_go_ahead(tmp_path, monkeypatc
         assert calls == ["gate", "done"] and "gate" in info["boot_s"]
     finally:
         kid.discard()
+
+
+def test_a_quiet_section_that_waits_for_starts_lets_them_through_the_device_gate(monkeypatch):
+    """A GPU host of few cores waits for starts in flight before its job; those starts must still pass
+    the device gate (it holds them back only while arms are timed), or the wait would never end."""
+    import time
+
+    pool, _ = _pool(monkeypatch, n=0)
+    pool._profiles = True
+    pool._starting = 1
+
+    def start_in_flight():
+        time.sleep(0.2)
+        done = pool._gpu_phase()  # reaches its device phase while the job waits for it
+        time.sleep(0.1)
+        done()
+        with pool._lock:
+            pool._starting -= 1
+            pool._lock.notify_all()
+
+    entered = []
+
+    def job():
+        with pool.quiet(wait=True):
+            entered.append(time.monotonic())
+
+    t0 = time.monotonic()
+    RealThread(target=start_in_flight).start()
+    j = RealThread(target=job)
+    j.start()
+    j.join(20)
+    assert entered and entered[0] - t0 < 10  # not the 180 s start timeout
