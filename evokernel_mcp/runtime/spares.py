@@ -24,7 +24,6 @@ from typing import Literal
 
 from evokernel_mcp.runtime import kernel_cache, sandbox
 from evokernel_mcp.runtime.child_proc import (  # noqa: F401 - re-exported: the runner's ops import them here
-    EVENTS,
     SPARE_NICE,
     START_TIMEOUT_S,
     Child,
@@ -206,8 +205,6 @@ class Spares:
         host with cores to spare does not wait (a start there costs seconds, on every benchmark) and holds
         new starts only while arms are timed: a start touches the GPU (a context, CUPTI's first session)."""
         return self.device == "cpu" or (os.cpu_count() or 1) < 8 or os.environ.get("EVOKERNEL_QUIET_WAIT") == "1"
-
-    _wait_in_quiet = waits_in_quiet  # older name
 
     def _sweep(self) -> None:
         """Drop ready spares that died meanwhile (reaped: no zombie stays with the runner). Under the lock."""
