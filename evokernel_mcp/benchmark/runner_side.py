@@ -14,7 +14,6 @@ statistics, speedup, roofline, flags and verdict are computed in the server (api
 from __future__ import annotations
 
 import contextlib
-
 import time
 from typing import Any
 

@@ -110,13 +110,11 @@ def _verify_steps(ctx, source: str, steps: list[dict[str, Any]], deadline: float
     except ChildFailed as e:
         outs[-1]["error"] = e.info()
     finally:
-        if cand is not None:
+        if cand is not None:  # (no candidate process yet: the runner's own captured output stands)
             stdout, stderr = cand.output()
             cand.discard()
-        else:
-            stdout = stderr = ""
-        for out in outs:
-            out["stdout"], out["stderr"] = stdout, stderr
+            for out in outs:
+                out["stdout"], out["stderr"] = stdout, stderr
     return outs
 
 
