@@ -147,27 +147,32 @@ def _bench_reason(res) -> str | None:
     return None
 
 
-async def _verify(ex: Executor, slot: str, src: str, plan: Plan, small: bool):
-    from evokernel_mcp.verify.api import build_payload, result_from_reply
+def _verify_payload(src: str, plan: Plan, small: bool) -> dict[str, Any]:
+    from evokernel_mcp.verify.api import build_payload
 
     task = plan.small_task if small else plan.task
     shapes = plan.small_shapes if small else plan.verify_shapes
-    payload = build_payload(task, src, shapes, SMALL_SEEDS if small else VERIFY_SEEDS, None, True)
+    seeds = SMALL_SEEDS if small else VERIFY_SEEDS
+    payload = build_payload(task, src, shapes, seeds, None, True)  # type: ignore[arg-type]
     payload["budget_s"] = max(1.0, plan.timeout_s - BUDGET_MARGIN_S)
-    reply = await ex.run(slot, Stage("verify", payload, timeout_s=plan.timeout_s))
+    return payload
+
+
+async def _verify(ex: Executor, slot: str, src: str, plan: Plan, small: bool):
+    from evokernel_mcp.verify.api import result_from_reply
+
+    reply = await ex.run(slot, Stage("verify", _verify_payload(src, plan, small), timeout_s=plan.timeout_s))
     return result_from_reply(reply, plan.task.name)
 
 
 async def _verify_both(ex: Executor, slot: str, src: str, plan: Plan) -> list[tuple[str, Any]]:
     """verify_small then verify as ONE stage (runner op verify_steps): one candidate process for both, which
     stops after verify_small when that fails. [(stage, VerifyResult)] for the steps that ran."""
-    from evokernel_mcp.verify.api import build_payload, result_from_reply
+    from evokernel_mcp.verify.api import result_from_reply
 
-    steps = [build_payload(plan.small_task, src, plan.small_shapes, SMALL_SEEDS, None, True),  # type: ignore[arg-type]
-             build_payload(plan.task, src, plan.verify_shapes, VERIFY_SEEDS, None, True)]
-    budget = max(1.0, plan.timeout_s - BUDGET_MARGIN_S)
+    steps = [_verify_payload(src, plan, small) for small in (True, False)]
     payload = {"candidate": src, "steps": [{k: v for k, v in p.items() if k != "candidate"} for p in steps],
-               "budget_s": budget}
+               "budget_s": steps[-1]["budget_s"]}
     reply = await ex.run(slot, Stage("verify_steps", payload, timeout_s=plan.timeout_s))
     done = (reply.result or {}).get("steps") if reply.ok and isinstance(reply.result, dict) else None
     if not done:  # the stage itself failed (the runner, a time limit): verify_small carries the reason

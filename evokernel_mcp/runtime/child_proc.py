@@ -69,6 +69,7 @@ class Child:
         self.device, self.level = device, level
         self.warm = warm and device != "cpu"
         self.gated = gated  # spares.py gates GPU children only; a CPU child may be gated (tests the protocol)
+        self._unniced = False
         self.scratch = sub_state_dir("sandbox") / f"{device.replace(':', '')}-{secrets.token_hex(6)}"
         sandbox.prepare_scratch(self.scratch, level)
         kernel_cache.restore_driver(self.scratch, sandbox.scratch_owner(level))
@@ -96,8 +97,9 @@ class Child:
         try:
             self.proc = subprocess.Popen(sandbox.argv_for(spec, level), stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=self._boot, cwd=str(self.scratch),
-                                         start_new_session=True, preexec_fn=sandbox.preexec(level, None, SPARE_NICE), env=env,
-                                         bufsize=0, pass_fds=(theirs.fileno(),))
+                                         start_new_session=True, env=env, bufsize=0,
+                                         preexec_fn=sandbox.preexec(level, None, SPARE_NICE),
+                                         pass_fds=(theirs.fileno(),))
         except BaseException:
             ours.close()
             raise
@@ -227,7 +229,7 @@ class Child:
     def unnice(self) -> None:
         """Back to nice 0 for the job that took it (the whole sandboxed tree); where the host does not allow
         it, every job's children stay at SPARE_NICE alike."""
-        if SPARE_NICE and not getattr(self, "_unniced", False):
+        if SPARE_NICE and not self._unniced:
             self._unniced = sandbox.renice_tree(self.proc.pid, 0)
 
     def warm_profiler(self) -> None:

@@ -162,12 +162,17 @@ class Spares:
         with self._lock:
             self._starting -= 1
             self._starting_warm -= int(warm)
-            if child is not None:
-                if self._closed:
-                    child.discard()
-                else:
-                    self._ready.append(child)
-            self._lock.notify_all()
+            self._offer(child)
+
+    def _offer(self, child: Child | None) -> None:
+        """A started or warmed spare joins the ready ones (discarded once the pool is closed); waiters wake.
+        Under the lock."""
+        if child is not None:
+            if self._closed:
+                child.discard()
+            else:
+                self._ready.append(child)
+        self._lock.notify_all()
 
     def quiet(self, wait: bool | None = None):
         """A context in which no spare is started in the background (timing must not share the CPU, or the
@@ -251,12 +256,7 @@ class Spares:
             done()
         with self._lock:
             self._warming -= 1
-            if child is not None:
-                if self._closed:
-                    child.discard()
-                else:
-                    self._ready.append(child)
-            self._lock.notify_all()
+            self._offer(child)
         if child is None:
             self.replenish()
 

@@ -97,13 +97,12 @@ def _verify_steps(ctx, source: str, steps: list[dict[str, Any]], deadline: float
                 out["error"] = e.info()
                 out["isolation"] = ctx.spares.isolation()
                 return outs
-            out["isolation"] = ctx.spares.isolation()
             if cand is None:
                 cand = ctx.spares.take("verify")
-                out["isolation"] = ctx.spares.isolation()
                 # loaded with the last step's task: the candidate side reads only each case's init inputs
                 # and state (sent with every run), so one load serves every step
                 load_candidate(ctx, cand, source, Task(**steps[-1]["task"]), deadline)
+            out["isolation"] = ctx.spares.isolation()
             _cases(ctx, ref, cand, task, step, deadline, progress, out, model_key=k if len(steps) > 1 else None)
             if k < len(steps) - 1 and not _passed(out):
                 return outs

@@ -45,15 +45,20 @@ def runner_pids() -> list[int]:
     return out
 
 
-def stray_processes(settle_s: float = 3.0) -> list[str]:
-    """Descendants of the runner that are not our own sandboxed children (spares, cached references), and
-    that stay so past settle_s: a killed child's orphans die, and are collected by the runner, within it."""
+def _settled(probe, settle_s: float):
+    """probe() once it is empty, or what it still finds after settle_s (what a killed job left must go)."""
     import time
 
     deadline = time.monotonic() + settle_s
-    while (found := _strays_now()) and time.monotonic() < deadline:
+    while (found := probe()) and time.monotonic() < deadline:
         time.sleep(0.1)
     return found
+
+
+def stray_processes(settle_s: float = 3.0) -> list[str]:
+    """Descendants of the runner that are not our own sandboxed children (spares, cached references), and
+    that stay so past settle_s: a killed child's orphans die, and are collected by the runner, within it."""
+    return _settled(_strays_now, settle_s)
 
 
 def _strays_now() -> list[str]:
@@ -77,12 +82,7 @@ def _strays_now() -> list[str]:
 def zombies_of_runner(settle_s: float = 3.0) -> list[int]:
     """Zombies whose parent is the runner and that stay so past settle_s (the runner collects the orphans
     of killed children every half second)."""
-    import time
-
-    deadline = time.monotonic() + settle_s
-    while (found := _zombies_now()) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return found
+    return _settled(_zombies_now, settle_s)
 
 
 def _zombies_now() -> list[int]:
