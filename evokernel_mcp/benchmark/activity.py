@@ -1,5 +1,5 @@
 """Kernel times from the device's own activity records (CUPTI on CUDA, roctracer / rocprofiler-sdk on ROCm,
-both reached through torch.profiler's kineto backend): the start and end timestamps the GPU writes for each
+both reached through kineto, torch.autograd.profiler): the start and end timestamps the GPU writes for each
 kernel, memset and copy, the same kind of clock that ncu's gpu__time_duration reads. Device events, by
 contrast, also count the front end's work to start the kernel (about 1 us on an H200), which is a large
 share of an 8 us kernel.
@@ -37,19 +37,18 @@ class CutFailure(str):
 
 
 class TorchActivity:
-    """A torch.profiler session recording device activities only (no CPU ops, no stacks)."""
+    """A kineto session recording device activities only (no CPU ops, no stacks): torch.autograd.profiler's
+    profile, the session torch.profiler.profile wraps. The wrapper's first session also imports torch._inductor
+    and torch._dynamo (1.8 s on a quiet CPU, more on a busy host; it rebinds torch.manual_seed) only to read a
+    cudagraphs setting, and asks torch.distributed for trace metadata: seconds of every timed arm's start."""
 
     def __init__(self) -> None:
-        from torch.profiler import ProfilerActivity, profile
+        from torch.autograd.profiler import profile
 
-        self._prof = profile(activities=[ProfilerActivity.CUDA])  # HIP on ROCm builds as well
+        self._prof = profile(use_cpu=False, use_device="cuda", use_kineto=True)  # HIP on ROCm builds as well
 
     def __enter__(self) -> TorchActivity:
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "Profiler clears events at the end of each cycle": we want that
-            self._prof.__enter__()
+        self._prof.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -58,7 +57,7 @@ class TorchActivity:
     def activities(self) -> list[Act]:
         from torch.autograd import DeviceType
 
-        events = self._prof.profiler.kineto_results.events()
+        events = self._prof.kineto_results.events()
         acts = [(e.name(), int(e.start_ns()), int(e.end_ns()), _stream(e)) for e in events
                 if e.device_type() != DeviceType.CPU]
         return sorted(acts, key=lambda a: (a[1], a[2]))

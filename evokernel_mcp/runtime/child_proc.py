@@ -23,7 +23,7 @@ from collections import deque
 from typing import Any
 
 from evokernel_mcp.paths import sub_state_dir
-from evokernel_mcp.runtime import courier, frames, kernel_cache, sandbox
+from evokernel_mcp.runtime import courier, cpus, frames, kernel_cache, sandbox
 from evokernel_mcp.runtime.protocol import read_tail
 
 log = logging.getLogger(__name__)
@@ -70,6 +70,7 @@ class Child:
         self.warm = warm and device != "cpu"
         self.gated = gated  # spares.py gates GPU children only; a CPU child may be gated (tests the protocol)
         self._unniced = False
+        self._boot_cpus = cpus.spare_cpus()  # None: no restriction (cpus.py)
         self.scratch = sub_state_dir("sandbox") / f"{device.replace(':', '')}-{secrets.token_hex(6)}"
         sandbox.prepare_scratch(self.scratch, level)
         kernel_cache.restore_driver(self.scratch, sandbox.scratch_owner(level))
@@ -98,7 +99,7 @@ class Child:
             self.proc = subprocess.Popen(sandbox.argv_for(spec, level), stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=self._boot, cwd=str(self.scratch),
                                          start_new_session=True, env=env, bufsize=0,
-                                         preexec_fn=sandbox.preexec(level, None, SPARE_NICE),
+                                         preexec_fn=sandbox.preexec(level, None, SPARE_NICE, self._boot_cpus),
                                          pass_fds=(theirs.fileno(),))
         except BaseException:
             ours.close()
@@ -227,10 +228,13 @@ class Child:
             self._boot.close()
 
     def unnice(self) -> None:
-        """Back to nice 0 for the job that took it (the whole sandboxed tree); where the host does not allow
-        it, every job's children stay at SPARE_NICE alike."""
+        """Back to nice 0 and every CPU for the job that took it (the whole sandboxed tree, every thread);
+        where the host does not allow the nice value, every job's children stay at SPARE_NICE alike."""
         if SPARE_NICE and not self._unniced:
             self._unniced = sandbox.renice_tree(self.proc.pid, 0)
+        if self._boot_cpus is not None:
+            self._boot_cpus = None
+            cpus.release_tree([self.proc.pid, *sandbox.descendants(self.proc.pid)])
 
     def warm_profiler(self) -> None:
         """Start and stop a profiler session once in this child, before it loads any source (a cold spare

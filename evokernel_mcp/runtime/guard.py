@@ -19,9 +19,10 @@ from collections.abc import Callable
 from typing import Any
 
 _MODULES = ("builtins", "time", "math", "copy", "torch", "torch.nn.functional", "torch.cuda", "torch.linalg",
-            "torch.fft", "torch.special", "torch.testing", "torch.profiler")
+            "torch.fft", "torch.special", "torch.testing", "torch.profiler", "torch.autograd.profiler")
 _CLASSES = (("torch", "Tensor"), ("torch.nn", "Module"), ("torch.cuda", "Event"), ("torch.cuda", "Stream"),
-            ("torch.profiler", "profile"))  # the profiler feeds the activity clock (benchmark/activity.py)
+            ("torch.profiler", "profile"),  # the profiler feeds the activity clock (benchmark/activity.py)
+            ("torch.autograd.profiler", "profile"))
 _HARNESS_PREFIX = "evokernel_mcp."
 _SCALARS = (bool, int, float, str, bytes, type(None))
 

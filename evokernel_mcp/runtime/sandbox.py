@@ -230,13 +230,15 @@ def prepare_scratch(scratch: Path, level: str) -> None:
         os.chmod(scratch, 0o700)
 
 
-def preexec(level: str, cpu_s: int | None, nice: int = 0):
-    """Runs in the child between fork and exec: rlimits, parent-death signal, niceness, uid switch (process
-    level)."""
+def preexec(level: str, cpu_s: int | None, nice: int = 0, cpus: frozenset[int] | None = None):
+    """Runs in the child between fork and exec: rlimits, parent-death signal, niceness, CPU affinity, uid
+    switch (process level)."""
     def fn() -> None:
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if nice:
             os.nice(nice)
+        if cpus:
+            os.sched_setaffinity(0, cpus)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_FSIZE, (FSIZE_BYTES, FSIZE_BYTES))
         resource.setrlimit(resource.RLIMIT_NPROC, (NPROC, NPROC))
@@ -334,13 +336,26 @@ def kill_tree(pid: int, include_self: bool = True) -> None:
 
 
 def renice_tree(pid: int, value: int = 0) -> bool:
-    """Set the nice value of pid and its descendants; False where not allowed (lowering it needs privilege)."""
+    """Set the nice value of every thread of pid and its descendants (on Linux it is per thread: a process's
+    CUDA and profiler threads keep the value they started with); False where not allowed (lowering it needs
+    privilege)."""
     try:
         for p in [pid, *descendants(pid)]:
-            os.setpriority(os.PRIO_PROCESS, p, value)
-    except (PermissionError, ProcessLookupError, OSError):
+            for tid in _threads(p):
+                try:
+                    os.setpriority(os.PRIO_PROCESS, tid, value)
+                except ProcessLookupError:  # a thread that ended meanwhile
+                    pass
+    except (PermissionError, OSError):
         return False
     return True
+
+
+def _threads(pid: int) -> list[int]:
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task") if t.isdigit()] or [pid]
+    except OSError:
+        return [pid]
 
 
 def reap_zombies() -> int:

@@ -6,7 +6,16 @@
 - compare.py  the comparison, unwritten/NaN/determinism checks (harness numerics; pure torch).
 """
 
-from evokernel_mcp.verify.api import (  # noqa: F401 - the public names
-    MAX_SEEDS, ToleranceArg, VerifyCase, VerifyResult, build_payload, resolve_tolerance, result_from_reply,
-    verify_vs_pytorch,
-)
+# The public names, from api.py on first use (PEP 562): the sandboxed child imports verify.sides, and must not
+# pay for api.py's import of the MCP SDK (~0.5 s of every child's start).
+_PUBLIC = ("MAX_SEEDS", "ToleranceArg", "VerifyCase", "VerifyResult", "build_payload", "resolve_tolerance",
+           "result_from_reply", "verify_vs_pytorch")
+__all__ = list(_PUBLIC)
+
+
+def __getattr__(name: str):
+    if name in _PUBLIC:
+        from evokernel_mcp.verify import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

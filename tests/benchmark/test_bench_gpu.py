@@ -79,3 +79,21 @@ def test_gpu_measure_ceilings_alone_measures_the_launch_cost():
     if torch.version.hip is None:
         assert c.launch_cost_us is not None and 0 < c.launch_cost_us < 5, c.launch_cost_detail
         assert any(p.field == "launch_cost_us" and p.source == "measured" for p in c.provenance)
+
+
+def test_gpu_activity_session_records_kernels_without_importing_dynamo():
+    """The timed arms' session (activity.TorchActivity, the one a spare warms) records the kernel with device
+    timestamps, and does not import torch._dynamo / torch._inductor as torch.profiler.profile's first session
+    does (seconds of every warm spare's start on a busy host)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch\nfrom evokernel_mcp.benchmark.activity import TorchActivity\n"
+            "x = torch.ones(1 << 20, device='cuda')\nwith TorchActivity() as s:\n    (x * 2).sum().item()\n"
+            "acts = s.activities()\nprint(len(acts), all(b > a for _, a, b, _ in acts),"
+            " any(m in sys.modules for m in ('torch._dynamo', 'torch._inductor')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    n, ordered, dynamo = out.stdout.split()[-3:]
+    assert int(n) >= 2 and ordered == "True"  # the multiply and the reduction, at least
+    assert dynamo == "False"

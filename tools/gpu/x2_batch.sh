@@ -13,9 +13,24 @@ if [ -n "${SELFTEST:-}" ]; then  # the ROCm-readiness selftest, its capture bund
   timeout -k 10 110 python3 -m evokernel_mcp selftest --capture /tmp/selftest_h200 --step-timeout-s 100 > "$OUT/selftest.log" 2>&1
   echo "selftest rc=$?"; tail -4 "$OUT/selftest.log"; tar czf "$OUT/selftest_bundle.tgz" -C /tmp selftest_h200
 fi
-log="$OUT/batch_scaling.log"
-timeout -k 10 "${T:-400}" python3 bench/batch_scaling.py --modes "${MODES:-local:1,local:2,ray:1,ray:2}" --max-time-s "${MT:-0.2}" --shapes "${SHAPES:-small,medium}" --tag "${TAG:-s7}" > "$log" 2>&1
-echo "rc=$?"; grep '^\[batch_scaling\]' "$log"
+if [ -n "${TOPO:-}" ]; then lscpu | grep -E '^(CPU\(s\)|Thread|Core|Socket|Model name|NUMA)'; cat /sys/devices/system/cpu/cpu{0,1,16}/topology/thread_siblings_list 2>/dev/null | tr '\n' ' '; echo; fi
+if [ -n "${CONFIGS:-}" ]; then  # several runs of batch_scaling, each "TAG|VAR=value ...|MODES", separated by ';'
+  IFS=';' read -ra runs <<< "$CONFIGS"
+  for r in "${runs[@]}"; do
+    IFS='|' read -r tag envs modes <<< "$r"
+    echo "== $tag ($envs) $modes"
+    env $envs timeout -k 10 "${T:-300}" python3 bench/batch_scaling.py --modes "$modes" --max-time-s "${MT:-0.2}" --shapes "${SHAPES:-small,medium}" --tag "$tag" > "$OUT/bs_$tag.log" 2>&1
+    echo "rc=$?"; grep '^\[batch_scaling\]' "$OUT/bs_$tag.log"
+  done
+else
+  log="$OUT/batch_scaling.log"
+  timeout -k 10 "${T:-400}" python3 bench/batch_scaling.py --modes "${MODES:-local:1,local:2,ray:1,ray:2}" --max-time-s "${MT:-0.2}" --shapes "${SHAPES:-small,medium}" --tag "${TAG:-s7}" > "$log" 2>&1
+  echo "rc=$?"; grep '^\[batch_scaling\]' "$log"
+fi
+if [ -n "${TESTS:-}" ]; then  # GPU-marked tests (pytest -k/-path args in TESTS)
+  EVOKERNEL_HOME=/tmp/evohome_t timeout -k 10 "${TT:-120}" python3 -m pytest -q -p no:cacheprovider -m gpu $TESTS > "$OUT/gpu_tests.log" 2>&1
+  echo "tests rc=$?"; tail -4 "$OUT/gpu_tests.log"
+fi
 if [ -n "${KB:-}" ]; then  # the rest of the call: the KernelBench sweep, one half per GPU
   TKB=$(( ${END:-575} - ($(date +%s) - t0) )); echo "kb sweep: ${TKB}s left"
   for g in 0 1; do

@@ -1,0 +1,108 @@
+"""Which CPUs a spare boots on. A spare's start (torch import, device context, profiler) is off every job's
+clock but not off the host: on a GPU host running a batch, dozens of them boot while jobs verify and time.
+Niceness orders them behind the jobs on a shared CPU, but not on the sibling hyperthread of the CPU a job runs
+on, nor in the caches they share. With EVOKERNEL_SPARE_CPUS a share of the host's cores (whole cores, both
+hyperthreads) is kept free of spare starts, and a job's processes may use every CPU once taken.
+
+EVOKERNEL_SPARE_CPUS:
+- "all" (default): spares boot on every CPU this process may use.
+- "auto": keep a quarter of the cores (at least one, whole cores) for jobs, on hosts of 8 CPUs or more.
+- a CPU list ("0-23,32-55"): spares boot on those CPUs only.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+
+log = logging.getLogger(__name__)
+
+
+def allowed() -> frozenset[int]:
+    """The CPUs this process may run on."""
+    return frozenset(os.sched_getaffinity(0))
+
+
+def parse_list(text: str) -> frozenset[int]:
+    """A Linux CPU list ("0-3,8,10-11") as a set; ValueError when malformed."""
+    out: set[int] = set()
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        a, b = int(lo), int(hi or lo)
+        if a < 0 or b < a:
+            raise ValueError(f"bad CPU range {part!r}")
+        out.update(range(a, b + 1))
+    return frozenset(out)
+
+
+def _core_of(cpu: int) -> frozenset[int]:
+    try:
+        with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list") as f:
+            return parse_list(f.read().strip())
+    except (OSError, ValueError):
+        return frozenset({cpu})
+
+
+def cores(cpus: frozenset[int]) -> list[frozenset[int]]:
+    """The physical cores among cpus (each a set of its hyperthreads within cpus), in CPU order."""
+    seen: dict[frozenset[int], None] = {}
+    for c in sorted(cpus):
+        seen.setdefault(_core_of(c) & cpus or frozenset({c}), None)
+    return list(seen)
+
+
+def reserve_for_jobs(cpus: frozenset[int], share: float = 0.25) -> frozenset[int]:
+    """The CPUs kept free of spare starts under "auto": the last whole cores, a `share` of them (at least one);
+    none on hosts of fewer than 8 CPUs, where every CPU is needed to start spares at all."""
+    if len(cpus) < 8:
+        return frozenset()
+    cs = cores(cpus)
+    n = max(1, int(len(cs) * share))
+    return frozenset().union(*cs[-n:])
+
+
+@functools.lru_cache(maxsize=1)
+def _spare_cpus(setting: str, allowed_now: frozenset[int]) -> frozenset[int] | None:
+    if setting in ("", "all"):
+        return None
+    if setting == "auto":
+        keep = reserve_for_jobs(allowed_now)
+        boot = allowed_now - keep
+    else:
+        try:
+            boot = parse_list(setting) & allowed_now
+        except ValueError as e:
+            log.warning("EVOKERNEL_SPARE_CPUS=%r: %s; spares boot on every CPU", setting, e)
+            return None
+    if not boot or boot == allowed_now:
+        return None
+    log.info("spares boot on %d of %d CPUs (EVOKERNEL_SPARE_CPUS=%s)", len(boot), len(allowed_now), setting)
+    return boot
+
+
+def spare_cpus() -> frozenset[int] | None:
+    """The CPUs a spare boots on, or None for no restriction."""
+    return _spare_cpus(os.environ.get("EVOKERNEL_SPARE_CPUS", "all").strip().lower(), allowed())
+
+
+def release_tree(pids: list[int], cpus: frozenset[int] | None = None) -> bool:
+    """Let every thread of these processes run on `cpus` (default: every CPU this process may use), as a job
+    takes a spare. False where not allowed."""
+    target = cpus or allowed()
+    ok = True
+    for pid in pids:
+        try:
+            tids = [int(t) for t in os.listdir(f"/proc/{pid}/task") if t.isdigit()]
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                os.sched_setaffinity(tid, target)
+            except ProcessLookupError:
+                pass
+            except OSError:
+                ok = False
+    return ok

@@ -1,0 +1,63 @@
+"""A sandboxed child's start is off every job's clock but not free: each candidate needs three of them, and on
+a busy GPU host their CPU time is what limits a batch. The child must not import the MCP SDK (errors.py builds
+on its ToolError, and verify/__init__ on its Context): that cost ~0.5 s of each start. The harness sides it
+serves later are imported while it is a spare."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from evokernel_mcp.runtime import sandbox
+
+
+def test_child_start_imports_no_mcp_sdk_and_warms_both_harness_sides(tmp_path):
+    env = sandbox.base_env({"HOME": str(tmp_path)})
+    # as the runner starts it (-m), with stdin at EOF: it starts, says ready, reads EOF and exits
+    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "evokernel_mcp.runtime.child", "--device", "cpu"],
+                       cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert b'"event"' in p.stdout and b"ready" in p.stdout  # the protocol's ready frame (its private stdout)
+    # the child points fd 2 at stderr.txt in its cwd early on: importtime lines land in both places
+    text = p.stderr.decode() + (tmp_path / "stderr.txt").read_text()
+    modules = {line.rsplit("|", 1)[1].strip() for line in text.splitlines() if line.startswith("import time:")}
+    assert "torch" in modules and "evokernel_mcp.candidate" in modules  # the log is complete enough to judge
+    assert {"evokernel_mcp.verify.sides", "evokernel_mcp.benchmark.sides"} <= modules
+    sdk = sorted(m for m in modules if m == "mcp" or m.startswith(("mcp.", "mcp_types", "starlette")))
+    assert not sdk, f"the child imported the MCP SDK: {sdk[:8]}"
+
+
+def test_errors_stay_tool_errors_in_the_server():
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from evokernel_mcp.errors import BadInput, NotFound
+
+    assert issubclass(BadInput, ToolError) and issubclass(NotFound, ToolError)
+
+
+def test_renice_tree_reaches_every_thread_of_the_process(tmp_path):
+    """On Linux the nice value is per thread: a spare's CUDA and profiler threads started at its boot value
+    and must follow when the job that takes it renices the tree."""
+    import os
+    import time
+
+    code = ("import os, threading, time\nos.nice(5)\nev = threading.Event()\n"
+            "threading.Thread(target=ev.wait, daemon=True).start()\nprint('up', flush=True)\ntime.sleep(60)\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert p.stdout.readline().strip() == b"up"
+        tids = os.listdir(f"/proc/{p.pid}/task")
+        assert len(tids) == 2
+        assert sandbox.renice_tree(p.pid, 12)  # raising it needs no privilege
+
+        def nice(tid: str) -> int:
+            with open(f"/proc/{p.pid}/task/{tid}/stat") as f:
+                return int(f.read().rsplit(")", 1)[1].split()[16])
+
+        deadline = time.time() + 5
+        while time.time() < deadline and any(nice(t) != 12 for t in tids):
+            time.sleep(0.05)
+        assert [nice(t) for t in tids] == [12, 12]
+    finally:
+        p.kill()
+        p.wait()

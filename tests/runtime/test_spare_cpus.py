@@ -1,0 +1,73 @@
+"""Spares may boot on a subset of the CPUs (runtime/cpus.py, EVOKERNEL_SPARE_CPUS) and get every CPU back, on
+every thread, when a job takes them."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from evokernel_mcp.runtime import cpus, sandbox
+from evokernel_mcp.runtime.child_proc import Child
+
+
+def test_parse_list():
+    assert cpus.parse_list("0-3,8, 10-11") == {0, 1, 2, 3, 8, 10, 11}
+    assert cpus.parse_list("5") == {5}
+    for bad in ("3-1", "a", "-1"):
+        with pytest.raises(ValueError):
+            cpus.parse_list(bad)
+
+
+def test_auto_keeps_the_last_quarter_of_whole_cores_for_jobs(monkeypatch):
+    # 16 cores with two hyperthreads each, numbered as Linux does on many hosts: cpu i and i + 16 share core i
+    monkeypatch.setattr(cpus, "_core_of", lambda c: frozenset({c % 16, c % 16 + 16}))
+    host = frozenset(range(32))
+    keep = cpus.reserve_for_jobs(host)
+    assert keep == {12, 13, 14, 15, 28, 29, 30, 31}  # 4 whole cores: no spare boots on a job's sibling thread
+    assert cpus._spare_cpus("auto", host) == host - keep
+    assert cpus.reserve_for_jobs(frozenset(range(4))) == frozenset()  # a small host needs every CPU
+    assert cpus._spare_cpus("all", host) is None
+    assert cpus._spare_cpus("0-7", host) == frozenset(range(8))
+    assert cpus._spare_cpus("100-101", host) is None  # nothing usable: no restriction, rather than no spares
+    assert cpus._spare_cpus("x", host) is None
+
+
+def _affinity(pid: int) -> list[frozenset[int]]:
+    return [frozenset(os.sched_getaffinity(int(t))) for t in os.listdir(f"/proc/{pid}/task")]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_a_spare_boots_on_its_cpus_and_a_job_gets_every_cpu_on_every_thread(monkeypatch):
+    allowed = frozenset(os.sched_getaffinity(0))
+    first = min(allowed)
+    monkeypatch.setenv("EVOKERNEL_SPARE_CPUS", str(first))
+    child = Child("cpu", sandbox.tool_level())
+    try:
+        child.wait_ready(timeout_s=120)
+        tree = [child.proc.pid, *sandbox.descendants(child.proc.pid)]
+        assert all(a == {first} for p in tree for a in _affinity(p))
+        child.unnice()  # what a take does
+        assert all(a == allowed for p in tree for a in _affinity(p))
+    finally:
+        child.discard()
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_release_tree_reaches_threads_started_before_it():
+    import subprocess
+    import sys
+
+    allowed = frozenset(os.sched_getaffinity(0))
+    code = ("import os, threading, time\nos.sched_setaffinity(0, {%d})\n"
+            "threading.Thread(target=threading.Event().wait, daemon=True).start()\nprint('up', flush=True)\n"
+            "time.sleep(60)\n" % min(allowed))
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert p.stdout.readline().strip() == b"up"
+        assert _affinity(p.pid) == [frozenset({min(allowed)})] * 2
+        assert cpus.release_tree([p.pid])
+        assert _affinity(p.pid) == [allowed] * 2
+    finally:
+        p.kill()
+        p.wait()
