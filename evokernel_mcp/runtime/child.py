@@ -63,6 +63,31 @@ def warm_profiler() -> dict[str, Any]:
     return {"profiler_s": round(time.perf_counter() - t0, 2)}
 
 
+def _triton_key() -> str:
+    """Triton's key of its own install: hashes of its compiler and backend files, cached per process, asked for
+    by a process's first JIT call (cache hit or not; ~0.5 s on a GPU host, 1.3 s on a small VM). The first
+    spare computes it; the runner hands it to later ones (EVOKERNEL_TRITON_KEY, from that spare's ready info,
+    sent before any agent code ran there), and it replaces the function where Triton's modules hold it, as
+    Triton's own preload workers do (triton.runtime.cache.triton_key = lambda: key)."""
+    given = os.environ.pop("EVOKERNEL_TRITON_KEY", "")
+    try:
+        from triton.compiler.compiler import triton_key as orig
+    except ImportError:  # moved in later Triton releases
+        from triton.runtime.cache import triton_key as orig
+    if not given:
+        return orig()
+
+    def fixed() -> str:
+        return given
+
+    for name, mod in list(sys.modules.items()):
+        if mod is not None and (name == "triton" or name.startswith("triton.")):
+            for attr, val in list(vars(mod).items()):
+                if val is orig:
+                    setattr(mod, attr, fixed)
+    return given
+
+
 def _info(device: str, warm: bool = True, gate=None) -> dict[str, Any]:
     info: dict[str, Any] = {"python": sys.version.split()[0], "pid": os.getpid(), "uid": os.getuid()}
     boot: dict[str, float] = {}  # where a spare's start goes (seconds per phase), for the job's events
@@ -81,6 +106,15 @@ def _info(device: str, warm: bool = True, gate=None) -> dict[str, Any]:
 
     info["torch"] = torch.__version__
     lap("torch")
+    if device != "cpu":  # CPU work first, then the device (the gate holds only the device phase back)
+        try:
+            import triton
+
+            info["triton"] = triton.__version__
+            info["triton_key"] = _triton_key()
+        except Exception as e:  # noqa: BLE001
+            info["triton_error"] = repr(e)
+        lap("triton_key")
     if gate is not None:  # the device is touched from here on: only when the runner says
         gate()  # (it holds spares back from the GPU while a benchmark times there)
         lap("gate")
@@ -99,15 +133,9 @@ def _info(device: str, warm: bool = True, gate=None) -> dict[str, Any]:
             from triton.runtime import driver  # now, while this process is a spare, not on the job's clock
 
             driver.active.get_current_device()
-            # a fresh process's first JIT call hashes Triton's own files, libtriton.so included (hundreds of
-            # MB; ~0.5 s), and asks ptxas for its version, cache hit or not: both are cached per process
+            # a fresh process's first JIT call asks ptxas for its version (cached per process), cache hit or not
             from triton.compiler.compiler import make_backend
 
-            try:
-                from triton.compiler.compiler import triton_key
-            except ImportError:  # moved in later Triton releases
-                from triton.runtime.cache import triton_key
-            triton_key()
             make_backend(driver.active.get_current_target()).hash()
     except Exception as e:  # noqa: BLE001
         info["triton_error"] = repr(e)

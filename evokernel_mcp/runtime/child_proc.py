@@ -65,7 +65,7 @@ class ChildFailed(Exception):
 class Child:
     """One sandboxed process. Not thread-safe: one request at a time."""
 
-    def __init__(self, device: str, level: str, warm: bool = True, gated: bool = False):
+    def __init__(self, device: str, level: str, warm: bool = True, gated: bool = False, triton_key: str | None = None):
         self.device, self.level = device, level
         self.warm = warm and device != "cpu"
         self.gated = gated  # spares.py gates GPU children only; a CPU child may be gated (tests the protocol)
@@ -77,6 +77,8 @@ class Child:
         env = sandbox.base_env({"HOME": str(self.scratch), "TMPDIR": str(self.scratch / "tmp"),
                                 "TRITON_CACHE_DIR": str(self.scratch / ".triton")})
         env["EVOKERNEL_SPAWNED_AT"] = repr(time.time())  # the child reports how long its exec took (boot_s)
+        if triton_key and device != "cpu":  # an earlier spare's (child.py _triton_key)
+            env["EVOKERNEL_TRITON_KEY"] = triton_key
         for k in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "TRITON_INTERPRET"):
             if k in os.environ:
                 env[k] = os.environ[k]
@@ -111,6 +113,7 @@ class Child:
         self.rx = io.BufferedReader(self.proc.stdout, buffer_size=1 << 20)
         self.tx = io.BufferedWriter(self.proc.stdin, buffer_size=1 << 20)
         self.info: dict[str, Any] = {}
+        self.triton_key: str | None = None
         self.source_key: str | None = None
         self.dead = False
 
@@ -134,6 +137,7 @@ class Child:
             self.kill()
             raise ChildFailed("crash", f"child sent {str(ev)[:200]} instead of ready")
         self.info = ev.get("info") or {}
+        self.triton_key = self.info.pop("triton_key", None)  # Triton's install key, for later spares
         return self.info
 
     def _read(self, timeout_s: float, *, max_bytes: int, what: str, device: str | None = None) -> dict[str, Any]:

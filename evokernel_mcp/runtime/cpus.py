@@ -8,6 +8,10 @@ EVOKERNEL_SPARE_CPUS:
 - "all" (default): spares boot on every CPU this process may use.
 - "auto": keep a quarter of the cores (at least one, whole cores) for jobs, on hosts of 8 CPUs or more.
 - a CPU list ("0-23,32-55"): spares boot on those CPUs only.
+
+EVOKERNEL_JOB_CPUS, where a taken spare (a job's process) may run: every CPU (default), "rest" (those spares
+do not boot on), or a CPU list. Where the host hides its hyperthreads (a VM reporting one thread per core; see
+bench/ht_probe.py), give both lists, siblings together.
 """
 
 from __future__ import annotations
@@ -88,10 +92,26 @@ def spare_cpus() -> frozenset[int] | None:
     return _spare_cpus(os.environ.get("EVOKERNEL_SPARE_CPUS", "all").strip().lower(), allowed())
 
 
+def job_cpus() -> frozenset[int]:
+    """Where a job's processes run (EVOKERNEL_JOB_CPUS): every CPU unless told."""
+    setting = os.environ.get("EVOKERNEL_JOB_CPUS", "all").strip().lower()
+    every = allowed()
+    if setting in ("", "all"):
+        return every
+    if setting == "rest":
+        boot = spare_cpus()
+        return every - boot if boot and every - boot else every
+    try:
+        return parse_list(setting) & every or every
+    except ValueError as e:
+        log.warning("EVOKERNEL_JOB_CPUS=%r: %s; jobs run on every CPU", setting, e)
+        return every
+
+
 def release_tree(pids: list[int], cpus: frozenset[int] | None = None) -> bool:
-    """Let every thread of these processes run on `cpus` (default: every CPU this process may use), as a job
-    takes a spare. False where not allowed."""
-    target = cpus or allowed()
+    """Let every thread of these processes run on `cpus` (default: job_cpus()), as a job takes a spare. False
+    where not allowed."""
+    target = cpus or job_cpus()
     ok = True
     for pid in pids:
         try:

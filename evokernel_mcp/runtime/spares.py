@@ -104,6 +104,7 @@ class Spares:
         self._quiet = 0  # quiet sections open (no new spares): the job's whole run on a host of few cores
         self._timing = 0  # ... of which timing now: spares' device phases are held back only then
         self._profiles = device != "cpu"  # only a GPU child has a profiler to warm
+        self._triton_key: str | None = None  # Triton's install key, from the first GPU spare (child.py)
         self._demand: deque[bool] = deque(maxlen=max(4, 2 * self.n))  # recent takes: was a warm child wanted
 
     def isolation(self) -> dict[str, object]:
@@ -134,11 +135,13 @@ class Spares:
             try:
                 level = self.level
                 t0 = time.monotonic()
-                child = spawn(lambda: Child(self.device, level, warm=warm, gated=gated))
+                child = spawn(lambda: Child(self.device, level, warm=warm, gated=gated, triton_key=self._triton_key))
                 spawned = time.monotonic() - t0  # the spawner thread's queue, the scratch dir, fork + exec
                 info = child.wait_ready(gate=self._gpu_phase if gated else None)
                 child.start_s = time.monotonic() - t0
                 kernel_cache.save_driver(child.scratch)  # no agent code has reached it yet
+                if child.triton_key and not self._triton_key:  # likewise: later spares skip hashing Triton
+                    self._triton_key = child.triton_key
                 note("child started in %.2f s%s (spawned in %.2f s) %s", child.start_s, "" if warm else " (cold)",
                      spawned, info.get("boot_s") or "")
                 return child

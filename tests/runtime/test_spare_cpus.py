@@ -71,3 +71,18 @@ def test_release_tree_reaches_threads_started_before_it():
     finally:
         p.kill()
         p.wait()
+
+
+def test_job_cpus(monkeypatch):
+    every = frozenset(os.sched_getaffinity(0))
+    monkeypatch.delenv("EVOKERNEL_JOB_CPUS", raising=False)
+    assert cpus.job_cpus() == every
+    if len(every) >= 2:
+        first = min(every)
+        monkeypatch.setenv("EVOKERNEL_SPARE_CPUS", str(first))
+        monkeypatch.setenv("EVOKERNEL_JOB_CPUS", "rest")
+        assert cpus.job_cpus() == every - {first}
+        monkeypatch.setenv("EVOKERNEL_JOB_CPUS", str(first))
+        assert cpus.job_cpus() == {first}
+    monkeypatch.setenv("EVOKERNEL_JOB_CPUS", "garbage")
+    assert cpus.job_cpus() == every

@@ -14,12 +14,13 @@ if [ -n "${SELFTEST:-}" ]; then  # the ROCm-readiness selftest, its capture bund
   echo "selftest rc=$?"; tail -4 "$OUT/selftest.log"; tar czf "$OUT/selftest_bundle.tgz" -C /tmp selftest_h200
 fi
 if [ -n "${TOPO:-}" ]; then lscpu | grep -E '^(CPU\(s\)|Thread|Core|Socket|Model name|NUMA)'; cat /sys/devices/system/cpu/cpu{0,1,16}/topology/thread_siblings_list 2>/dev/null | tr '\n' ' '; echo; fi
-if [ -n "${CONFIGS:-}" ]; then  # several runs of batch_scaling, each "TAG|VAR=value ...|MODES", separated by ';'
+if [ -n "${HT:-}" ]; then python3 bench/ht_probe.py | tee "$OUT/ht.txt"; fi
+if [ -n "${CONFIGS:-}" ]; then  # several runs of batch_scaling, each "TAG|VAR=value ...|MODES[|MAX_TIME_S]", ';' between
   IFS=';' read -ra runs <<< "$CONFIGS"
   for r in "${runs[@]}"; do
-    IFS='|' read -r tag envs modes <<< "$r"
-    echo "== $tag ($envs) $modes"
-    env $envs timeout -k 10 "${T:-300}" python3 bench/batch_scaling.py --modes "$modes" --max-time-s "${MT:-0.2}" --shapes "${SHAPES:-small,medium}" --tag "$tag" > "$OUT/bs_$tag.log" 2>&1
+    IFS='|' read -r tag envs modes mt <<< "$r"
+    echo "== $tag ($envs) $modes ${mt:-${MT:-0.2}}"
+    env $envs timeout -k 10 "${T:-300}" python3 bench/batch_scaling.py --modes "$modes" --max-time-s "${mt:-${MT:-0.2}}" --shapes "${SHAPES:-small,medium}" --tag "$tag" > "$OUT/bs_$tag.log" 2>&1
     echo "rc=$?"; grep '^\[batch_scaling\]' "$OUT/bs_$tag.log"
   done
 else
