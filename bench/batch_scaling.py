@@ -4,7 +4,8 @@
         [--task vector_add] [--shapes small,medium] [--max-time-s 1.0] [--devices cuda:0,cuda:1] [--merge] [--tag T]
 
 Per mode: a warm-up batch (one candidate per slot: starts the runners, the reference children, the CUDA
-contexts), then the timed batch of --n candidates (plain torch variants of x + y, all correct) through the
+contexts), then the timed batch of --n candidates (PyTorch variants of the reference, all correct: x + y for
+vector_add, cuDNN calls for conv3d_depthwise, the flagship) through the
 whole cascade (verify_small -> verify -> benchmark). Wall time is submit -> done of the one batch job.
 Acceptance (issue 17): on 2 GPUs at most 0.55x the time of 1 GPU, for the local pool and for Ray on one
 host. Writes bench/results/batch_scaling_<device>_<date>.{md,json} (device, date, versions; a copy under
@@ -40,11 +41,29 @@ VARIANTS = [
 ]
 
 
-def candidates(n: int, tag: str):
+# The flagship task (conv3d_depthwise, bf16 [1,512,61,45,80] at full size): PyTorch/cuDNN variants, all correct,
+# whose GPU work (milliseconds per call at full size) is what a real search's candidates look like.
+_C3 = "import torch\nimport torch.nn.functional as F\n\n"
+CONV3D_VARIANTS = [
+    _C3 + "def run(x, w):\n    return F.conv3d(x, w, padding=(0, 2, 2), groups=x.shape[1])\n",
+    _C3 + "def run(x, w):\n    return torch.conv3d(x, w, None, 1, (0, 2, 2), 1, x.shape[1])\n",
+    _C3 + "def run(x, w):\n    return F.conv3d(x, w, None, (1, 1, 1), (0, 2, 2), (1, 1, 1), x.shape[1])\n",
+    _C3 + "def run(x, w):\n    return torch.ops.aten.convolution(x, w, None, [1, 1, 1], [0, 2, 2], [1, 1, 1], False, "
+          "[0, 0, 0], x.shape[1])\n",
+    _C3 + "def run(x, w):\n    return F.conv3d(F.pad(x, (2, 2, 2, 2)), w, groups=x.shape[1])\n",
+    _C3 + "def run(x, w):\n    return F.conv3d(x.float(), w.float(), padding=(0, 2, 2), groups=x.shape[1]).to(x.dtype)\n",
+    _C3 + "def run(x, w):\n    y = F.conv3d(x, w, padding=(0, 2, 2), groups=x.shape[1])\n    return y.contiguous()\n",
+    _C3 + "def run(x, w):\n    return torch.nn.functional.conv3d(x.contiguous(), w.contiguous(), padding=(0, 2, 2), "
+          "groups=w.shape[0])\n",
+]
+TASK_VARIANTS = {"vector_add": VARIANTS, "conv3d_depthwise": CONV3D_VARIANTS}
+
+
+def candidates(n: int, tag: str, task: str = "vector_add"):
     from evokernel_mcp.batch.models import BatchCandidate
 
-    return [BatchCandidate(name=f"{tag}{i:02d}", source=VARIANTS[i % len(VARIANTS)] + f"# variant {i}\n")
-            for i in range(n)]
+    vs = TASK_VARIANTS[task]
+    return [BatchCandidate(name=f"{tag}{i:02d}", source=vs[i % len(vs)] + f"# variant {i}\n") for i in range(n)]
 
 
 async def run_batch(ex, devices: list[str], plan, n: int, tag: str) -> dict:
@@ -55,10 +74,11 @@ async def run_batch(ex, devices: list[str], plan, n: int, tag: str) -> dict:
     try:
         executor = ex(mgr) if callable(ex) else ex
         slots = await executor.slots()
-        warm = await api.submit_batch(plan, candidates(len(slots), f"warm{tag}"), jobs=mgr, executor=executor)
+        warm = await api.submit_batch(plan, candidates(len(slots), f"warm{tag}", plan.task.name), jobs=mgr,
+                                      executor=executor)
         w = await mgr.wait(warm, 1800)
         t0 = time.perf_counter()
-        job = await api.submit_batch(plan, candidates(n, tag), jobs=mgr, executor=executor)
+        job = await api.submit_batch(plan, candidates(n, tag, plan.task.name), jobs=mgr, executor=executor)
         out = await mgr.wait(job, 3600)
         wall = time.perf_counter() - t0
     finally:
@@ -108,7 +128,7 @@ def report(data: dict) -> list[Path]:
              f"- host: {data['host']}; CPUs: {data['cpus']}; device: {data['device_name']} x {len(data['devices'])} "
              f"({', '.join(data['devices'])})",
              f"- versions: {', '.join(f'{k} {v}' for k, v in data['versions'].items())}",
-             f"- batch: {data['n']} candidates (plain torch x + y variants) of task {data['task']}, shapes "
+             f"- batch: {data['n']} candidates (PyTorch variants of the reference) of task {data['task']}, shapes "
              f"{data['shapes']}, cascade verify_small -> verify -> benchmark (max_time_s {data['max_time_s']}); "
              "wall = submit -> done of the one batch job, after a warm-up batch of one candidate per slot", "",
              "| mode | slots | wall s | valid | ratio to 1 slot | <= 0.55? |", "|---|---|---|---|---|---|"]
