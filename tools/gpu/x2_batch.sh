@@ -20,7 +20,7 @@ if [ -n "${CONFIGS:-}" ]; then  # several runs of batch_scaling, each "TAG|VAR=v
   for r in "${runs[@]}"; do
     IFS='|' read -r tag envs modes mt <<< "$r"
     echo "== $tag ($envs) $modes ${mt:-${MT:-0.2}}"
-    env $envs timeout -k 10 "${T:-300}" python3 bench/batch_scaling.py --modes "$modes" --max-time-s "${mt:-${MT:-0.2}}" --shapes "${SHAPES:-small,medium}" --tag "$tag" > "$OUT/bs_$tag.log" 2>&1
+    env $envs timeout -k 10 "${T:-300}" python3 bench/batch_scaling.py --modes "$modes" --max-time-s "${mt:-${MT:-0.2}}" --shapes "${SHAPES:-small,medium}" --task "${TASK:-vector_add}" --tag "$tag" > "$OUT/bs_$tag.log" 2>&1
     echo "rc=$?"; grep '^\[batch_scaling\]' "$OUT/bs_$tag.log"
   done
 else
