@@ -73,3 +73,48 @@ def test_make_inputs_fresh_random_never_zero_and_seeded():
     assert abs(float(a[1].float().std()) - 32 ** -0.5) < 0.05
     w = make_inputs(get_task("rmsnorm"), "small", 3, "cpu")[1]
     assert float(w.min()) >= 0.5 and float(w.max()) <= 1.5
+
+
+def test_make_inputs_draws_the_same_numbers_as_scale_and_shift_out_of_place():
+    """The draws are scaled and shifted in place (no full-size temporaries): the numbers a seed gives must not
+    change, so results before and after stay comparable."""
+    import torch
+
+    from evokernel_mcp.candidate import make_inputs, torch_dtype
+    from evokernel_mcp.tasks import eval_expr
+
+    for name in ("fused_mlp", "rmsnorm", "conv3d_depthwise", "softmax", "vector_add"):
+        t = get_task(name)
+        ss = t.shape_set("small")
+        got = make_inputs(t, "small", 7, "cpu")
+        for i, spec in enumerate(t.inputs):
+            gen = torch.Generator().manual_seed(7 * 1009 + i)
+            shape = ss.input_shapes[spec.name]
+            if spec.dist == "uniform":
+                lo = spec.low if spec.low is not None else -1.0
+                hi = spec.high if spec.high is not None else 1.0
+                old = torch.rand(shape, generator=gen, dtype=torch.float32) * (hi - lo) + lo
+            elif spec.dist == "randint":
+                continue
+            else:
+                std = float(eval_expr(spec.std, ss.dims))
+                old = torch.randn(shape, generator=gen, dtype=torch.float32) * std + spec.mean
+            assert torch.equal(got[i], old.to(torch_dtype(spec.dtype))), (name, spec.name)
+
+
+def test_spec_draws_scale_then_shift():
+    import types
+
+    import torch
+
+    from evokernel_mcp.candidate import _spec_tensor
+
+    for spec in (types.SimpleNamespace(dist="uniform", low=-3.0, high=5.0),
+                 types.SimpleNamespace(dist="normal", std="2.5", mean=0.5)):
+        got = _spec_tensor(spec, [64, 33], {}, torch.Generator().manual_seed(11), torch.float32)
+        gen = torch.Generator().manual_seed(11)
+        if spec.dist == "uniform":
+            old = torch.rand([64, 33], generator=gen) * 8.0 + -3.0
+        else:
+            old = torch.randn([64, 33], generator=gen) * 2.5 + 0.5
+        assert torch.equal(got, old), spec.dist
