@@ -51,7 +51,8 @@ CONV3D_VARIANTS = [
     _C3 + "def run(x, w):\n    return torch.ops.aten.convolution(x, w, None, [1, 1, 1], [0, 2, 2], [1, 1, 1], False, "
           "[0, 0, 0], x.shape[1])\n",
     _C3 + "def run(x, w):\n    return F.conv3d(F.pad(x, (2, 2, 2, 2)), w, groups=x.shape[1])\n",
-    _C3 + "def run(x, w):\n    return F.conv3d(x.float(), w.float(), padding=(0, 2, 2), groups=x.shape[1]).to(x.dtype)\n",
+    _C3 + "def run(x, w):\n    y = F.conv3d(x.float(), w.float(), padding=(0, 2, 2), groups=x.shape[1])\n"
+          "    return y.to(x.dtype)\n",
     _C3 + "def run(x, w):\n    y = F.conv3d(x, w, padding=(0, 2, 2), groups=x.shape[1])\n    return y.contiguous()\n",
     _C3 + "def run(x, w):\n    return torch.nn.functional.conv3d(x.contiguous(), w.contiguous(), padding=(0, 2, 2), "
           "groups=w.shape[0])\n",
