@@ -238,7 +238,7 @@ class Child:
             self._unniced = sandbox.renice_tree(self.proc.pid, 0)
         if self._boot_cpus is not None:
             self._boot_cpus = None
-            cpus.release_tree([self.proc.pid, *sandbox.descendants(self.proc.pid)])
+            cpus.release_tree(self.proc.pid)
 
     def warm_profiler(self) -> None:
         """Start and stop a profiler session once in this child, before it loads any source (a cold spare

@@ -108,21 +108,17 @@ def job_cpus() -> frozenset[int]:
         return every
 
 
-def release_tree(pids: list[int], cpus: frozenset[int] | None = None) -> bool:
-    """Let every thread of these processes run on `cpus` (default: job_cpus()), as a job takes a spare. False
-    where not allowed."""
-    target = cpus or job_cpus()
-    ok = True
-    for pid in pids:
+def release_tree(pid: int) -> bool:
+    """Let every thread of pid and its descendants run on job_cpus(), as a job takes a spare. False where not
+    allowed."""
+    from evokernel_mcp.runtime.sandbox import tree_threads
+
+    target, ok = job_cpus(), True
+    for tid in tree_threads(pid):
         try:
-            tids = [int(t) for t in os.listdir(f"/proc/{pid}/task") if t.isdigit()]
+            os.sched_setaffinity(tid, target)
+        except ProcessLookupError:  # a thread that ended meanwhile
+            pass
         except OSError:
-            continue
-        for tid in tids:
-            try:
-                os.sched_setaffinity(tid, target)
-            except ProcessLookupError:
-                pass
-            except OSError:
-                ok = False
+            ok = False
     return ok

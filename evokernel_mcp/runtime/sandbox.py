@@ -340,22 +340,26 @@ def renice_tree(pid: int, value: int = 0) -> bool:
     CUDA and profiler threads keep the value they started with); False where not allowed (lowering it needs
     privilege)."""
     try:
-        for p in [pid, *descendants(pid)]:
-            for tid in _threads(p):
-                try:
-                    os.setpriority(os.PRIO_PROCESS, tid, value)
-                except ProcessLookupError:  # a thread that ended meanwhile
-                    pass
+        for tid in tree_threads(pid):
+            try:
+                os.setpriority(os.PRIO_PROCESS, tid, value)
+            except ProcessLookupError:  # a thread that ended meanwhile
+                pass
     except (PermissionError, OSError):
         return False
     return True
 
 
-def _threads(pid: int) -> list[int]:
-    try:
-        return [int(t) for t in os.listdir(f"/proc/{pid}/task") if t.isdigit()] or [pid]
-    except OSError:
-        return [pid]
+def tree_threads(pid: int) -> list[int]:
+    """Every thread of pid and its descendants (what per-thread settings, nice value and CPU affinity, must
+    reach); a process whose threads cannot be listed counts as its main thread."""
+    out: list[int] = []
+    for p in [pid, *descendants(pid)]:
+        try:
+            out += [int(t) for t in os.listdir(f"/proc/{p}/task") if t.isdigit()] or [p]
+        except OSError:
+            out.append(p)
+    return out
 
 
 def reap_zombies() -> int:

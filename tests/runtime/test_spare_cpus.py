@@ -66,7 +66,7 @@ def test_release_tree_reaches_threads_started_before_it():
     try:
         assert p.stdout.readline().strip() == b"up"
         assert _affinity(p.pid) == [frozenset({min(allowed)})] * 2
-        assert cpus.release_tree([p.pid])
+        assert cpus.release_tree(p.pid)
         assert _affinity(p.pid) == [allowed] * 2
     finally:
         p.kill()
