@@ -114,7 +114,7 @@ def make_inputs(task: Task, shape_set: str, seed: int, device: str, ref_mod: Mod
     for a seed on every run of one device type. A get_inputs() that cannot run there runs on the host."""
     import torch
 
-    if task.kind == "kernelbench" or not task.inputs:
+    if not is_spec_task(task):
         if ref_mod is None:
             raise ValueError("a KernelBench task needs its loaded reference module to make inputs")
         raw = None
@@ -129,12 +129,26 @@ def make_inputs(task: Task, shape_set: str, seed: int, device: str, ref_mod: Mod
             torch.manual_seed(seed)
             raw = list(ref_mod.get_inputs())
     else:
-        ss = task.shape_set(shape_set)
-        raw = []
-        for i, spec in enumerate(task.inputs):
-            gen = torch.Generator().manual_seed(seed * 1009 + i)
-            raw.append(_spec_tensor(spec, ss.input_shapes[spec.name], ss.dims, gen, torch_dtype(spec.dtype)))
+        raw = spec_draws(task, shape_set, seed)
     return [t.to(device) if isinstance(t, torch.Tensor) else t for t in raw]
+
+
+def is_spec_task(task: Task) -> bool:
+    """Inputs drawn by the harness from the task's input specs (not by a KernelBench get_inputs)."""
+    return task.kind != "kernelbench" and bool(task.inputs)
+
+
+def spec_draws(task: Task, shape_set: str, seed: int) -> list[Any]:
+    """A spec task's inputs for (shape set, seed) on the host: a pure function of the task's input specs, the
+    shape set and the seed (one generator per input, seeded with (seed, input index))."""
+    import torch
+
+    ss = task.shape_set(shape_set)
+    raw = []
+    for i, spec in enumerate(task.inputs):
+        gen = torch.Generator().manual_seed(seed * 1009 + i)
+        raw.append(_spec_tensor(spec, ss.input_shapes[spec.name], ss.dims, gen, torch_dtype(spec.dtype)))
+    return raw
 
 
 def build_reference(task: Task, ref_mod: ModuleType, seed: int, device: str):

@@ -23,6 +23,7 @@ import resource
 from typing import Any
 
 from evokernel_mcp import candidate as cand
+from evokernel_mcp.verify import draws
 
 
 class HarnessError(Exception):
@@ -193,7 +194,10 @@ def _make_inputs(loaded, shape: str, seed: int, probe: bool) -> list[Any]:
     from evokernel_mcp.verify.probe import signed_probe_inputs
 
     try:
-        inputs = cand.make_inputs(loaded.task, shape, seed, loaded.device, loaded.module)
+        if cand.is_spec_task(loaded.task):  # host draws, kept between cases and jobs (verify/draws.py)
+            inputs = draws.inputs(loaded.task, shape, seed, loaded.device, _host_free)
+        else:
+            inputs = cand.make_inputs(loaded.task, shape, seed, loaded.device, loaded.module)
     except Exception as e:  # noqa: BLE001 - the harness's or the reference's inputs, never the candidate
         raise HarnessError(f"making the inputs failed (reference get_inputs or the task's input specs): "
                            f"{type(e).__name__}: {e}") from e

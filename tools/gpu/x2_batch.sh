@@ -5,7 +5,7 @@
 set -uo pipefail
 t0=$(date +%s)
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl .gpu/ray/*.whl > "$OUT/pip.log" 2>&1 || tail -5 "$OUT/pip.log"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl .gpu/ray/*.whl > /tmp/pip.log 2>&1 || tail -5 /tmp/pip.log
 for d in .whl/*.deb; do dpkg -x "$d" /tmp/bw; done
 export EVOKERNEL_BWRAP=/tmp/bw/usr/bin/bwrap PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 EVOKERNEL_HOME=/tmp/evohome RAY_AUTH_MODE=disabled
 nvidia-smi -L; python3 -c "import ray; print('ray', ray.__version__)" 2>&1 | tail -1
@@ -15,6 +15,7 @@ if [ -n "${SELFTEST:-}" ]; then  # the ROCm-readiness selftest, its capture bund
 fi
 if [ -n "${TOPO:-}" ]; then lscpu | grep -E '^(CPU\(s\)|Thread|Core|Socket|Model name|NUMA)'; cat /sys/devices/system/cpu/cpu{0,1,16}/topology/thread_siblings_list 2>/dev/null | tr '\n' ' '; echo; fi
 if [ -n "${HT:-}" ]; then python3 bench/ht_probe.py | tee "$OUT/ht.txt"; fi
+if [ -n "${HTLOAD:-}" ]; then python3 bench/ht_probe.py --partners "" --load "$HTLOAD" | tee /tmp/ht_load.txt; fi
 if [ -n "${CONFIGS:-}" ]; then  # several runs of batch_scaling, each "TAG|VAR=value ...|MODES[|MAX_TIME_S]", ';' between
   IFS=';' read -ra runs <<< "$CONFIGS"
   for r in "${runs[@]}"; do

@@ -1,0 +1,99 @@
+"""A spec task's input draws, kept in the reference process between cases and jobs.
+
+Drawing a spec task's inputs happens on the host (so a seed gives the same numbers on every device) and is
+slow for big inputs: the flagship's [1,512,61,45,80] bf16 input took 0.7-0.8 s a draw on the H200's host,
+and every candidate's verify and benchmark asked for the same eight (shape set, seed) pairs again: about
+6 of a candidate's 10 s. The draw is a pure function of the task's input specs, the shape set and the seed
+(candidate.spec_draws), so the reference process, which serves one reference source for many jobs, keeps
+the host tensors it drew and hands out copies: least recently used first out, within a byte budget
+(EVOKERNEL_DRAW_CACHE_MB, default 4096; never more than an eighth of the host memory still free).
+
+Only spec tasks: a KernelBench get_inputs is the reference's own code (it may keep state) and draws on the
+device, where it is fast. Copies, never the kept tensors: a reference that writes into its inputs must not
+change the next case's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+DEFAULT_MB = 4096
+
+
+def budget_bytes(host_free: int) -> int:
+    try:
+        mb = float(os.environ.get("EVOKERNEL_DRAW_CACHE_MB", DEFAULT_MB))
+    except ValueError:
+        mb = DEFAULT_MB
+    return max(0, min(int(mb * (1 << 20)), host_free // 8))
+
+
+def key(task: Any, shape: str, seed: int) -> str:
+    """What the draw depends on: the input specs, the shape set's dims and input shapes, the seed."""
+    ss = task.shape_set(shape)
+    blob = json.dumps({"inputs": [s.model_dump(mode="json") for s in task.inputs], "dims": ss.dims,
+                       "shapes": ss.input_shapes, "seed": int(seed)}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _nbytes(raw: list[Any]) -> int:
+    return sum(t.numel() * t.element_size() for t in raw if hasattr(t, "element_size"))
+
+
+class DrawCache:
+    """key -> the host tensors drawn for it (LRU within a byte budget). hits/misses for the job's notes."""
+
+    def __init__(self) -> None:
+        self._items: OrderedDict[str, list[Any]] = OrderedDict()
+        self.bytes = 0
+        self.hits = self.misses = 0
+
+    def get(self, k: str, draw: Callable[[], list[Any]], budget: int) -> list[Any]:
+        """The kept draw for k, else draw() (kept when it fits the budget). The caller copies what it gets."""
+        raw = self._items.get(k)
+        if raw is not None:
+            self._items.move_to_end(k)
+            self.hits += 1
+            return raw
+        self.misses += 1
+        raw = draw()
+        size = _nbytes(raw)
+        if size > budget:
+            return raw
+        while self._items and self.bytes + size > budget:
+            _, old = self._items.popitem(last=False)
+            self.bytes -= _nbytes(old)
+        self._items[k] = raw
+        self.bytes += size
+        return raw
+
+    def clear(self) -> None:
+        self._items.clear()
+        self.bytes = 0
+
+
+CACHE = DrawCache()
+
+
+def inputs(task: Any, shape: str, seed: int, device: str, host_free: Callable[[], int]) -> list[Any]:
+    """A spec task's inputs for (shape, seed) on `device`, from the kept draw when there is one: copies
+    (.to(device) makes them on a GPU; clone on the host)."""
+    import torch
+
+    from evokernel_mcp import candidate as cand
+
+    raw = CACHE.get(key(task, shape, seed), lambda: cand.spec_draws(task, shape, seed), budget_bytes(host_free()))
+    out = []
+    for t in raw:
+        if not isinstance(t, torch.Tensor):
+            out.append(t)
+        elif device == "cpu":
+            out.append(t.clone())
+        else:
+            out.append(t.to(device))
+    return out

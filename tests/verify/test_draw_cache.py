@@ -1,0 +1,84 @@
+"""The reference process keeps a spec task's host draws (verify/draws.py): the same numbers as a fresh draw,
+copies handed out, a byte budget, and a key that changes with everything the draw depends on."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from evokernel_mcp import candidate as cand
+from evokernel_mcp.tasks import get_task
+from evokernel_mcp.verify import draws
+
+BIG = 1 << 40
+
+
+@pytest.fixture(autouse=True)
+def _empty_cache():
+    draws.CACHE.clear()
+    draws.CACHE.hits = draws.CACHE.misses = 0
+    yield
+    draws.CACHE.clear()
+
+
+def test_kept_draw_equals_a_fresh_draw_and_is_handed_out_as_copies():
+    task = get_task("rmsnorm")
+    first = draws.inputs(task, "small", 3, "cpu", lambda: BIG)
+    again = draws.inputs(task, "small", 3, "cpu", lambda: BIG)
+    fresh = cand.make_inputs(task, "small", 3, "cpu")
+    assert (draws.CACHE.misses, draws.CACHE.hits) == (1, 1)
+    assert len(first) == len(fresh) and all(torch.equal(a, b) for a, b in zip(again, fresh))
+    for t in first:  # a reference that writes into its inputs
+        if isinstance(t, torch.Tensor):
+            t.fill_(7)
+    third = draws.inputs(task, "small", 3, "cpu", lambda: BIG)
+    assert all(torch.equal(a, b) for a, b in zip(third, fresh))
+    assert all(a.data_ptr() != b.data_ptr() for a, b in zip(third, again) if isinstance(a, torch.Tensor))
+
+
+def test_key_follows_seed_shape_set_and_specs():
+    task = get_task("rmsnorm")
+    k = draws.key(task, "small", 0)
+    assert k == draws.key(task, "small", 0)
+    assert k != draws.key(task, "small", 1)
+    assert k != draws.key(task, "medium", 0)
+    spec = task.inputs[0].model_copy(update={"std": 2.0})
+    other = task.model_copy(update={"inputs": [spec, *task.inputs[1:]]})
+    assert k != draws.key(other, "small", 0)
+
+
+def test_budget_evicts_least_recently_used_and_skips_what_cannot_fit():
+    c = draws.DrawCache()
+    mk = lambda n: (lambda: [torch.zeros(n, dtype=torch.uint8)])  # noqa: E731
+    c.get("a", mk(400), 1000)
+    c.get("b", mk(400), 1000)
+    c.get("a", mk(400), 1000)  # a is now the most recent
+    c.get("c", mk(400), 1000)  # b goes
+    assert set(c._items) == {"a", "c"} and c.bytes == 800
+    c.get("huge", mk(2000), 1000)
+    assert "huge" not in c._items and c.bytes == 800
+    assert (c.hits, c.misses) == (1, 4)
+
+
+def test_budget_is_capped_by_host_memory_and_the_setting(monkeypatch):
+    monkeypatch.setenv("EVOKERNEL_DRAW_CACHE_MB", "10")
+    assert draws.budget_bytes(BIG) == 10 << 20
+    assert draws.budget_bytes(8 << 20) == 1 << 20
+    monkeypatch.setenv("EVOKERNEL_DRAW_CACHE_MB", "0")
+    assert draws.budget_bytes(BIG) == 0
+
+
+def test_reference_case_op_uses_the_kept_draw(tmp_path):
+    """Through the reference child's op (in-process, CPU): a second case of the same seed is a hit with the
+    same inputs; a KernelBench reference never uses the cache."""
+    from evokernel_mcp.runtime.child import Loaded
+    from evokernel_mcp.verify import sides
+
+    task = get_task("vector_add")
+    mod = cand.load_module(task.reference_source, "reference_draws_test", tmp_path)
+    loaded = Loaded("reference", mod, task, "cpu")
+    a = sides.ref_case(loaded, {"shape": "small", "seed": 5, "inputs_only": True})["inputs"]
+    b = sides.ref_case(loaded, {"shape": "small", "seed": 5, "hi": True})["inputs"]
+    assert (draws.CACHE.misses, draws.CACHE.hits) == (1, 1)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert all(torch.equal(x, y) for x, y in zip(a, cand.make_inputs(task, "small", 5, "cpu")))
