@@ -44,6 +44,17 @@ def note(fmt: str, *args: Any) -> None:
     EVENTS.append(fmt % args)
 
 
+# Per runner op: how many requests went to children, their wall time (send -> reply read, transfers included)
+# and the time the children said the ops took; the runner reports them with its own CPU time (runner.py).
+REQUESTS: dict[str, float] = {"n": 0, "wall_s": 0.0, "child_s": 0.0}
+
+
+def reset_requests() -> dict[str, float]:
+    out = dict(REQUESTS)
+    REQUESTS.update(n=0, wall_s=0.0, child_s=0.0)
+    return out
+
+
 def drain_events() -> list[str]:
     out = []
     while EVENTS:
@@ -84,8 +95,8 @@ class Child:
                 env[k] = os.environ[k]
         kind = "cpu" if device == "cpu" else "cuda"
         if kind == "cpu":  # host timing: one thread per arm, and an idle arm's threads never spin, so arms
-            env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # timed in turn do not compete for the cores
-            env.setdefault("OMP_NUM_THREADS", os.environ.get("EVOKERNEL_CPU_THREADS", "1"))
+            env["OMP_WAIT_POLICY"] = "PASSIVE"  # timed in turn do not compete for the cores
+            env["OMP_NUM_THREADS"] = os.environ.get("EVOKERNEL_CPU_THREADS", "1")
             # glibc's mmap threshold moves with each process's allocation history: a process still at the
             # default mmaps (and page-faults) every multi-MB output, measured 3x slower than its twin; fix it
             env.setdefault("MALLOC_MMAP_THRESHOLD_", str(32 << 20))
@@ -184,14 +195,21 @@ class Child:
         """Send one op and return its result; ChildFailed on any failure (the op's own error included)."""
         if self.dead:
             raise ChildFailed("internal", "this child was killed already")
+        t0 = time.perf_counter()
         try:
             frames.write(self.tx, msg, self.courier)
         except (BrokenPipeError, OSError) as e:
             self.kill()
             raise ChildFailed("crash", f"the process {self._how()} before {msg.get('op')}", self._tails()) from e
-        reply = self._read(timeout_s, max_bytes=max_bytes, what=str(msg.get("op")), device=device)
+        try:
+            reply = self._read(timeout_s, max_bytes=max_bytes, what=str(msg.get("op")), device=device)
+        finally:
+            REQUESTS["n"] += 1
+            REQUESTS["wall_s"] += time.perf_counter() - t0
         moved = self.courier.drain_stats()
         took = reply.get("duration_s")
+        if isinstance(took, (int, float)):
+            REQUESTS["child_s"] += took
         big = [f"{k[:-6]} {v / 2**20:.0f} MiB in {moved.get(k[:-6] + '_s', 0.0):.2f} s"
                for k, v in sorted(moved.items()) if k.endswith("_bytes") and v >= courier.THRESHOLD]
         if big or (isinstance(took, (int, float)) and took >= TRACE_OPS_S):

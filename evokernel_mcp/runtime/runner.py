@@ -20,7 +20,7 @@ import time
 import traceback
 from typing import Any
 
-from evokernel_mcp.runtime import protocol, sandbox, spares
+from evokernel_mcp.runtime import child_proc, protocol, sandbox, spares
 from evokernel_mcp.runtime.devmem import release_cached
 from evokernel_mcp.runtime.ops import resolve
 
@@ -95,6 +95,14 @@ def _import_stack(device: str) -> dict[str, Any]:
     return info
 
 
+def _cpu_s() -> float:
+    """This process's CPU time (user + system, all its threads)."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
 def _error_event(req_id: int, e: BaseException) -> dict[str, Any]:
     text = f"{type(e).__name__}: {e}"
     kind = protocol.classify_text(text) or "exception"
@@ -163,6 +171,8 @@ def serve(device: str, chan: Channel) -> None:
             chan.send({"event": "progress", "id": _id, "done": done, "total": total, "message": message})
 
         cap = Capture(scratch)
+        child_proc.reset_requests()
+        cpu0 = _cpu_s()
         t0 = time.perf_counter()
         try:
             fn = resolve(req["op"])
@@ -177,7 +187,10 @@ def serve(device: str, chan: Channel) -> None:
             sandbox.reap_zombies()
             release_cached()  # what this job left cached: the next job's children need it
         msg["duration_s"] = time.perf_counter() - t0
-        msg["events"] = spares.drain_events()
+        asked = child_proc.reset_requests()  # first: the server logs the first events of a long list only
+        msg["events"] = [f"op {req.get('op')}: {msg['duration_s']:.2f} s, {asked['n']} child requests "
+                         f"{asked['wall_s']:.2f} s ({asked['child_s']:.2f} s in the children), runner CPU "
+                         f"{_cpu_s() - cpu0:.2f} s", *spares.drain_events()]
         msg["stdout"], msg["stderr"] = cap.read()
         chan.send(msg)
         if msg.get("fatal"):

@@ -38,7 +38,8 @@ NOBODY = 65534
 FSIZE_BYTES = int(os.environ.get("EVOKERNEL_SANDBOX_FSIZE", str(256 * 1024 * 1024)))
 NPROC = int(os.environ.get("EVOKERNEL_SANDBOX_NPROC", "4096"))
 ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "TZ", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "ROCM_PATH",
-             "HIP_PATH", "HSA_OVERRIDE_GFX_VERSION", "TRITON_HIP_LLD_PATH", "TRITON_PTXAS_PATH")
+             "HIP_PATH", "HSA_OVERRIDE_GFX_VERSION", "TRITON_HIP_LLD_PATH", "TRITON_PTXAS_PATH",
+             "OMP_NUM_THREADS", "OMP_WAIT_POLICY")  # a GPU host's thread settings (a CPU child's are the harness's)
 GPU_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset", "/dev/kfd",
              "/dev/dri")
 SYSTEM_RO = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/opt", "/sys")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import socket
 
 import anyio
@@ -164,6 +165,10 @@ def test_verify_with_megabyte_tensors_through_the_sandbox_passes_same_code_and_f
     """4 MiB inputs and outputs cross by memfd between the runner and the sandboxed children."""
     moved = _verify_same_and_wrong_and_routes(caplog, REF, REF.replace("x * y + 1.0", "x * y + 1.001"), 180)
     assert "memfd" in moved, moved
+    # the op's own account comes first in its events: requests to children, their time, the runner's CPU time
+    m = re.search(r"op verify: ([\d.]+) s, (\d+) child requests ([\d.]+) s \(([\d.]+) s in the children\), "
+                  r"runner CPU ([\d.]+) s", moved)
+    assert m and int(m.group(2)) >= 4 and float(m.group(3)) <= float(m.group(1)), moved
 
 
 # ---------------------------------------------------------------- CUDA: device to device (VMM)
