@@ -5,8 +5,10 @@ slow for big inputs: the flagship's [1,512,61,45,80] bf16 input took 0.7-0.8 s a
 and every candidate's verify and benchmark asked for the same eight (shape set, seed) pairs again: about
 6 of a candidate's 10 s. The draw is a pure function of the task's input specs, the shape set and the seed
 (candidate.spec_draws), so the reference process, which serves one reference source for many jobs, keeps
-the host tensors it drew and hands out copies: least recently used first out, within a byte budget
-(EVOKERNEL_DRAW_CACHE_MB, default 4096; never more than an eighth of the host memory still free).
+what it drew where it uses it (on its device: a copy there is a device-to-device clone, where a host copy
+moved 225 MB over PCIe for every case) and hands out copies: least recently used first out, within a byte
+budget (EVOKERNEL_DRAW_CACHE_MB, default 4096; never more than an eighth of the free memory where they are
+kept). A case that does not fit empties the cache first (verify/sides.py).
 
 Only spec tasks: a KernelBench get_inputs is the reference's own code (it may keep state) and draws on the
 device, where it is fast. Copies, never the kept tensors: a reference that writes into its inputs must not
@@ -33,11 +35,12 @@ def budget_bytes(host_free: int) -> int:
     return max(0, min(int(mb * (1 << 20)), host_free // 8))
 
 
-def key(task: Any, shape: str, seed: int) -> str:
-    """What the draw depends on: the input specs, the shape set's dims and input shapes, the seed."""
+def key(task: Any, shape: str, seed: int, device: str = "cpu") -> str:
+    """What the draw depends on: the input specs, the shape set's dims and input shapes, the seed (and where
+    the tensors are kept)."""
     ss = task.shape_set(shape)
     blob = json.dumps({"inputs": [s.model_dump(mode="json") for s in task.inputs], "dims": ss.dims,
-                       "shapes": ss.input_shapes, "seed": int(seed)}, sort_keys=True)
+                       "shapes": ss.input_shapes, "seed": int(seed), "device": device}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -80,20 +83,15 @@ class DrawCache:
 CACHE = DrawCache()
 
 
-def inputs(task: Any, shape: str, seed: int, device: str, host_free: Callable[[], int]) -> list[Any]:
-    """A spec task's inputs for (shape, seed) on `device`, from the kept draw when there is one: copies
-    (.to(device) makes them on a GPU; clone on the host)."""
+def inputs(task: Any, shape: str, seed: int, device: str, free_bytes: Callable[[], int]) -> list[Any]:
+    """A spec task's inputs for (shape, seed) on `device`, from the kept draw when there is one; always
+    copies. free_bytes: the memory still free where the draws are kept (the device's, or the host's)."""
     import torch
 
     from evokernel_mcp import candidate as cand
 
-    raw = CACHE.get(key(task, shape, seed), lambda: cand.spec_draws(task, shape, seed), budget_bytes(host_free()))
-    out = []
-    for t in raw:
-        if not isinstance(t, torch.Tensor):
-            out.append(t)
-        elif device == "cpu":
-            out.append(t.clone())
-        else:
-            out.append(t.to(device))
-    return out
+    def draw() -> list[Any]:
+        return [t.to(device) if isinstance(t, torch.Tensor) else t for t in cand.spec_draws(task, shape, seed)]
+
+    raw = CACHE.get(key(task, shape, seed, device), draw, budget_bytes(free_bytes()))
+    return [t.clone() if isinstance(t, torch.Tensor) else t for t in raw]

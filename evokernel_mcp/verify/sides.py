@@ -146,6 +146,12 @@ def _device_free(device: str) -> int | None:
     return int(free + torch.cuda.memory_reserved() - torch.cuda.memory_allocated())
 
 
+def _free_here(device: str) -> int:
+    """Free bytes where this process keeps tensors: its device, else the host."""
+    free = _device_free(device) if device != "cpu" else None
+    return _host_free() if free is None else free
+
+
 def _meta_inputs(loaded, shape: str) -> list[Any] | None:
     """The case's inputs as meta tensors (no data), or None when get_inputs cannot run on meta."""
     import torch
@@ -195,7 +201,7 @@ def _make_inputs(loaded, shape: str, seed: int, probe: bool) -> list[Any]:
 
     try:
         if cand.is_spec_task(loaded.task):  # host draws, kept between cases and jobs (verify/draws.py)
-            inputs = draws.inputs(loaded.task, shape, seed, loaded.device, _host_free)
+            inputs = draws.inputs(loaded.task, shape, seed, loaded.device, lambda: _free_here(loaded.device))
         else:
             inputs = cand.make_inputs(loaded.task, shape, seed, loaded.device, loaded.module)
     except Exception as e:  # noqa: BLE001 - the harness's or the reference's inputs, never the candidate
@@ -292,6 +298,12 @@ def ref_case(loaded, req: dict[str, Any]) -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001
         raise HarnessError(f"building the reference Model(*get_init_inputs()) failed: {type(e).__name__}: {e}") from e
     plan, note = _plan(loaded, model, shape, None, want_hi)
+    if plan is not None and plan.refuse and draws.CACHE.bytes:  # kept draws of other cases go first
+        from evokernel_mcp.runtime.devmem import release_cached
+
+        draws.CACHE.clear()
+        release_cached()
+        plan, note = _plan(loaded, model, shape, None, want_hi)
     if plan is not None and plan.refuse:
         raise TooBig(plan.refuse)
     inputs = _make_inputs(loaded, shape, seed, bool(req.get("probe")))

@@ -41,6 +41,7 @@ def test_key_follows_seed_shape_set_and_specs():
     k = draws.key(task, "small", 0)
     assert k == draws.key(task, "small", 0)
     assert k != draws.key(task, "small", 1)
+    assert k != draws.key(task, "small", 0, "cuda")
     assert k != draws.key(task, "medium", 0)
     spec = task.inputs[0].model_copy(update={"std": 2.0})
     other = task.model_copy(update={"inputs": [spec, *task.inputs[1:]]})
@@ -58,6 +59,27 @@ def test_budget_evicts_least_recently_used_and_skips_what_cannot_fit():
     c.get("huge", mk(2000), 1000)
     assert "huge" not in c._items and c.bytes == 800
     assert (c.hits, c.misses) == (1, 4)
+
+
+def test_a_case_that_does_not_fit_empties_the_cache_first(tmp_path, monkeypatch):
+    """The memory plan refuses while kept draws hold memory: they go, and the plan is made again."""
+    from evokernel_mcp.runtime.child import Loaded
+    from evokernel_mcp.verify import sides
+
+    task = get_task("vector_add")
+    loaded = Loaded("reference", cand.load_module(task.reference_source, "reference_fit_test", tmp_path), task, "cpu")
+    sides.ref_case(loaded, {"shape": "small", "seed": 1, "inputs_only": True})
+    assert draws.CACHE.bytes > 0
+    calls = []
+
+    def plan(*a, **k):
+        calls.append(draws.CACHE.bytes)
+        refuse = "no room" if draws.CACHE.bytes else None
+        return type("P", (), {"refuse": refuse, "ref_hi": True, "model_dump": lambda self: {}})(), None
+
+    monkeypatch.setattr(sides, "_plan", plan)
+    sides.ref_case(loaded, {"shape": "small", "seed": 2, "hi": True})
+    assert calls[0] > 0 and calls[1] == 0
 
 
 def test_budget_is_capped_by_host_memory_and_the_setting(monkeypatch):
