@@ -69,6 +69,23 @@ def _vendor() -> str:
     return "nvidia"
 
 
+def _take_cpu_share(ids: list) -> str | None:
+    """Under EVOKERNEL_CPU_SPLIT=even: the runner this actor starts keeps to its GPU's share of the host's CPUs
+    (runtime/cpus.py, by the GPU's index on the host), through EVOKERNEL_RUNNER_CPUS in this actor's own
+    environment (the runner applies it at its start; the actor's threads stay where Ray put them)."""
+    from evokernel_mcp.runtime import cpus
+
+    n = cpus.host_gpu_count()
+    if cpus.split_setting() != "even" or len(ids) != 1 or n < 2:
+        return None
+    try:
+        share = cpus.format_list(cpus.device_share(int(ids[0]), n))
+    except ValueError:  # an id that is not an index
+        return None
+    os.environ["EVOKERNEL_RUNNER_CPUS"] = share
+    return share
+
+
 class RunnerHost:
     """The actor body (wrapped with ray.remote in RayExecutor): one device, one WorkerPool, one event loop
     (an async actor). Methods return plain dicts."""
@@ -80,6 +97,7 @@ class RunnerHost:
         self.device, drop = actor_device(os.environ, ids, _vendor() if ids else None)
         for name in drop:  # this is the actor's own (Ray worker) process, not the server: one variable below it
             os.environ.pop(name, None)
+        self.cpus = _take_cpu_share(ids)
         self.host = socket.gethostname()
         self.pool = None
         self.in_flight = 0
@@ -96,7 +114,7 @@ class RunnerHost:
                if k in os.environ}
         restarts = dict(self.pool.restarts) if self.pool is not None else {}
         return {"device": self.device, "host": self.host, "pid": os.getpid(), "visible": vis, "restarts": restarts,
-                "in_flight": self.in_flight}
+                "in_flight": self.in_flight, "cpus": self.cpus}
 
     async def call(self, op: str, payload: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         self.in_flight += 1

@@ -12,6 +12,12 @@ EVOKERNEL_SPARE_CPUS:
 EVOKERNEL_JOB_CPUS, where a taken spare (a job's process) may run: every CPU (default), "rest" (those spares
 do not boot on), or a CPU list. Where the host hides its hyperthreads (a VM reporting one thread per core; see
 bench/ht_probe.py), give both lists, siblings together.
+
+EVOKERNEL_CPU_SPLIT, one share of the host's CPUs per GPU, for everything that GPU's runner starts (its spares
+and its jobs' processes): "off" (default) or "even" (whole cores, in CPU order, split evenly over the host's
+GPUs). Two GPUs' streams of candidates then never wait for each other's processes on a CPU. The local pool
+passes each runner its share (EVOKERNEL_RUNNER_CPUS, applied by the runner before anything else); a Ray actor
+takes the share of its GPU on its host.
 """
 
 from __future__ import annotations
@@ -122,3 +128,68 @@ def release_tree(pid: int) -> bool:
         except OSError:
             ok = False
     return ok
+
+
+def split_setting() -> str:
+    return os.environ.get("EVOKERNEL_CPU_SPLIT", "off").strip().lower()
+
+
+def device_share(index: int, count: int, cpus: frozenset[int] | None = None) -> frozenset[int]:
+    """The index-th of `count` even shares of cpus (default: this process's), whole cores in CPU order; all of
+    them when there are fewer cores than shares."""
+    every = allowed() if cpus is None else cpus
+    cs = cores(every)
+    if count <= 1 or len(cs) < count or not 0 <= index < count:
+        return every
+    per = len(cs) / count
+    return frozenset().union(*cs[round(index * per):round((index + 1) * per)])
+
+
+def format_list(cpus: frozenset[int]) -> str:
+    """A CPU set as a Linux CPU list ("0-3,8")."""
+    out, run = [], []
+    for c in sorted(cpus):
+        if run and c != run[-1] + 1:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+            run = []
+        run.append(c)
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(out)
+
+
+def host_gpu_count() -> int:
+    """GPUs on this host whatever this process may see (NVIDIA: /proc/driver/nvidia/gpus; AMD: KFD nodes with
+    compute units); 0 when neither is there."""
+    try:
+        return len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        pass
+    n, base = 0, "/sys/class/kfd/kfd/topology/nodes"
+    try:
+        for node in os.listdir(base):
+            try:
+                with open(os.path.join(base, node, "properties")) as f:
+                    if any(ln.startswith("simd_count") and ln.split()[-1] != "0" for ln in f):
+                        n += 1
+            except OSError:
+                continue
+    except OSError:
+        return 0
+    return n
+
+
+def apply_runner_cpus() -> frozenset[int] | None:
+    """In a runner: keep to EVOKERNEL_RUNNER_CPUS (its GPU's share, from the pool) before starting anything; the
+    spares and jobs it starts inherit it. None when unset or not allowed."""
+    text = os.environ.get("EVOKERNEL_RUNNER_CPUS", "").strip()
+    if not text:
+        return None
+    try:
+        share = parse_list(text) & allowed()
+        if share:
+            os.sched_setaffinity(0, share)
+            return share
+    except (ValueError, OSError) as e:
+        log.warning("EVOKERNEL_RUNNER_CPUS=%r not applied: %s", text, e)
+    return None

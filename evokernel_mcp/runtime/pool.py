@@ -133,16 +133,30 @@ class WorkerPool:
             raise BadInput(f"unknown device {dev!r}; this server has: {', '.join(self.devices)}")
         return dev
 
+    def _cpu_share(self, device: str) -> str | None:
+        """This device's share of the CPUs under EVOKERNEL_CPU_SPLIT=even (runtime/cpus.py), as a CPU list."""
+        from evokernel_mcp.runtime import cpus
+
+        gpus = [d for d in self.devices if d != "cpu"]
+        if cpus.split_setting() != "even" or device not in gpus or len(gpus) < 2:
+            return None
+        share = cpus.device_share(gpus.index(device), len(gpus))
+        return cpus.format_list(share) if share != cpus.allowed() else None
+
     def _lock(self, device: str) -> anyio.Lock:
         return self._locks.setdefault(device, anyio.Lock())
 
     async def _start(self, device: str) -> _Worker:
         logs = sub_state_dir("workers")
         log_path = logs / f"{device.replace(':', '')}-{int(time.time())}-{secrets.token_hex(3)}.stderr.log"
+        env = worker_env(device)
+        share = self._cpu_share(device)
+        if share:
+            env["EVOKERNEL_RUNNER_CPUS"] = share
         with open(log_path, "wb") as err:
             proc = await anyio.open_process(
                 [sys.executable, "-m", "evokernel_mcp.runtime.runner", "--device", device],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=worker_env(device),
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env,
                 cwd=str(logs), start_new_session=True)
         w = _Worker(device, proc, log_path)
         try:

@@ -86,3 +86,43 @@ def test_job_cpus(monkeypatch):
         assert cpus.job_cpus() == {first}
     monkeypatch.setenv("EVOKERNEL_JOB_CPUS", "garbage")
     assert cpus.job_cpus() == every
+
+
+def test_even_split_gives_each_gpu_whole_cores_in_order(monkeypatch):
+    monkeypatch.setattr(cpus, "_core_of", lambda c: frozenset({c % 16, c % 16 + 16}))
+    host = frozenset(range(32))
+    a, b = cpus.device_share(0, 2, host), cpus.device_share(1, 2, host)
+    assert a == frozenset(range(8)) | frozenset(range(16, 24)) and b == host - a  # siblings stay together
+    assert [len(cpus.device_share(i, 3, host)) for i in range(3)] == [10, 12, 10]  # 5, 6, 5 cores
+    assert cpus.device_share(0, 1, host) == host and cpus.device_share(3, 2, host) == host
+    assert cpus.device_share(1, 4, frozenset({0, 1})) == {0, 1}  # fewer cores than GPUs: no split
+    assert cpus.format_list(a) == "0-7,16-23" and cpus.format_list(frozenset({3})) == "3"
+    assert cpus.parse_list(cpus.format_list(b)) == b
+
+
+def test_pool_gives_each_gpu_runner_its_share_only_when_asked(monkeypatch):
+    from evokernel_mcp.runtime.pool import WorkerPool
+
+    monkeypatch.setattr(cpus, "_core_of", lambda c: frozenset({c}))
+    monkeypatch.setattr(cpus, "allowed", lambda: frozenset(range(8)))
+    pool = WorkerPool(["cuda:0", "cuda:1"])
+    monkeypatch.delenv("EVOKERNEL_CPU_SPLIT", raising=False)
+    assert pool._cpu_share("cuda:0") is None
+    monkeypatch.setenv("EVOKERNEL_CPU_SPLIT", "even")
+    assert (pool._cpu_share("cuda:0"), pool._cpu_share("cuda:1")) == ("0-3", "4-7")
+    assert WorkerPool(["cuda:0"])._cpu_share("cuda:0") is None  # one GPU: the whole host
+    assert WorkerPool(["cpu"])._cpu_share("cpu") is None
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_a_runner_keeps_to_its_share_and_its_children_inherit_it():
+    import subprocess
+    import sys
+
+    first = min(os.sched_getaffinity(0))
+    code = ("import os\nfrom evokernel_mcp.runtime.cpus import apply_runner_cpus\napply_runner_cpus()\n"
+            "import subprocess, sys\nprint(sorted(os.sched_getaffinity(0)), subprocess.run([sys.executable, '-c', "
+            "'import os; print(sorted(os.sched_getaffinity(0)))'], capture_output=True, text=True).stdout.strip())")
+    env = {**os.environ, "EVOKERNEL_RUNNER_CPUS": str(first)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == [f"[{first}]", f"[{first}]"], out

@@ -16,12 +16,12 @@ fi
 if [ -n "${TOPO:-}" ]; then lscpu | grep -E '^(CPU\(s\)|Thread|Core|Socket|Model name|NUMA)'; cat /sys/devices/system/cpu/cpu{0,1,16}/topology/thread_siblings_list 2>/dev/null | tr '\n' ' '; echo; fi
 if [ -n "${HT:-}" ]; then python3 bench/ht_probe.py | tee "$OUT/ht.txt"; fi
 if [ -n "${HTLOAD:-}" ]; then python3 bench/ht_probe.py --partners "" --load "$HTLOAD" | tee /tmp/ht_load.txt; fi
-if [ -n "${CONFIGS:-}" ]; then  # several runs of batch_scaling, each "TAG|VAR=value ...|MODES[|MAX_TIME_S]", ';' between
+if [ -n "${CONFIGS:-}" ]; then  # several runs of batch_scaling, each "TAG|VAR=value ...|MODES[|MAX_TIME_S[|TASK[|SHAPES]]]", ';' between
   IFS=';' read -ra runs <<< "$CONFIGS"
   for r in "${runs[@]}"; do
-    IFS='|' read -r tag envs modes mt <<< "$r"
-    echo "== $tag ($envs) $modes ${mt:-${MT:-0.2}}"
-    env $envs timeout -k 10 "${T:-300}" python3 bench/batch_scaling.py --modes "$modes" --max-time-s "${mt:-${MT:-0.2}}" --shapes "${SHAPES:-small,medium}" --task "${TASK:-vector_add}" --tag "$tag" > "$OUT/bs_$tag.log" 2>&1
+    IFS='|' read -r tag envs modes mt task shapes <<< "$r"
+    echo "== $tag ($envs) $modes ${mt:-${MT:-0.2}} ${task:-${TASK:-vector_add}}"
+    env $envs timeout -k 10 "${T:-300}" python3 bench/batch_scaling.py --modes "$modes" --max-time-s "${mt:-${MT:-0.2}}" --shapes "${shapes:-${SHAPES:-small,medium}}" --task "${task:-${TASK:-vector_add}}" --tag "$tag" > "$OUT/bs_$tag.log" 2>&1
     echo "rc=$?"; grep '^\[batch_scaling\]' "$OUT/bs_$tag.log"
   done
 else
