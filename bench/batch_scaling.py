@@ -129,6 +129,7 @@ def report(data: dict) -> list[Path]:
              f"- host: {data['host']}; CPUs: {data['cpus']}; device: {data['device_name']} x {len(data['devices'])} "
              f"({', '.join(data['devices'])})",
              f"- versions: {', '.join(f'{k} {v}' for k, v in data['versions'].items())}",
+             f"- settings: {', '.join(f'{k}={v}' for k, v in data.get('settings', {}).items()) or 'defaults'}",
              f"- batch: {data['n']} candidates (PyTorch variants of the reference) of task {data['task']}, shapes "
              f"{data['shapes']}, cascade verify_small -> verify -> benchmark (max_time_s {data['max_time_s']}); "
              "wall = submit -> done of the one batch job, after a warm-up batch of one candidate per slot", "",
@@ -175,6 +176,8 @@ async def main(ns: argparse.Namespace) -> None:
             "device": dev, "device_name": dev_name, "devices": devices, "versions": versions, "task": ns.task,
             "shapes": ns.shapes, "n": ns.n, "max_time_s": ns.max_time_s, "modes": {}}
     data["tag"] = f"_{ns.tag}" if ns.tag else ""
+    data["settings"] = {k: v for k, v in sorted(os.environ.items())  # the knobs this run had (CPU split, spares ...)
+                        if k.startswith(("EVOKERNEL_", "OMP_")) and k not in ("EVOKERNEL_HOME",)}
     prior = REPO / "bench" / "results" / f"batch_scaling_{dev}_{data['date'][:10]}{data['tag']}.json"
     if ns.merge and prior.is_file():  # modes measured by an earlier call (one mode per device call fits 10 min)
         data["modes"].update(json.loads(prior.read_text()).get("modes", {}))

@@ -134,11 +134,14 @@ class WorkerPool:
         return dev
 
     def _cpu_share(self, device: str) -> str | None:
-        """This device's share of the CPUs under EVOKERNEL_CPU_SPLIT=even (runtime/cpus.py), as a CPU list."""
+        """This device's share of the CPUs (EVOKERNEL_CPU_SPLIT, runtime/cpus.py), as a CPU list; None: all."""
         from evokernel_mcp.runtime import cpus
 
         gpus = [d for d in self.devices if d != "cpu"]
-        if cpus.split_setting() != "even" or device not in gpus or len(gpus) < 2:
+        setting = cpus.split_setting()
+        if setting == "off" or device not in gpus or len(gpus) < 2:
+            return None
+        if setting == "auto" and len(cpus.allowed()) < cpus.MIN_SHARE_CPUS * len(gpus):
             return None
         share = cpus.device_share(gpus.index(device), len(gpus))
         return cpus.format_list(share) if share != cpus.allowed() else None

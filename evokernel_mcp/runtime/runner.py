@@ -64,7 +64,9 @@ class Capture:
 
 
 def _import_stack(device: str) -> dict[str, Any]:
-    info: dict[str, Any] = {"python": sys.version.split()[0]}
+    from evokernel_mcp.runtime.cpus import allowed, format_list
+
+    info: dict[str, Any] = {"python": sys.version.split()[0], "cpus": format_list(allowed())}
     try:
         import torch
 

@@ -56,24 +56,25 @@ class DrawCache:
         self.bytes = 0
         self.hits = self.misses = 0
 
-    def get(self, k: str, draw: Callable[[], list[Any]], budget: int) -> list[Any]:
-        """The kept draw for k, else draw() (kept when it fits the budget). The caller copies what it gets."""
+    def get(self, k: str, draw: Callable[[], list[Any]], budget: int) -> tuple[list[Any], bool]:
+        """(the draw for k, whether it is kept): the kept one, else draw(), kept when it fits the budget. The
+        caller copies a kept draw before use, and only a kept one (a big case's memory plan counts no copy)."""
         raw = self._items.get(k)
         if raw is not None:
             self._items.move_to_end(k)
             self.hits += 1
-            return raw
+            return raw, True
         self.misses += 1
         raw = draw()
         size = _nbytes(raw)
         if size > budget:
-            return raw
+            return raw, False
         while self._items and self.bytes + size > budget:
             _, old = self._items.popitem(last=False)
             self.bytes -= _nbytes(old)
         self._items[k] = raw
         self.bytes += size
-        return raw
+        return raw, True
 
     def clear(self) -> None:
         self._items.clear()
@@ -84,8 +85,9 @@ CACHE = DrawCache()
 
 
 def inputs(task: Any, shape: str, seed: int, device: str, free_bytes: Callable[[], int]) -> list[Any]:
-    """A spec task's inputs for (shape, seed) on `device`, from the kept draw when there is one; always
-    copies. free_bytes: the memory still free where the draws are kept (the device's, or the host's)."""
+    """A spec task's inputs for (shape, seed) on `device`, from the kept draw when there is one; a kept draw is
+    handed out as copies. free_bytes: the memory still free where the draws are kept (the device's, or the
+    host's)."""
     import torch
 
     from evokernel_mcp import candidate as cand
@@ -93,5 +95,5 @@ def inputs(task: Any, shape: str, seed: int, device: str, free_bytes: Callable[[
     def draw() -> list[Any]:
         return [t.to(device) if isinstance(t, torch.Tensor) else t for t in cand.spec_draws(task, shape, seed)]
 
-    raw = CACHE.get(key(task, shape, seed, device), draw, budget_bytes(free_bytes()))
-    return [t.clone() if isinstance(t, torch.Tensor) else t for t in raw]
+    raw, kept = CACHE.get(key(task, shape, seed, device), draw, budget_bytes(free_bytes()))
+    return [t.clone() if kept and isinstance(t, torch.Tensor) else t for t in raw]

@@ -100,16 +100,22 @@ def test_even_split_gives_each_gpu_whole_cores_in_order(monkeypatch):
     assert cpus.parse_list(cpus.format_list(b)) == b
 
 
-def test_pool_gives_each_gpu_runner_its_share_only_when_asked(monkeypatch):
+def test_pool_gives_each_gpu_runner_its_share_on_a_big_host_or_when_asked(monkeypatch):
     from evokernel_mcp.runtime.pool import WorkerPool
 
     monkeypatch.setattr(cpus, "_core_of", lambda c: frozenset({c}))
     monkeypatch.setattr(cpus, "allowed", lambda: frozenset(range(8)))
     pool = WorkerPool(["cuda:0", "cuda:1"])
-    monkeypatch.delenv("EVOKERNEL_CPU_SPLIT", raising=False)
+    monkeypatch.delenv("EVOKERNEL_CPU_SPLIT", raising=False)  # auto: 4 CPUs a GPU is too few to split
     assert pool._cpu_share("cuda:0") is None
     monkeypatch.setenv("EVOKERNEL_CPU_SPLIT", "even")
     assert (pool._cpu_share("cuda:0"), pool._cpu_share("cuda:1")) == ("0-3", "4-7")
+    monkeypatch.setattr(cpus, "allowed", lambda: frozenset(range(32)))
+    for setting, want in (("auto", "16-31"), ("off", None), ("bogus", None)):
+        monkeypatch.setenv("EVOKERNEL_CPU_SPLIT", setting)
+        assert pool._cpu_share("cuda:1") == want, setting
+    monkeypatch.delenv("EVOKERNEL_CPU_SPLIT")
+    assert pool._cpu_share("cuda:0") == "0-15"  # the default on a 2-GPU host of 32 CPUs
     assert WorkerPool(["cuda:0"])._cpu_share("cuda:0") is None  # one GPU: the whole host
     assert WorkerPool(["cpu"])._cpu_share("cpu") is None
 

@@ -56,7 +56,7 @@ def test_budget_evicts_least_recently_used_and_skips_what_cannot_fit():
     c.get("a", mk(400), 1000)  # a is now the most recent
     c.get("c", mk(400), 1000)  # b goes
     assert set(c._items) == {"a", "c"} and c.bytes == 800
-    c.get("huge", mk(2000), 1000)
+    assert c.get("huge", mk(2000), 1000)[1] is False
     assert "huge" not in c._items and c.bytes == 800
     assert (c.hits, c.misses) == (1, 4)
 
@@ -80,6 +80,17 @@ def test_a_case_that_does_not_fit_empties_the_cache_first(tmp_path, monkeypatch)
     monkeypatch.setattr(sides, "_plan", plan)
     sides.ref_case(loaded, {"shape": "small", "seed": 2, "hi": True})
     assert calls[0] > 0 and calls[1] == 0
+
+
+def test_a_draw_too_big_to_keep_is_handed_out_without_a_copy(monkeypatch):
+    """A big case's memory plan counts no extra copy of its inputs: an unkept draw is not cloned."""
+    monkeypatch.setenv("EVOKERNEL_DRAW_CACHE_MB", "0")
+    task = get_task("rmsnorm")
+    made = []
+    real = cand.spec_draws
+    monkeypatch.setattr(cand, "spec_draws", lambda *a: made.append(real(*a)) or made[-1])
+    got = draws.inputs(task, "small", 3, "cpu", lambda: BIG)
+    assert draws.CACHE.bytes == 0 and got[0] is made[0][0]
 
 
 def test_budget_is_capped_by_host_memory_and_the_setting(monkeypatch):
