@@ -74,8 +74,9 @@ def _take_cpu_share(ids: list) -> str | None:
     (runtime/cpus.py, by the GPU's index on the host), through EVOKERNEL_RUNNER_CPUS in this actor's own
     environment (the runner applies it at its start; the actor's threads stay where Ray put them)."""
     from evokernel_mcp.runtime import cpus
+    from evokernel_mcp.runtime.pool import host_gpus
 
-    n = cpus.host_gpu_count()
+    n = len(host_gpus())
     if cpus.split_setting() != "even" or len(ids) != 1 or n < 2:
         return None
     try:

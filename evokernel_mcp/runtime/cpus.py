@@ -168,27 +168,6 @@ def format_list(cpus: frozenset[int]) -> str:
     return ",".join(out)
 
 
-def host_gpu_count() -> int:
-    """GPUs on this host whatever this process may see (NVIDIA: /proc/driver/nvidia/gpus; AMD: KFD nodes with
-    compute units); 0 when neither is there."""
-    try:
-        return len(os.listdir("/proc/driver/nvidia/gpus"))
-    except OSError:
-        pass
-    n, base = 0, "/sys/class/kfd/kfd/topology/nodes"
-    try:
-        for node in os.listdir(base):
-            try:
-                with open(os.path.join(base, node, "properties")) as f:
-                    if any(ln.startswith("simd_count") and ln.split()[-1] != "0" for ln in f):
-                        n += 1
-            except OSError:
-                continue
-    except OSError:
-        return 0
-    return n
-
-
 def apply_runner_cpus() -> frozenset[int] | None:
     """In a runner: keep to EVOKERNEL_RUNNER_CPUS (its GPU's share, from the pool) before starting anything; the
     spares and jobs it starts inherit it. None when unset or not allowed."""

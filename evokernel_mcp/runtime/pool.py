@@ -46,6 +46,12 @@ def discover_devices() -> list[str]:
     env = os.environ.get("EVOKERNEL_DEVICES", "").strip()
     if env:
         return [d.strip() for d in env.split(",") if d.strip()]
+    return host_gpus() or ["cpu"]
+
+
+def host_gpus() -> list[str]:
+    """This host's GPUs, whatever this process may see or is told to use: NVIDIA from /proc/driver/nvidia/gpus,
+    AMD from the KFD topology (nodes with SIMDs); [] when there are none."""
     nv = Path("/proc/driver/nvidia/gpus")
     if nv.is_dir() and any(nv.iterdir()):
         return [f"cuda:{i}" for i in range(len(list(nv.iterdir())))]
@@ -60,9 +66,8 @@ def discover_devices() -> list[str]:
                 continue
             if any(line.startswith("simd_count") and line.split()[-1] != "0" for line in text.splitlines()):
                 gpus += 1
-        if gpus:
-            return [f"rocm:{i}" for i in range(gpus)]
-    return ["cpu"]
+        return [f"rocm:{i}" for i in range(gpus)]
+    return []
 
 
 def worker_env(device: str) -> dict[str, str]:

@@ -2,7 +2,7 @@
 
 - api.py      the tool (server side): validate arguments, run the check as a job, build the result.
 - case.py     judge one case in the runner; sides.py: the halves run in sandboxed children;
-- draws.py    a spec task's host draws, kept in the reference process between cases and jobs;
+- draws.py    a spec task's input draws, kept in the reference process between cases and jobs;
 - runner_side.py  the op in the runner: orchestrates the reference and candidate children.
 - compare.py  the comparison, unwritten/NaN/determinism checks (harness numerics; pure torch).
 """

@@ -27,12 +27,14 @@ from typing import Any
 DEFAULT_MB = 4096
 
 
-def budget_bytes(host_free: int) -> int:
+def budget_bytes(free: int) -> int:
+    """The cache's byte budget: EVOKERNEL_DRAW_CACHE_MB, never more than an eighth of `free` (the memory still
+    free where the draws are kept)."""
     try:
         mb = float(os.environ.get("EVOKERNEL_DRAW_CACHE_MB", DEFAULT_MB))
     except ValueError:
         mb = DEFAULT_MB
-    return max(0, min(int(mb * (1 << 20)), host_free // 8))
+    return max(0, min(int(mb * (1 << 20)), free // 8))
 
 
 def key(task: Any, shape: str, seed: int, device: str = "cpu") -> str:
@@ -49,7 +51,8 @@ def _nbytes(raw: list[Any]) -> int:
 
 
 class DrawCache:
-    """key -> the host tensors drawn for it (LRU within a byte budget). hits/misses for the job's notes."""
+    """key -> the tensors drawn for it, where the process uses them (LRU within a byte budget); hits and
+    misses counted (tests read them)."""
 
     def __init__(self) -> None:
         self._items: OrderedDict[str, list[Any]] = OrderedDict()
