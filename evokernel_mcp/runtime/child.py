@@ -90,6 +90,8 @@ def _triton_key() -> str:
 
 def _info(device: str, warm: bool = True, gate=None) -> dict[str, Any]:
     info: dict[str, Any] = {"python": sys.version.split()[0], "pid": os.getpid(), "uid": os.getuid()}
+    if sys.pycache_prefix:  # the runner's bytecode (runtime/pycache.py)
+        info["pycache_prefix"] = sys.pycache_prefix
     boot: dict[str, float] = {}  # where a spare's start goes (seconds per phase), for the job's events
     try:  # from the runner's Popen to here: the sandbox, the interpreter, the imports before torch
         boot["exec"] = round(time.time() - float(os.environ.pop("EVOKERNEL_SPAWNED_AT")), 2)

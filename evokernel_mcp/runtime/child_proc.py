@@ -23,7 +23,7 @@ from collections import deque
 from typing import Any
 
 from evokernel_mcp.paths import sub_state_dir
-from evokernel_mcp.runtime import courier, cpus, frames, kernel_cache, sandbox
+from evokernel_mcp.runtime import courier, cpus, frames, kernel_cache, pycache, sandbox
 from evokernel_mcp.runtime.protocol import read_tail
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,7 @@ class Child:
         for k in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "TRITON_INTERPRET"):
             if k in os.environ:
                 env[k] = os.environ[k]
+        env.update(pycache.child_env(level))  # the runner's bytecode, read-only, where torch ships none
         kind = "cpu" if device == "cpu" else "cuda"
         if kind == "cpu":  # host timing: one thread per arm, and an idle arm's threads never spin, so arms
             env["OMP_WAIT_POLICY"] = "PASSIVE"  # timed in turn do not compete for the cores
@@ -106,7 +107,7 @@ class Child:
                                   "--fd-sock", str(theirs.fileno()),
                                   *(["--warm-profiler"] if self.warm else []),
                                   *(["--gpu-gate"] if self.gated else [])],
-                            scratch=self.scratch, env=env, devices=kind != "cpu")
+                            scratch=self.scratch, env=env, devices=kind != "cpu", ro_binds=pycache.child_binds(level))
         self._boot = open(self.scratch / ".boot.log", "wb")  # noqa: SIM115 - closed in kill()
         try:
             self.proc = subprocess.Popen(sandbox.argv_for(spec, level), stdin=subprocess.PIPE,

@@ -20,7 +20,7 @@ import time
 import traceback
 from typing import Any
 
-from evokernel_mcp.runtime import child_proc, protocol, sandbox, spares
+from evokernel_mcp.runtime import child_proc, protocol, pycache, sandbox, spares
 from evokernel_mcp.runtime.devmem import release_cached
 from evokernel_mcp.runtime.ops import resolve
 
@@ -158,6 +158,9 @@ def serve(device: str, chan: Channel) -> None:
     global CTX
     sandbox.become_subreaper()
     _start_reaper()
+    t0 = time.perf_counter()
+    if pycache.prepare():  # before the first spare: where torch ships no bytecode, children read ours
+        child_proc.note("bytecode for children written in %.1f s (%s)", time.perf_counter() - t0, pycache.ACTIVE)
     CTX = RunnerContext(device)
     CTX.spares.replenish()
     chan.send({"event": "ready", "pid": os.getpid(), "device": device, "info": _import_stack(device)})

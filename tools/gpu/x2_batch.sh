@@ -16,6 +16,14 @@ fi
 if [ -n "${TOPO:-}" ]; then lscpu | grep -E '^(CPU\(s\)|Thread|Core|Socket|Model name|NUMA)'; cat /sys/devices/system/cpu/cpu{0,1,16}/topology/thread_siblings_list 2>/dev/null | tr '\n' ' '; echo; fi
 if [ -n "${HT:-}" ]; then python3 bench/ht_probe.py | tee "$OUT/ht.txt"; fi
 if [ -n "${HTLOAD:-}" ]; then python3 bench/ht_probe.py --partners "" --load "$HTLOAD" | tee /tmp/ht_load.txt; fi
+if [ -n "${IMPORTS:-}" ]; then  # what a child's start pays for imports (bytecode present or not, import time)
+  { python3 -c "import torch, os; d = os.path.dirname(torch.__file__); c = os.path.join(d, '__pycache__'); print(torch.__file__, 'pycache', os.path.isdir(c), len(os.listdir(c)) if os.path.isdir(c) else 0)"
+    for i in 1 2 3; do /usr/bin/time -f "import torch: %e s wall, %U user, %S sys" env PYTHONDONTWRITEBYTECODE=1 python3 -c "import torch"; done
+    PYTHONDONTWRITEBYTECODE=1 python3 -X importtime -c "import torch, triton" 2> /tmp/imp.txt; sort -t'|' -k2 -n /tmp/imp.txt | tail -12; } 2>&1 | tee "$OUT/imports.txt"
+fi
+if [ -n "${PROBE:-}" ]; then  # bench/driver_probe.py: request round trips alone and beside other load
+  timeout -k 5 "${TP:-150}" python3 bench/driver_probe.py $PROBE 2>&1 | tee "$OUT/driver_probe.txt" | grep '^\[driver_probe\]'
+fi
 if [ -n "${CONFIGS:-}" ]; then  # several runs of batch_scaling, each "TAG|VAR=value ...|MODES[|MAX_TIME_S[|TASK[|SHAPES]]]", ';' between
   IFS=';' read -ra runs <<< "$CONFIGS"
   for r in "${runs[@]}"; do
