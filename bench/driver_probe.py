@@ -6,10 +6,10 @@ process and one peer process on the same GPU, alone and beside other load.
 
 Ops, round robin for --seconds per load, each timed from the request's write to the reply's read:
   ping     a message with no tensor (pipe wake-ups only)
-  to4/to64 a 4 / 64 MiB CUDA tensor to the peer (a VMM export here, import + copy + release there)
+  to4/to64 a 4 / 64 MiB CUDA tensor to the peer (the courier's arena, up to EVOKERNEL_ARENA_MB)
   from64   a 64 MiB CUDA tensor back from the peer (the export there, the import here)
   malloc   here, not a round trip: empty_cache, then a fresh 64 MiB CUDA allocation (cudaMalloc)
---transports: instead, a 1/4/16/64 MiB CUDA tensor to the peer by each way frames.py has (vmm, memfd, pipe):
+--transports: instead, a 1/4/16/64 MiB CUDA tensor to the peer by each way frames.py has (arena, vmm, memfd, pipe):
 where one way starts to beat another (courier.py's thresholds).
 Loads:
   none     nothing else
@@ -80,14 +80,17 @@ def probe(seconds: float, transports: bool = False) -> dict[str, list[float]]:
     tx, rx = os.fdopen(w1, "wb"), os.fdopen(r2, "rb")
     t4 = torch.ones(4 << 20, dtype=torch.uint8, device="cuda")
     t64 = torch.ones(64 << 20, dtype=torch.uint8, device="cuda")
-    ops = [f"{w}:{k}" for w in ("vmm", "memfd", "pipe") for k in SIZES] if transports else list(OPS)
+    ops = [f"{w}:{k}" for w in ("arena", "vmm", "memfd", "pipe") for k in SIZES] if transports else list(OPS)
     times: dict[str, list[float]] = {k: [] for k in ops}
     bufs = {k: torch.ones(mib << 20, dtype=torch.uint8, device="cuda") for k, mib in SIZES.items()}
 
-    def rt(msg, way: str = "vmm") -> None:
-        cour._vmm = way == "vmm"  # memfd: the courier's way for a tensor when VMM is not there
+    arena = courier.ARENA_BYTES
+
+    def rt(msg, way: str = "arena") -> None:
+        cour._vmm = way in ("arena", "vmm")  # memfd: the courier's way for a tensor when VMM is not there
+        courier.ARENA_BYTES = arena if way == "arena" else 0  # vmm: an allocation per tensor
         frames.write(tx, msg, None if way == "pipe" else cour)
-        cour._vmm = True
+        cour._vmm, courier.ARENA_BYTES = True, arena
         frames.read(rx, max_bytes=1 << 40, device="cuda", courier=cour)
 
     for _ in range(3):  # warm: the peer's context, the VMM library, the allocator

@@ -7,6 +7,14 @@ one sandboxed child carries one fd per big tensor (SCM_RIGHTS).
 - A host tensor (or a CUDA tensor where VMM is not available) travels as a memfd: one copy in, one out.
   A sandboxed sender whose file-size limit is below the tensor's size uses the pipe instead.
 - Small tensors stay in the pipe: an fd costs more than it saves below THRESHOLD.
+- CUDA tensors up to ARENA_BYTES in all per message go through an arena instead: one allocation per
+  direction, exported and mapped by the peer ONCE, reused by every later message; a new, bigger one (sent
+  with the message that first needs it) replaces it. A VMM allocation per tensor costs ~3 ms of driver
+  calls (create, map, export, import, map, unmap, release) whatever its size, measured on an H200, and
+  more when a second GPU's processes make the same calls; an arena costs a copy. Reuse is safe because
+  the protocol alternates: a side writes its next message only after the peer's reply, and the peer
+  has copied the arena's bytes out (and synchronized) before it replies. The peer may write into our
+  arena (it is mapped read-write there): that spoils only what we send it next; we never read from it.
 
 The receiver trusts nothing: a missing fd, a file that is not a regular one or is shorter than the
 header says, an allocation that does not hold the bytes, a sequence number out of order: FrameError
@@ -25,6 +33,8 @@ import time
 from typing import Any
 
 THRESHOLD = int(os.environ.get("EVOKERNEL_FD_THRESHOLD", str(1 << 20)))
+ARENA_BYTES = int(os.environ.get("EVOKERNEL_ARENA_MB", "64")) << 20  # 0: a VMM allocation per tensor
+_ALIGN = 512  # bytes: each tensor's offset in the arena
 _CHUNK = 1 << 30
 _TAG = 8  # bytes of sequence number sent with each fd
 HOLD = os.environ.get("EVOKERNEL_VMM_HOLD", "0") == "1"
@@ -42,6 +52,13 @@ class Courier:
         self._held: list[Any] = []  # exported VMM allocations the peer may still be copying
         self._vmm: bool | None = None
         self.stats: dict[str, float] = {}
+        self._arena: Any = None  # ours (a cuda_vmm.Mapping), its id, and whether the peer has it yet
+        self._arena_id = 0
+        self._arena_sent = False
+        self._plan: dict[int, int] = {}  # this message: tensor index -> offset in our arena
+        self._copied = False  # this message put bytes in our arena (synchronize before the header)
+        self._peer: tuple[int, Any] | None = None  # the peer's arena as mapped here: (id, Mapping)
+        self._peer_read = False
 
     # ---------------------------------------------------------------- sending
     def _use_vmm(self) -> bool:
@@ -51,11 +68,34 @@ class Courier:
             self._vmm = cuda_vmm.available()
         return self._vmm
 
-    def route(self, t) -> str | None:
-        """'vmm', 'memfd' or None (the pipe) for a tensor about to be sent."""
+    def plan(self, tensors: list) -> None:
+        """Before a message's tensors are sent: which CUDA ones go through the arena (in order, while they fit
+        in ARENA_BYTES), and an arena big enough for them all (a new one when ours is smaller)."""
+        self._plan, self._copied, need = {}, False, 0
+        if ARENA_BYTES <= 0:
+            return
+        for i, t in enumerate(tensors):
+            n = t.numel() * t.element_size()
+            if t.device.type == "cuda" and n >= THRESHOLD and need + n <= ARENA_BYTES and self._use_vmm():
+                self._plan[i] = need
+                need += -(-n // _ALIGN) * _ALIGN
+        if need and (self._arena is None or self._arena.size < need):
+            from evokernel_mcp.runtime import cuda_vmm
+
+            old = self._arena.size if self._arena is not None else 0
+            fresh = cuda_vmm.create(max(need, min(ARENA_BYTES, 2 * old)))
+            if self._arena is not None:  # the peer has copied out of it: its mapping is its own to drop
+                self._arena.release()
+            self._arena, self._arena_id, self._arena_sent = fresh, self._arena_id + 1, False
+
+    def route(self, t, index: int | None = None) -> str | None:
+        """'arena', 'vmm', 'memfd' or None (the pipe) for a tensor about to be sent (index: its place in the
+        message, as given to plan())."""
         nbytes = t.numel() * t.element_size()
         if nbytes < THRESHOLD:
             return None
+        if index is not None and index in self._plan:
+            return "arena"
         if t.device.type == "cuda" and self._use_vmm():
             return "vmm"
         soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
@@ -68,12 +108,27 @@ class Courier:
                           [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
         self._out += 1
 
-    def send(self, t, via: str) -> dict[str, Any]:
-        """Send the tensor's bytes by fd; the extra fields its spec carries."""
+    def send(self, t, via: str, index: int | None = None) -> dict[str, Any]:
+        """Send the tensor's bytes by fd (or put them in the arena); the extra fields its spec carries."""
         import torch
 
         t0 = time.perf_counter()
-        if via == "vmm":
+        if via == "arena":
+            off = self._plan[index]
+            flat = t.detach().contiguous().reshape(-1).view(torch.uint8)
+            self._arena.tensor(flat.numel(), off).copy_(flat)
+            self._copied = True
+            extra: dict[str, Any] = {"via": "arena", "arena": self._arena_id, "offset": off, "alloc": self._arena.size}
+            if not self._arena_sent:  # its first use: the peer maps it from this fd, once
+                from evokernel_mcp.runtime import cuda_vmm
+
+                fd = cuda_vmm.export_fd(self._arena)
+                try:
+                    self._send_fd(fd)
+                finally:
+                    os.close(fd)
+                self._arena_sent, extra["new"] = True, True
+        elif via == "vmm":
             from evokernel_mcp.runtime import cuda_vmm
 
             fd, size, mapping = cuda_vmm.export(t)
@@ -88,7 +143,7 @@ class Courier:
                     self._held.append(mapping)
                 else:
                     mapping.release()
-            extra: dict[str, Any] = {"via": "vmm", "alloc": size}
+            extra = {"via": "vmm", "alloc": size}
         else:
             flat = t.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
             view = memoryview(flat.numpy()).cast("B")
@@ -105,8 +160,23 @@ class Courier:
         self.count(via, t.numel() * t.element_size(), time.perf_counter() - t0)
         return extra
 
+    def sent(self) -> None:
+        """Every tensor of the message is out: the arena's copies must be complete before the peer reads."""
+        if self._copied:
+            import torch
+
+            torch.cuda.synchronize()
+            self._copied = False
+
     def settle(self) -> None:
-        """The peer has answered: it copied whatever we exported before. Free the exports."""
+        """A message has been read: its bytes copied out of the peer's arena are complete here (before we
+        answer, after which the peer reuses it); and the peer has answered us, so it copied whatever we
+        exported before: free the exports."""
+        if self._peer_read:
+            import torch
+
+            torch.cuda.synchronize()
+            self._peer_read = False
         while self._held:
             self._held.pop().release()
 
@@ -138,6 +208,10 @@ class Courier:
 
         t0 = time.perf_counter()
         nbytes, via = spec["nbytes"], spec.get("via")
+        if via == "arena":
+            out = self._from_arena(spec, nbytes, device)
+            self.count(via, nbytes, time.perf_counter() - t0)
+            return out
         fd = self._recv_fd()
         try:
             if via == "vmm":
@@ -171,6 +245,44 @@ class Courier:
         self.count(via, nbytes, time.perf_counter() - t0)
         return out
 
+    def _from_arena(self, spec: dict[str, Any], nbytes: int, device: str | None):
+        """Copy one tensor out of the peer's arena (mapped here from the fd sent with its first use)."""
+        import torch
+
+        from evokernel_mcp.runtime import cuda_vmm
+
+        aid, off, alloc = spec.get("arena"), spec.get("offset"), spec.get("alloc")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (aid, off, alloc)):
+            raise CourierError(f"bad arena reference {aid!r} {off!r} {alloc!r}")
+        if spec.get("new"):
+            fd = self._recv_fd()
+            try:
+                fresh = cuda_vmm.import_map(fd, alloc)
+            except cuda_vmm.VmmError as e:
+                raise CourierError(str(e)) from e
+            finally:
+                os.close(fd)
+            self.drop_peer()
+            self._peer = (aid, fresh)
+        if self._peer is None or self._peer[0] != aid or self._peer[1].size != alloc:
+            raise CourierError(f"arena {aid} was never sent here")
+        try:
+            view = self._peer[1].tensor(nbytes, off)
+        except cuda_vmm.VmmError as e:
+            raise CourierError(str(e)) from e
+        out = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+        out.copy_(view)
+        self._peer_read = True
+        return out.cpu() if device == "cpu" else out
+
+    def drop_peer(self) -> None:
+        if self._peer is not None:
+            import torch
+
+            torch.cuda.synchronize()  # no copy out of it may still be running
+            self._peer[1].release()
+            self._peer = None
+
     def count(self, via: str, nbytes: int, dt: float) -> None:
         self.stats[f"{via}_bytes"] = self.stats.get(f"{via}_bytes", 0) + nbytes
         self.stats[f"{via}_s"] = self.stats.get(f"{via}_s", 0.0) + dt
@@ -181,6 +293,13 @@ class Courier:
 
     def close(self) -> None:
         self.settle()
+        try:
+            self.drop_peer()
+        except Exception:  # noqa: BLE001 - a broken context: the process's end frees it
+            self._peer = None
+        if self._arena is not None:
+            self._arena.release()
+            self._arena = None
         try:
             self.sock.close()
         except OSError:

@@ -152,12 +152,15 @@ class Mapping:
             self.release()
             raise
 
-    def tensor(self, nbytes: int):
-        """The first nbytes as a uint8 tensor on the device (a view: valid until release())."""
+    def tensor(self, nbytes: int, offset: int = 0):
+        """nbytes from offset as a uint8 tensor on the device (a view: valid until release())."""
         import torch
 
+        if offset < 0 or nbytes < 0 or offset + nbytes > self.size:
+            raise VmmError(f"{nbytes} bytes at offset {offset} do not lie in a {self.size}-byte allocation")
+
         class _Cai:
-            __cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (self.ptr, False),
+            __cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (self.ptr + offset, False),
                                         "version": 3, "strides": None}
 
         return torch.as_tensor(_Cai(), device="cuda")
@@ -223,3 +226,37 @@ def import_copy(fd: int, size: int, nbytes: int) -> Any:
     finally:
         m.release()
     return out
+
+
+def create(nbytes: int) -> Mapping:
+    """A new shareable allocation of at least nbytes, mapped here (a courier's arena)."""
+    lib = _lib()
+    dev = lib.device()
+    gran = lib.granularity(dev)
+    size = max(gran, -(-nbytes // gran) * gran)
+    h = ctypes.c_uint64()
+    lib.check(lib.lib.cuMemCreate(ctypes.byref(h), size, ctypes.byref(lib.prop(dev)), 0), "cuMemCreate")
+    return Mapping(lib, h.value, size, dev)
+
+
+def export_fd(m: Mapping) -> int:
+    """A file descriptor for the allocation behind m (the caller sends it, then closes it)."""
+    lib = _lib()
+    fd = ctypes.c_int(-1)
+    lib.check(lib.lib.cuMemExportToShareableHandle(ctypes.byref(fd), m.handle, _CU_MEM_HANDLE_TYPE_POSIX_FD, 0),
+              "cuMemExportToShareableHandle")
+    return fd.value
+
+
+def import_map(fd: int, size: int) -> Mapping:
+    """Map the allocation behind fd (an untrusted peer's) here, for as long as the caller keeps it; VmmError
+    when its size is not what the peer said."""
+    lib = _lib()
+    dev = lib.device()
+    gran = lib.granularity(dev)
+    if size <= 0 or size % gran:
+        raise VmmError(f"allocation size {size} is not a whole number of {gran}-byte pages")
+    h = ctypes.c_uint64()
+    lib.check(lib.lib.cuMemImportFromShareableHandle(ctypes.byref(h), ctypes.c_void_p(fd), _CU_MEM_HANDLE_TYPE_POSIX_FD),
+              "cuMemImportFromShareableHandle")
+    return Mapping(lib, h.value, size, dev)

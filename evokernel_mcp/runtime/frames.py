@@ -97,12 +97,14 @@ def write(stream: IO[bytes], msg: dict[str, Any] | list, courier: Courier | None
     consume = isinstance(msg, list)
     body = _pack(msg.pop() if consume else msg, tensors)
     specs, raws = [], []
+    if courier is not None:
+        courier.plan(tensors)
     for i, t in enumerate(tensors):
         spec = {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
                 "nbytes": t.numel() * t.element_size()}
-        via = courier.route(t) if courier is not None else None
+        via = courier.route(t, i) if courier is not None else None
         if via:
-            spec.update(courier.send(t, via))
+            spec.update(courier.send(t, via, i))
             if consume:
                 tensors[i] = t = None
                 if via == "vmm" and spec["nbytes"] >= _TRIM_BYTES:
@@ -112,6 +114,8 @@ def write(stream: IO[bytes], msg: dict[str, Any] | list, courier: Courier | None
             if courier is not None:
                 courier.count("pipe", len(raws[-1]), 0.0)
         specs.append(spec)
+    if courier is not None:
+        courier.sent()
     stream.write(json.dumps({"msg": body, "tensors": specs}, separators=(",", ":")).encode() + b"\n")
     for r in raws:
         for i in range(0, len(r), CHUNK):

@@ -219,3 +219,37 @@ def test_gpu_vmm_roundtrip_in_process_and_hostile_handles_are_frame_errors():
 def test_gpu_verify_with_gigabyte_tensors_moves_them_device_to_device(caplog):
     moved = _verify_same_and_wrong_and_routes(caplog, GPU_REF, GPU_REF.replace("+ 1.0", "+ 1.01"), 300)
     assert "vmm" in moved, moved
+
+
+@pytest.mark.gpu
+def test_gpu_arena_is_mapped_once_reused_grown_and_never_read_past():
+    """CUDA tensors up to ARENA_BYTES per message go through one arena per direction: its fd crosses once,
+    later messages reuse it (no driver calls), a message that needs more gets a new one, and a reference to an
+    arena never sent, or past its end, is a frame error."""
+    from evokernel_mcp.runtime import cuda_vmm
+
+    if not cuda_vmm.available() or courier.ARENA_BYTES < (8 << 20):
+        pytest.skip("no CUDA VMM on this device, or the arena is off")
+    tx, rx = _pair()
+    for i in range(3):  # the same arena each time, new bytes each time
+        x = torch.randn(BIG, device="cuda") + i
+        y = torch.arange(BIG, device="cuda", dtype=torch.int32) * (i + 1)
+        got, wire = _roundtrip({"x": x, "y": (y, torch.ones(3, device="cuda"))}, tx, rx)
+        assert torch.equal(got["x"], x) and torch.equal(got["y"][0], y) and got["y"][1].sum().item() == 3
+        assert (b'"new"' in wire) == (i == 0) and b'"arena"' in wire
+        assert rx._peer[0] == 1
+    assert tx.stats["arena_bytes"] == 3 * (x.numel() * 4 + y.numel() * 4)
+    big = torch.randn(3 * BIG, device="cuda")  # more than the arena holds now: a new, bigger one
+    got, wire = _roundtrip({"a": big, "b": x}, tx, rx)
+    assert torch.equal(got["a"], big) and torch.equal(got["b"], x) and rx._peer[0] == 2 and b'"new"' in wire
+    huge = torch.empty(courier.ARENA_BYTES + 4096, dtype=torch.uint8, device="cuda").fill_(7)
+    got, _ = _roundtrip({"h": huge}, tx, rx)  # bigger than any arena: its own allocation, as before
+    assert torch.equal(got["h"], huge) and tx.stats["vmm_bytes"] == huge.numel()
+    for bad in ({"arena": 9, "offset": 0, "alloc": rx._peer[1].size},  # never sent
+                {"arena": 2, "offset": rx._peer[1].size - 512, "alloc": rx._peer[1].size},  # runs past its end
+                {"arena": 2, "offset": -512, "alloc": rx._peer[1].size},
+                {"arena": 2, "offset": "0", "alloc": rx._peer[1].size}):
+        with pytest.raises(frames.FrameError):
+            frames.read(_header(4096, via="arena", **bad), max_bytes=1 << 30, courier=rx)
+    tx.close(), rx.close()
+    assert tx._arena is None and rx._peer is None
