@@ -233,7 +233,8 @@ def _benchmark(ctx, payload: dict[str, Any], progress, timing_quiet: bool = Fals
         base = _baseline_child(ctx, payload, task, deadline)
         if payload.get("control"):
             ctrl = _baseline_child(ctx, payload, task, deadline)
-        note("benchmark: reference, candidate and baseline loaded at %.2f s", time.monotonic() - t0)
+        note("benchmark: reference, candidate and baseline loaded at %.2f s; waited %.2f s for the last job's "
+             "children to end", time.monotonic() - t0, ctx.spares.wait_retired())
         arms = _Arms(cand, base, task, deadline, ctrl)
         shapes, seed = list(payload["shapes"]), int(payload.get("seed", 0))
         opt, gpu = dict(payload["options"]), info.get("backend") in ("cuda", "rocm")
@@ -263,7 +264,7 @@ def _benchmark(ctx, payload: dict[str, Any], progress, timing_quiet: bool = Fals
         result["stdout"], result["stderr"] = cand.output()
         for c in (cand, base, ctrl):
             if c is not None:
-                c.discard()
+                ctx.spares.retire(c)
     progress(len(payload["shapes"]), len(payload["shapes"]), "benchmark done")
     return result
 
@@ -286,7 +287,7 @@ def _confirm(ctx, payload: dict, task: Task, ref, shape: str, seed: int, opt: di
     finally:
         for c in (child, base):
             if c is not None:
-                c.discard()
+                ctx.spares.retire(c)
 
 
 def _baseline_child(ctx, payload: dict, task: Task, deadline: float):

@@ -278,9 +278,31 @@ class Child:
     def discard(self) -> None:
         """Kill and remove its scratch dir: nothing the job wrote persists (except, for its own source's
         later jobs, Triton's compile cache: kernel_cache.py)."""
-        self.kill()
-        cached = getattr(self, "_cache", None)
-        if cached is not None:
-            self._cache = None
-            kernel_cache.save(cached[0], self.scratch, cached[1])
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        self.stop()()
+
+    def stop(self):
+        """The first half of discard(), for the job's clock: SIGKILL to the process and everything it started,
+        its pipes and fd socket closed (our mappings of its memory released). Returns the second half, to run
+        anywhere (spares.retire: a background thread): wait for the processes to be gone (a CUDA context's
+        teardown takes tenths of a second, longer on a busy host), save its source's Triton cache, remove
+        the scratch dir."""
+        pid, was_dead = self.proc.pid, self.dead
+        if not was_dead:
+            self.dead = True
+            sandbox.kill_once(pid)
+        self.kill()  # already dead: closes what is still open
+
+        def finish() -> None:
+            if not was_dead:
+                sandbox.kill_tree(pid)  # a fork that raced the first signal
+                try:
+                    self.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    log.warning("child %s did not exit after SIGKILL", pid)
+                sandbox.disown(pid)
+            cached = getattr(self, "_cache", None)
+            if cached is not None:
+                self._cache = None
+                kernel_cache.save(cached[0], self.scratch, cached[1])
+            shutil.rmtree(self.scratch, ignore_errors=True)
+        return finish

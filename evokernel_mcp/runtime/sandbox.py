@@ -319,6 +319,15 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def kill_once(pid: int) -> None:
+    """SIGKILL pid and every descendant found now (one pass, no waiting: kill_tree repeats until none is left)."""
+    for v in descendants(pid) + [pid]:
+        try:
+            os.kill(v, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def kill_tree(pid: int, include_self: bool = True) -> None:
     """SIGKILL pid and every descendant (found through /proc, not the process group: setsid children
     are included), repeated until none is left (a fork racing the kill)."""

@@ -99,7 +99,8 @@ class Spares:
         self._starting = 0
         self._starting_warm = 0
         self._warming = 0  # cold spares being warmed in the background (out of _ready meanwhile)
-        self._gpu_busy = 0  # background work touching the device now (a spare's device start, a warm-up)
+        self._gpu_busy = 0  # background work touching the device now (a spare's device start, a warm-up,
+        self._retiring = 0  # a retired child's end), and of it retired children not yet gone
         self._closed = False
         self._quiet = 0  # quiet sections open (no new spares): the job's whole run on a host of few cores
         self._timing = 0  # ... of which timing now: spares' device phases are held back only then
@@ -355,6 +356,37 @@ class Spares:
         note("device %.0f of %.0f GiB free: cached reference processes of other sources stopped",
               free / 2**30, total / 2**30)
 
+    def retire(self, child: Child) -> None:
+        """A job is done with its child: killed now (nothing of it runs past this call), the rest of its end
+        (waiting for its processes to be gone, a CUDA context's teardown among them; its Triton cache; its
+        scratch dir) in the background, off the job's clock. Until the processes are gone it counts as
+        device work: a benchmark's timing waits for it (quiet), as it waits for a spare's device start."""
+        finish = child.stop()
+        with self._lock:
+            self._gpu_busy += 1
+            self._retiring += 1
+
+        def run() -> None:
+            try:
+                finish()
+            except Exception:  # noqa: BLE001 - a child's clean-up failing must not take the runner down
+                log.exception("could not finish a retired child")
+            finally:
+                with self._lock:
+                    self._gpu_busy -= 1
+                    self._retiring -= 1
+                    self._lock.notify_all()
+        threading.Thread(target=run, daemon=True, name="evokernel-retire").start()
+
+    def wait_retired(self, timeout_s: float = 30.0) -> float:
+        """Wait until the children retired before are gone (their device memory back with the driver: a case's
+        memory plan reads what is free); the seconds waited."""
+        t0 = time.monotonic()
+        with self._lock:
+            while self._retiring and time.monotonic() - t0 < timeout_s:
+                self._lock.wait(timeout=0.5)
+        return time.monotonic() - t0
+
     def drop_reference(self, child: Child) -> None:
         for k, c in list(self._refs.items()):
             if c is child:
@@ -369,6 +401,10 @@ class Spares:
             self._ready, self._refs = [], OrderedDict()  # spares being warmed go when they come back
         for c in kids:
             c.discard()
+        with self._lock:  # retired children's ends, so that none outlives the runner's own
+            deadline = time.monotonic() + 15
+            while self._retiring and time.monotonic() < deadline:
+                self._lock.wait(timeout=0.5)
 
 
 def wall_deadline(deadline: float) -> float:

@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from evokernel_mcp.runtime.devmem import release_cached
-from evokernel_mcp.runtime.spares import ChildFailed, wall_deadline
+from evokernel_mcp.runtime.spares import ChildFailed, note, wall_deadline
 from evokernel_mcp.tasks import Task
 
 LOAD_TIMEOUT_S = 120.0
@@ -102,6 +102,8 @@ def _verify_steps(ctx, source: str, steps: list[dict[str, Any]], deadline: float
                 # loaded with the last step's task: the candidate side reads only each case's init inputs
                 # and state (sent with every run), so one load serves every step
                 load_candidate(ctx, cand, source, Task(**steps[-1]["task"]), deadline)
+                note("verify: candidate loaded; waited %.2f s for the last job's children to end",
+                     ctx.spares.wait_retired())
             out["isolation"] = ctx.spares.isolation()
             _cases(ctx, ref, cand, task, step, deadline, progress, out, model_key=k if len(steps) > 1 else None)
             if k < len(steps) - 1 and not _passed(out):
@@ -111,7 +113,7 @@ def _verify_steps(ctx, source: str, steps: list[dict[str, Any]], deadline: float
     finally:
         if cand is not None:  # (no candidate process yet: the runner's own captured output stands)
             stdout, stderr = cand.output()
-            cand.discard()
+            ctx.spares.retire(cand)
             for out in outs:
                 out["stdout"], out["stderr"] = stdout, stderr
     return outs

@@ -188,11 +188,12 @@ def get_init_inputs():
 
 
 @pytest.mark.gpu
-def test_gpu_vmm_roundtrip_in_process_and_hostile_handles_are_frame_errors():
+def test_gpu_vmm_roundtrip_in_process_and_hostile_handles_are_frame_errors(monkeypatch):
     from evokernel_mcp.runtime import cuda_vmm
 
     if not cuda_vmm.available():
         pytest.skip("no CUDA VMM on this device")
+    monkeypatch.setattr(courier, "ARENA_BYTES", 0)  # an allocation per tensor (the arena has its own test)
     tx, rx = _pair()
     x = torch.randn(BIG * 3, device="cuda").to(torch.bfloat16).reshape(3, -1)
     got, wire = _roundtrip({"x": x}, tx, rx)

@@ -255,3 +255,47 @@ def test_a_quiet_section_that_waits_for_starts_lets_them_through_the_device_gate
     j.start()
     j.join(20)
     assert entered and entered[0] - t0 < 10  # not the 180 s start timeout
+
+
+def test_a_retired_child_is_killed_at_once_and_ends_off_the_jobs_clock(tmp_path, monkeypatch):
+    """spares.retire: the job's child is SIGKILLed (its whole tree) before retire returns; waiting for the
+    processes to be gone, the Triton cache and the scratch dir happen in the background, counted as device
+    work (a benchmark's timing waits for them), and wait_retired waits for them."""
+    import signal
+    import threading
+    import time
+
+    from evokernel_mcp.runtime import sandbox
+    from evokernel_mcp.runtime.spares import Spares
+
+    monkeypatch.setenv("EVOKERNEL_HOME", str(tmp_path))
+    pool = Spares("cpu", n=0)
+    kid = pool.take("any")  # none spare: started now
+    pids = [kid.proc.pid] + sandbox.descendants(kid.proc.pid)
+    assert len(pids) >= 2  # bwrap and the interpreter (or the interpreter and nothing at the process level)
+    finish_gate = threading.Event()
+    real_stop = kid.stop
+
+    def slow_stop():
+        finish = real_stop()
+        return lambda: (finish_gate.wait(10), finish())
+    kid.stop = slow_stop
+    pool.retire(kid)
+    assert kid.dead and pool._retiring == 1 and pool._gpu_busy == 1  # its end is still in flight
+
+    def state(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return "gone"
+    deadline = time.time() + 5
+    while time.time() < deadline and any(state(p) not in ("Z", "X", "gone") for p in pids):
+        time.sleep(0.02)
+    assert all(state(p) in ("Z", "X", "gone") for p in pids), [state(p) for p in pids]
+    assert kid.scratch.exists()  # not yet: the background half has not run
+    finish_gate.set()
+    assert pool.wait_retired() < 15
+    assert pool._retiring == 0 and pool._gpu_busy == 0 and not kid.scratch.exists()
+    assert kid.proc.returncode == -signal.SIGKILL  # killed, not left to exit on its own when its pipes closed
+    pool.close()
