@@ -17,7 +17,7 @@ import contextlib
 import time
 from typing import Any
 
-from evokernel_mcp.runtime.devmem import release_cached
+from evokernel_mcp.runtime.devmem import trim_between_cases
 from evokernel_mcp.runtime.spares import ChildFailed, note, wall_deadline
 from evokernel_mcp.tasks import Task
 from evokernel_mcp.verify.runner_side import OUTPUT_SLACK, _nbytes, load_candidate
@@ -152,11 +152,11 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
     out.update({k: v for k, v in timed.items() if k != "samples"})
     note("benchmark %s: arms set up and timed in %.2f s", shape, time.monotonic() - t0)
     case["inputs"], pool = None, None  # every arm has its copies: device memory for the checks below
-    release_cached()
+    trim_between_cases()
     # the checks guard against cheating, not precision: a float64 reference only while it is small
     hi = _nbytes(case["native"]) <= HI_CHECK_BYTES
     out["check_sampled"] = _sampled(arms, ref, timed.pop("samples", None) or [], seed, hi)
-    release_cached()
+    trim_between_cases()
     # inputs of other seeds, but the expected outputs from the model of the TIMED seed: a model with weights
     # (nn.Conv3d, nn.Linear) is built per seed, and the candidate's checks run the timed seed's model
     # One check at a time (inputs made, run by the candidate, judged, freed): device memory. The refill
@@ -171,7 +171,7 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
                                         max_bytes=1 << 42)}
         out[key] = _check(arms.task, got.pop(name), exp)
         exp = x = got = None
-        release_cached()
+        trim_between_cases()
     arms.ask(arms.cand, {"op": "arm_close", "name": "candidate"})
     return out
 

@@ -15,3 +15,19 @@ def release_cached(min_idle_bytes: int = 0) -> None:
     if min_idle_bytes and torch.cuda.memory_reserved() - torch.cuda.memory_allocated() <= min_idle_bytes:
         return
     torch.cuda.empty_cache()
+
+
+KEEP_MAX_BYTES = 2 << 30
+KEEP_FRACTION = 0.05
+
+
+def trim_between_cases() -> None:
+    """Between the cases of one job (runner side): give cached memory back only when it is worth it, more
+    idle than min(2 GiB, 5 % of the device). Every empty_cache means cudaFree now and cudaMalloc on the next
+    case, driver calls that slow down when a second GPU's processes make theirs; a few hundred MB kept
+    cached hurts no other process, the gigabytes of a big case are still handed back."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return
+    total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    release_cached(int(min(KEEP_MAX_BYTES, KEEP_FRACTION * total)))

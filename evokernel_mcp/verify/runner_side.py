@@ -18,7 +18,7 @@ import platform
 import time
 from typing import Any
 
-from evokernel_mcp.runtime.devmem import release_cached
+from evokernel_mcp.runtime.devmem import trim_between_cases
 from evokernel_mcp.runtime.spares import ChildFailed, note, wall_deadline
 from evokernel_mcp.tasks import Task
 
@@ -179,7 +179,7 @@ def _cases(ctx, ref, cand, task: Task, payload: dict, deadline: float, progress,
         out["cases"].append(judge(task, shape, seed, case, runs[0], runs[1], payload.get("tolerance"),
                                   device=dev or "cpu", probe=probe))
         del case, runs
-        release_cached()
+        trim_between_cases()
         if payload.get("stop_on_first_failure") and not out["cases"][-1]["passed"]:
             return
     progress(len(todo), len(todo), "verify done")

@@ -1,0 +1,32 @@
+"""Between cases the runner hands cached device memory back only when there is enough of it to matter: each
+empty_cache means cudaFree now and cudaMalloc on the next case (driver calls a second GPU's processes slow
+down), while a big case's gigabytes must still go back for the next child."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+from evokernel_mcp.runtime import devmem
+
+
+def _fake_torch(reserved: int, allocated: int, total: int):
+    calls = []
+    cuda = types.SimpleNamespace(
+        is_initialized=lambda: True, current_device=lambda: 0,
+        get_device_properties=lambda i: types.SimpleNamespace(total_memory=total),
+        memory_reserved=lambda: reserved, memory_allocated=lambda: allocated,
+        empty_cache=lambda: calls.append("empty"))
+    return types.SimpleNamespace(cuda=cuda), calls
+
+
+def test_small_idle_cache_stays_big_one_goes(monkeypatch):
+    gib = 1 << 30
+    for reserved, allocated, total, emptied in ((gib // 2, 0, 141 * gib, False),  # 0.5 GiB idle on an H200
+                                                (3 * gib, 0, 141 * gib, True),  # over the 2 GiB cap
+                                                (3 * gib, 2 * gib, 141 * gib, False),  # 1 GiB idle
+                                                (gib, 0, 16 * gib, True)):  # over 5 % of a 16 GiB device
+        torch, calls = _fake_torch(reserved, allocated, total)
+        monkeypatch.setitem(sys.modules, "torch", torch)
+        devmem.trim_between_cases()
+        assert (calls == ["empty"]) is emptied, (reserved, allocated, total)
