@@ -7,8 +7,9 @@ allocation exported as a file descriptor is a plain fd: it crosses a unix socket
 the namespaces and uids, and the importer maps the memory in its own address space.
 
 Only used on CUDA devices; anything missing (no libcuda, an old driver, ROCm) makes `available()` False
-and the caller falls back to host transfer. The caller copies out of an imported allocation at once and
-releases it: no process ever computes on memory another process can still write.
+and the caller falls back to host transfer. The caller copies out of an imported allocation at once (and
+releases it, or keeps it mapped as the peer's arena: courier.py): no process ever computes on memory another
+process can still write.
 """
 
 from __future__ import annotations
