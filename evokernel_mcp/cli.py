@@ -162,6 +162,12 @@ def _doctor(as_json: bool) -> int:
            "meaning": {"bwrap+uid": "bubblewrap, uid 65534, filesystem hidden", "bwrap": "bubblewrap, filesystem "
                        "hidden", "process": "fresh process and rlimits only: the filesystem is NOT hidden "
                        "(install bubblewrap)"}[tool_level()]}
+    from evokernel_mcp.runtime import pycache
+
+    own = {None: "torch is not installed", True: "torch ships its own", False: "torch ships none"}[
+        pycache.has_bytecode("torch")]
+    iso["bytecode"] = (f"{own}; sandboxed children " + ("read the runner's, made at its start" if pycache.wanted()
+                       else "use what is installed") + " (EVOKERNEL_PYCACHE)")
     devices: Any = None
     try:
         from evokernel_mcp.devices.discovery import query_rocminfo
@@ -176,6 +182,7 @@ def _doctor(as_json: bool) -> int:
                          indent=2))
         return 0
     print(f"Isolation of agent code: {iso['level']} ({iso['meaning']})")
+    print(f"Bytecode: {iso['bytecode']}")
     print("Devices")
     if isinstance(devices, dict) and "devices" in devices:
         print(f"  backend: {devices.get('backend')}")

@@ -292,11 +292,11 @@ class Courier:
         return out
 
     def close(self) -> None:
-        self.settle()
         try:
+            self.settle()
             self.drop_peer()
-        except Exception:  # noqa: BLE001 - a broken context: the process's end frees it
-            self._peer = None
+        except Exception:  # noqa: BLE001 - a broken context (a fault in this process): its end frees it all
+            self._peer, self._held, self._peer_read = None, [], False
         if self._arena is not None:
             self._arena.release()
             self._arena = None
