@@ -221,6 +221,7 @@ def _benchmark(ctx, payload: dict[str, Any], progress, timing_quiet: bool = Fals
     result: dict[str, Any] = {"device_info": info, "shapes": [], "clocks_before": None, "clocks_after": None,
                               "ceilings": ceilings_for(payload, progress)}
     note("benchmark: device info and ceilings in %.2f s", time.monotonic() - t0)
+    ctx.spares.wait_retired_if_tight()
     try:
         ref = ctx.spares.reference(task, timeout_s=wall_deadline(deadline))
     except ChildFailed as e:
@@ -244,6 +245,7 @@ def _benchmark(ctx, payload: dict[str, Any], progress, timing_quiet: bool = Fals
 
             def prog(done, total, msg, i=i):
                 progress(i + min(done / max(total, 1e-9), 0.999), len(shapes), f"{shape}: {msg}")
+            ctx.spares.wait_retired()  # a confirm's children (the whole-job quiet waits for nothing after it starts)
             try:
                 with ctx.spares.quiet(wait=False) if timing_quiet else contextlib.nullcontext():
                     raw = _bench_shape(arms, ref, shape, seed, opt, prog, gpu)

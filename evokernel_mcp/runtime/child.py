@@ -223,8 +223,11 @@ def serve(device: str, out, courier=None, warm: bool = True, gated: bool = False
         try:
             frames.write(out, box, courier)
         except Exception as e:  # noqa: BLE001 - an output the wire cannot carry: this job's error, not a crash
+            broken = courier is not None and courier.sent_fds()  # fds went without their header: the runner's
             frames.write(out, {"ok": False, "error": _error(e, "bad_candidate" if isinstance(e, frames.FrameError)
                                                               else None)}, courier)
+            if broken:  # count of them is now behind ours: this process serves nothing more (the error stands)
+                return
         if op in TRIM_AFTER:
             release_cached(256 << 20)
 

@@ -202,6 +202,11 @@ class Child:
         except (BrokenPipeError, OSError) as e:
             self.kill()
             raise ChildFailed("crash", f"the process {self._how()} before {msg.get('op')}", self._tails()) from e
+        except Exception as e:  # noqa: BLE001 - ours failed mid-message (no device memory for the arena, a
+            self.kill()  # driver error): fds may have gone without their header, the channel is out of step
+            kind = "oom" if "out of memory" in str(e).lower() else "internal"
+            raise ChildFailed(kind, f"sending {msg.get('op')} failed on the runner's side: {type(e).__name__}: "
+                              f"{str(e)[:500]}") from e
         try:
             reply = self._read(timeout_s, max_bytes=max_bytes, what=str(msg.get("op")), device=device)
         finally:

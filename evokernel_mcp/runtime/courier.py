@@ -48,6 +48,7 @@ class Courier:
     def __init__(self, sock: socket.socket):
         self.sock = sock
         self._out = 0  # sequence numbers: every fd carries its own, checked against the order of the specs
+        self._out_at_plan = 0
         self._in = 0
         self._held: list[Any] = []  # exported VMM allocations the peer may still be copying
         self._vmm: bool | None = None
@@ -68,10 +69,16 @@ class Courier:
             self._vmm = cuda_vmm.available()
         return self._vmm
 
+    def sent_fds(self) -> bool:
+        """Whether the message being written (since plan()) sent any fd: a write that failed after that leaves
+        the peer's count of fds behind ours."""
+        return self._out != self._out_at_plan
+
     def plan(self, tensors: list) -> None:
         """Before a message's tensors are sent: which CUDA ones go through the arena (in order, while they fit
         in ARENA_BYTES), and an arena big enough for them all (a new one when ours is smaller)."""
         self._plan, self._copied, need = {}, False, 0
+        self._out_at_plan = self._out
         if ARENA_BYTES <= 0:
             return
         for i, t in enumerate(tensors):
@@ -252,7 +259,8 @@ class Courier:
         from evokernel_mcp.runtime import cuda_vmm
 
         aid, off, alloc = spec.get("arena"), spec.get("offset"), spec.get("alloc")
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (aid, off, alloc)):
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (aid, off, alloc)) or \
+                not 0 < alloc <= cuda_vmm.MAX_ALLOC or off < 0:
             raise CourierError(f"bad arena reference {aid!r} {off!r} {alloc!r}")
         if spec.get("new"):
             fd = self._recv_fd()

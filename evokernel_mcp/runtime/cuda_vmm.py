@@ -25,6 +25,17 @@ _CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3
 _CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0
 
 
+MAX_ALLOC = 1 << 46  # bytes (64 TiB): more than any device holds; a size a peer claims beyond it is a lie, and
+# ctypes would cut a bigger Python int to 64 bits, so the driver would map less than our bounds checks assume
+
+
+def check_peer_size(size: Any, gran: int) -> int:
+    """An allocation size an untrusted peer claims, checked before any driver call uses it."""
+    if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= MAX_ALLOC or size % gran:
+        raise VmmError(f"allocation size {size!r} is not a whole number of {gran}-byte pages up to {MAX_ALLOC}")
+    return size
+
+
 class VmmError(Exception):
     """A driver call failed (the message names the call and the driver's error)."""
 
@@ -213,8 +224,9 @@ def import_copy(fd: int, size: int, nbytes: int) -> Any:
     lib = _lib()
     dev = lib.device()
     gran = lib.granularity(dev)
-    if size < nbytes or size % gran or size <= 0:
-        raise VmmError(f"allocation size {size} does not fit {nbytes} bytes in {gran}-byte pages")
+    check_peer_size(size, gran)
+    if size < nbytes:
+        raise VmmError(f"allocation size {size} does not fit {nbytes} bytes")
     h = ctypes.c_uint64()
     lib.check(lib.lib.cuMemImportFromShareableHandle(ctypes.byref(h), ctypes.c_void_p(fd), _CU_MEM_HANDLE_TYPE_POSIX_FD),
               "cuMemImportFromShareableHandle")
@@ -254,9 +266,7 @@ def import_map(fd: int, size: int) -> Mapping:
     when its size is not what the peer said."""
     lib = _lib()
     dev = lib.device()
-    gran = lib.granularity(dev)
-    if size <= 0 or size % gran:
-        raise VmmError(f"allocation size {size} is not a whole number of {gran}-byte pages")
+    check_peer_size(size, lib.granularity(dev))
     h = ctypes.c_uint64()
     lib.check(lib.lib.cuMemImportFromShareableHandle(ctypes.byref(h), ctypes.c_void_p(fd), _CU_MEM_HANDLE_TYPE_POSIX_FD),
               "cuMemImportFromShareableHandle")

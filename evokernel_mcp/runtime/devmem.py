@@ -17,15 +17,16 @@ def release_cached(min_idle_bytes: int = 0) -> None:
     torch.cuda.empty_cache()
 
 
-KEEP_MAX_BYTES = 2 << 30
+KEEP_MAX_BYTES = 512 << 20
 KEEP_FRACTION = 0.05
 
 
 def trim_between_cases() -> None:
-    """Between the cases of one job (runner side): give cached memory back only when it is worth it, more
-    idle than min(2 GiB, 5 % of the device). Every empty_cache means cudaFree now and cudaMalloc on the next
-    case, driver calls that slow down when a second GPU's processes make theirs; a few hundred MB kept
-    cached hurts no other process, the gigabytes of a big case are still handed back."""
+    """Between the cases of one job (runner side): give cached memory back only when more than min(512 MiB,
+    5 % of the device) is idle. Every empty_cache means cudaFree now and cudaMalloc on the next case, driver
+    calls that slow down when a second GPU's processes make theirs. What stays cached is not free for the next
+    case's memory plan in the children: kept this small, it can move only a case within that much of the
+    device's limit; the gigabytes of a big case still go back."""
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_initialized():
         return

@@ -65,13 +65,25 @@ def _entries(cache: Path) -> set[str]:
         return set()
 
 
+@contextlib.contextmanager
+def _locked(exclusive: bool):
+    """Saves (and prunes) one at a time, restores never beside one: a retired child's save runs in the
+    background (spares.retire) while the next job of the same source, here or in another runner, restores."""
+    import fcntl
+
+    with open(_root() / ".lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+
+
 def restore(source: str, scratch: Path, owner: int | None = None) -> set[str]:
     """Copy the saved entries of this source into scratch/.triton (chowned to `owner` when given); returns
     the entry names present before the job (what save() must not copy back)."""
     before = _entries(scratch / SUBDIR)
     src = _root() / key(source)
     if enabled() and src.is_dir():
-        _copy_in(src, scratch / SUBDIR, owner)
+        with _locked(False):
+            _copy_in(src, scratch / SUBDIR, owner)
         with contextlib.suppress(OSError):
             os.utime(src)  # recently used
     return before
@@ -83,8 +95,9 @@ def save(source: str, scratch: Path, before: set[str]) -> int:
     new = sorted(_entries(scratch / SUBDIR) - before)
     if not enabled() or not new:
         return 0
-    files = _copy_out(scratch / SUBDIR, new, _root() / key(source))
-    _prune()
+    with _locked(True):
+        files = _copy_out(scratch / SUBDIR, new, _root() / key(source))
+        _prune()
     return files
 
 

@@ -12,7 +12,8 @@ prefix read-only:
 - at the "process" level only when the child runs as another uid, which cannot write the files we own.
 
 A child on the "process" level with our own uid gets no prefix. It could write there and poison later
-children.
+children. (At that level such a child can write anything the server can, our package and the venv included:
+the level hides nothing, and doctor and every result say so.)
 
 Python checks each cached file against its source's mtime and size, so a stale entry is recompiled in
 memory, never trusted.
@@ -37,7 +38,7 @@ from evokernel_mcp.paths import sub_state_dir
 log = logging.getLogger(__name__)
 
 PREFIX_ENV = "PYTHONPYCACHEPREFIX"
-WARM_TIMEOUT_S = 600.0
+WARM_TIMEOUT_S = 90.0  # the whole runner start is allowed 180 s (pool.START_TIMEOUT_S), its torch import included
 # What a child imports at its start (runtime/child.py: torch, triton, the profiler session, the harness
 # sides), plus what candidates commonly import. A module missing here is compiled in the child, as before.
 IMPORTS = ("torch", "torch.nn", "torch.nn.functional", "torch.autograd.profiler", "torch.utils.cpp_extension",
@@ -85,17 +86,25 @@ def prepare(modules: tuple[str, ...] = IMPORTS, *, env: dict[str, str] | None = 
     from evokernel_mcp.runtime import sandbox
 
     root = prefix()
-    os.chmod(root, 0o755)  # a child running as another uid must read it
     code = "import importlib, os\nos.umask(0o022)\nfor m in %r:\n    try:\n        importlib.import_module(m)\n" \
            "    except Exception:\n        pass\n" % (tuple(modules),)
     full = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     full.update({PREFIX_ENV: str(root), "PYTHONPATH": sandbox.python_path()}, **(env or {}))
     t0 = time.monotonic()
     try:
+        os.chmod(root, 0o755)  # a child running as another uid must read it
         with open(root / ".lock", "w") as lock:  # runners of one host write it one at a time
-            fcntl.flock(lock, fcntl.LOCK_EX)
+            while True:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() - t0 > timeout_s:
+                        raise subprocess.TimeoutExpired("flock", timeout_s) from None
+                    time.sleep(0.1)
             p = subprocess.run([sys.executable, "-c", code], env=full, stdin=subprocess.DEVNULL,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=timeout_s)
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               timeout=max(1.0, timeout_s - (time.monotonic() - t0)))
         if p.returncode != 0:
             log.warning("bytecode for children: the import run failed (%s): %s", p.returncode,
                         p.stderr.decode(errors="replace")[-1000:])

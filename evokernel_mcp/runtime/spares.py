@@ -376,7 +376,23 @@ class Spares:
                     self._gpu_busy -= 1
                     self._retiring -= 1
                     self._lock.notify_all()
-        threading.Thread(target=run, daemon=True, name="evokernel-retire").start()
+        try:
+            threading.Thread(target=run, daemon=True, name="evokernel-retire").start()
+        except RuntimeError:  # no thread to be had: end it here, on the job's clock
+            run()
+
+    def wait_retired_if_tight(self) -> float:
+        """At a job's start: when under half the device is free (TIGHT_FREE_FRACTION: what decides evictions and
+        what big loads need), wait for retired children first; else their end overlaps this job's loads."""
+        if not self._retiring or self.device == "cpu":
+            return 0.0
+        try:
+            import torch
+
+            free, total = torch.cuda.mem_get_info()
+        except Exception:  # noqa: BLE001 - no device view here: wait, to be safe
+            return self.wait_retired()
+        return self.wait_retired() if free < total * TIGHT_FREE_FRACTION else 0.0
 
     def wait_retired(self, timeout_s: float = 30.0) -> float:
         """Wait until the children retired before are gone (their device memory back with the driver: a case's

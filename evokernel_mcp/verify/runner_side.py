@@ -83,6 +83,7 @@ def _passed(out: dict[str, Any]) -> bool:
 def _verify_steps(ctx, source: str, steps: list[dict[str, Any]], deadline: float, progress) -> list[dict[str, Any]]:
     outs: list[dict[str, Any]] = []
     cand = None
+    ctx.spares.wait_retired_if_tight()
     try:
         for k, step in enumerate(steps):
             task = Task(**step["task"])

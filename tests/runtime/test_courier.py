@@ -254,3 +254,37 @@ def test_gpu_arena_is_mapped_once_reused_grown_and_never_read_past():
             frames.read(_header(4096, via="arena", **bad), max_bytes=1 << 30, courier=rx)
     tx.close(), rx.close()
     assert tx._arena is None and rx._peer is None
+
+
+def test_hostile_arena_references_are_frame_errors_before_any_driver_call():
+    """An arena size a peer claims is checked before ctypes sees it: a Python int over 64 bits would be cut to
+    its low bits, the driver would map that little, and our bounds checks would trust the claimed size."""
+    from evokernel_mcp.runtime import cuda_vmm
+
+    a, b = courier.pair()
+    rx = courier.Courier(a)
+    for bad in ({"arena": 1, "offset": 0, "alloc": 2**64 + (2 << 20), "new": True},
+                {"arena": 1, "offset": -512, "alloc": 2 << 20},
+                {"arena": 1, "offset": 0, "alloc": 2 << 20},  # never sent here
+                {"arena": True, "offset": 0, "alloc": 2 << 20},
+                {"arena": 1, "offset": 0, "alloc": 0}):
+        with pytest.raises(frames.FrameError):
+            frames.read(_header(4096, via="arena", **bad), max_bytes=1 << 30, courier=rx)
+    for size in (2**64 + (2 << 20), cuda_vmm.MAX_ALLOC + (2 << 20), 0, -(2 << 20), (2 << 20) + 1, True, 2.0):
+        with pytest.raises(cuda_vmm.VmmError):
+            cuda_vmm.check_peer_size(size, 2 << 20)
+    assert cuda_vmm.check_peer_size(4 << 20, 2 << 20) == 4 << 20
+
+
+def test_sent_fds_says_whether_the_message_being_written_sent_any():
+    """child.serve stops serving when a reply failed after some of its fds went out (the runner's count of fds
+    would lag ours from then on); sent_fds is how it knows."""
+    tx, rx = _pair()
+    tx.plan([])
+    assert not tx.sent_fds()
+    big = torch.randn(BIG)
+    tx.plan([big])
+    tx.send(big, tx.route(big, 0), 0)  # host tensor: a memfd
+    assert tx.sent_fds()
+    tx.plan([torch.randn(3)])  # the next message starts clean
+    assert not tx.sent_fds()

@@ -22,10 +22,11 @@ def _fake_torch(reserved: int, allocated: int, total: int):
 
 def test_small_idle_cache_stays_big_one_goes(monkeypatch):
     gib = 1 << 30
-    for reserved, allocated, total, emptied in ((gib // 2, 0, 141 * gib, False),  # 0.5 GiB idle on an H200
-                                                (3 * gib, 0, 141 * gib, True),  # over the 2 GiB cap
-                                                (3 * gib, 2 * gib, 141 * gib, False),  # 1 GiB idle
-                                                (gib, 0, 16 * gib, True)):  # over 5 % of a 16 GiB device
+    mib = 1 << 20
+    for reserved, allocated, total, emptied in ((400 * mib, 0, 141 * gib, False),  # 400 MiB idle on an H200
+                                                (gib, 0, 141 * gib, True),  # over the 512 MiB cap
+                                                (3 * gib, 2600 * mib, 141 * gib, False),  # 472 MiB idle
+                                                (600 * mib, 0, 8 * gib, True)):  # over 5 % of an 8 GiB device
         torch, calls = _fake_torch(reserved, allocated, total)
         monkeypatch.setitem(sys.modules, "torch", torch)
         devmem.trim_between_cases()

@@ -86,7 +86,7 @@ def test_switched_off_and_pruned(tmp_path, monkeypatch):
         kept = kernel_cache._root() / kernel_cache.key(f"src {i}")
         os.utime(kept, (1000 + i, 1000 + i))
     # pruned to MAX_SOURCES at each save, least recently used first
-    assert {p.name for p in kernel_cache._root().iterdir()} == {kernel_cache.key("src 3"), kernel_cache.key("src 2")}
+    assert {p.name for p in kernel_cache._root().iterdir() if not p.name.startswith(".")} == {kernel_cache.key("src 3"), kernel_cache.key("src 2")}
     monkeypatch.setenv("EVOKERNEL_KERNEL_CACHE", "0")
     s = _scratch(tmp_path, "off")
     (s / ".triton" / "K").mkdir()
@@ -112,3 +112,35 @@ def test_spares_start_with_the_driver_module_the_first_spare_built(tmp_path):
     # a source's restore leaves the driver entry alone and never saves it under the source
     before = kernel_cache.restore("SRC", third)
     assert "driverhash" in before
+
+
+def test_a_restore_never_sees_a_save_half_done(tmp_path, monkeypatch):
+    """A retired child's save runs in the background (spares.retire) while the next job of the same source may
+    restore: the restore waits for the save, so it gets every file of an entry or none of them."""
+    import threading
+
+    job = _scratch(tmp_path, "job1")
+    before = kernel_cache.restore("SRC", job)
+    (job / ".triton" / "K").mkdir()
+    for n in ("a.cubin", "b.json"):
+        (job / ".triton" / "K" / n).write_bytes(b"x")
+    real_copy, started, go = kernel_cache._copy_out, threading.Event(), threading.Event()
+
+    def slow_copy(cache, names, dest):  # one file out, then a pause in the middle of the entry
+        started.set()
+        go.wait(5)
+        return real_copy(cache, names, dest)
+    monkeypatch.setattr(kernel_cache, "_copy_out", slow_copy)
+    saver = threading.Thread(target=kernel_cache.save, args=("SRC", job, before))
+    saver.start()
+    assert started.wait(5)
+    (kernel_cache._root() / kernel_cache.key("SRC") / "K").mkdir(parents=True)  # as a half-done save leaves it
+    (kernel_cache._root() / kernel_cache.key("SRC") / "K" / "a.cubin").write_bytes(b"x")
+    got = []
+    reader = threading.Thread(target=lambda: got.append(kernel_cache.restore("SRC", _scratch(tmp_path, "job2"))))
+    reader.start()
+    reader.join(0.5)
+    assert reader.is_alive(), "the restore went ahead while a save held the cache"
+    go.set()
+    saver.join(5), reader.join(5)
+    assert sorted(p.name for p in (tmp_path / "job2" / ".triton" / "K").iterdir()) == ["a.cubin", "b.json"]
