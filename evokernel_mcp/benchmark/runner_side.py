@@ -234,8 +234,7 @@ def _benchmark(ctx, payload: dict[str, Any], progress, timing_quiet: bool = Fals
         base = _baseline_child(ctx, payload, task, deadline)
         if payload.get("control"):
             ctrl = _baseline_child(ctx, payload, task, deadline)
-        note("benchmark: reference, candidate and baseline loaded at %.2f s; waited %.2f s for the last job's "
-             "children to end", time.monotonic() - t0, ctx.spares.wait_retired())
+        note("benchmark: reference, candidate and baseline loaded at %.2f s", time.monotonic() - t0)
         arms = _Arms(cand, base, task, deadline, ctrl)
         shapes, seed = list(payload["shapes"]), int(payload.get("seed", 0))
         opt, gpu = dict(payload["options"]), info.get("backend") in ("cuda", "rocm")
@@ -245,7 +244,9 @@ def _benchmark(ctx, payload: dict[str, Any], progress, timing_quiet: bool = Fals
 
             def prog(done, total, msg, i=i):
                 progress(i + min(done / max(total, 1e-9), 0.999), len(shapes), f"{shape}: {msg}")
-            ctx.spares.wait_retired()  # a confirm's children (the whole-job quiet waits for nothing after it starts)
+            # retired children gone first: the last job's (the case's memory plan reads what is free) and a
+            # confirm's (the whole-job quiet of a host of few cores waits for nothing once it has begun)
+            note("benchmark %s: waited %.2f s for retired children", shape, ctx.spares.wait_retired())
             try:
                 with ctx.spares.quiet(wait=False) if timing_quiet else contextlib.nullcontext():
                     raw = _bench_shape(arms, ref, shape, seed, opt, prog, gpu)

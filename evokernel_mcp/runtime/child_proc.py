@@ -24,7 +24,7 @@ from typing import Any
 
 from evokernel_mcp.paths import sub_state_dir
 from evokernel_mcp.runtime import courier, cpus, frames, kernel_cache, pycache, sandbox
-from evokernel_mcp.runtime.protocol import read_tail
+from evokernel_mcp.runtime.protocol import classify_text, read_tail
 
 log = logging.getLogger(__name__)
 TRACE_OPS_S = float(os.environ.get("EVOKERNEL_TRACE_OPS_S", "1.0"))  # ops at least this long go in the events
@@ -204,7 +204,7 @@ class Child:
             raise ChildFailed("crash", f"the process {self._how()} before {msg.get('op')}", self._tails()) from e
         except Exception as e:  # noqa: BLE001 - ours failed mid-message (no device memory for the arena, a
             self.kill()  # driver error): fds may have gone without their header, the channel is out of step
-            kind = "oom" if "out of memory" in str(e).lower() else "internal"
+            kind = "oom" if classify_text(str(e)) == "oom" else "internal"
             raise ChildFailed(kind, f"sending {msg.get('op')} failed on the runner's side: {type(e).__name__}: "
                               f"{str(e)[:500]}") from e
         try:
@@ -247,13 +247,17 @@ class Child:
                 log.warning("child %s did not exit after SIGKILL", self.proc.pid)
             sandbox.disown(self.proc.pid)
         if close:
-            self.courier.close()
-            for s in (self.tx, self.rx):
-                try:
-                    s.close()
-                except (OSError, ValueError):
-                    pass
-            self._boot.close()
+            self._close()
+
+    def _close(self) -> None:
+        """Close its pipes and fd socket (our mappings of its memory released)."""
+        self.courier.close()
+        for s in (self.tx, self.rx):
+            try:
+                s.close()
+            except (OSError, ValueError):
+                pass
+        self._boot.close()
 
     def unnice(self) -> None:
         """Back to nice 0 and every CPU for the job that took it (the whole sandboxed tree, every thread);
@@ -295,7 +299,7 @@ class Child:
         if not was_dead:
             self.dead = True
             sandbox.kill_once(pid)
-        self.kill()  # already dead: closes what is still open
+        self._close()
 
         def finish() -> None:
             if not was_dead:

@@ -195,25 +195,17 @@ def export(src) -> tuple[int, int, Mapping]:
     caller sends the fd, closes it, and keeps the mapping until the peer has copied the bytes out."""
     import torch
 
-    lib = _lib()
-    dev = lib.device()
     flat = src.detach().contiguous().reshape(-1).view(torch.uint8)
     nbytes = flat.numel()
-    gran = lib.granularity(dev)
-    size = max(gran, -(-nbytes // gran) * gran)
-    h = ctypes.c_uint64()
-    lib.check(lib.lib.cuMemCreate(ctypes.byref(h), size, ctypes.byref(lib.prop(dev)), 0), "cuMemCreate")
-    m = Mapping(lib, h.value, size, dev)
+    m = create(nbytes)
     try:
         m.tensor(nbytes).copy_(flat)
         torch.cuda.synchronize()  # the peer reads it from another process: the copy must be complete
-        fd = ctypes.c_int(-1)
-        lib.check(lib.lib.cuMemExportToShareableHandle(ctypes.byref(fd), m.handle, _CU_MEM_HANDLE_TYPE_POSIX_FD, 0),
-                  "cuMemExportToShareableHandle")
+        fd = export_fd(m)
     except BaseException:
         m.release()
         raise
-    return fd.value, size, m
+    return fd, m.size, m
 
 
 def import_copy(fd: int, size: int, nbytes: int) -> Any:
@@ -221,16 +213,9 @@ def import_copy(fd: int, size: int, nbytes: int) -> Any:
     owns, release the mapping; the uint8 tensor on the device. VmmError when anything does not fit."""
     import torch
 
-    lib = _lib()
-    dev = lib.device()
-    gran = lib.granularity(dev)
-    check_peer_size(size, gran)
-    if size < nbytes:
+    if isinstance(size, int) and size < nbytes:
         raise VmmError(f"allocation size {size} does not fit {nbytes} bytes")
-    h = ctypes.c_uint64()
-    lib.check(lib.lib.cuMemImportFromShareableHandle(ctypes.byref(h), ctypes.c_void_p(fd), _CU_MEM_HANDLE_TYPE_POSIX_FD),
-              "cuMemImportFromShareableHandle")
-    m = Mapping(lib, h.value, size, dev)
+    m = import_map(fd, size)
     try:
         out = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
         if nbytes:

@@ -319,27 +319,24 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def kill_once(pid: int) -> None:
-    """SIGKILL pid and every descendant found now (one pass, no waiting: kill_tree repeats until none is left)."""
-    for v in descendants(pid) + [pid]:
+def kill_once(pid: int, include_self: bool = True) -> int:
+    """SIGKILL pid and every descendant found now (one pass, no waiting: kill_tree repeats until none is left);
+    how many were signalled."""
+    victims = descendants(pid) + ([pid] if include_self else [])
+    for v in victims:
         try:
             os.kill(v, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+    return len(victims)
 
 
 def kill_tree(pid: int, include_self: bool = True) -> None:
     """SIGKILL pid and every descendant (found through /proc, not the process group: setsid children
     are included), repeated until none is left (a fork racing the kill)."""
     for _ in range(5):
-        victims = descendants(pid) + ([pid] if include_self else [])
-        if not victims:
+        if not kill_once(pid, include_self):
             return
-        for v in victims:
-            try:
-                os.kill(v, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
         if not descendants(pid):
             return
         time.sleep(0.05)

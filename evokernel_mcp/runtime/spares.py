@@ -341,14 +341,10 @@ class Spares:
         allocator kept): when under half the device is free, they go before this job starts."""
         if self.device == "cpu" or not any(k != key for k in self._refs):
             return
-        try:
-            import torch
-
-            free, total = torch.cuda.mem_get_info()
-        except Exception:  # noqa: BLE001 - no device view here: keep the cache
+        mem = self._free_memory()
+        if mem is None or mem[0] >= mem[1] * TIGHT_FREE_FRACTION:  # (no device view here: keep the cache)
             return
-        if free >= total * TIGHT_FREE_FRACTION:
-            return
+        free, total = mem
         for k, c in list(self._refs.items()):
             if k != key:
                 del self._refs[k]
@@ -381,18 +377,23 @@ class Spares:
         except RuntimeError:  # no thread to be had: end it here, on the job's clock
             run()
 
-    def wait_retired_if_tight(self) -> float:
-        """At a job's start: when under half the device is free (TIGHT_FREE_FRACTION: what decides evictions and
-        what big loads need), wait for retired children first; else their end overlaps this job's loads."""
-        if not self._retiring or self.device == "cpu":
-            return 0.0
+    @staticmethod
+    def _free_memory() -> tuple[int, int] | None:
+        """(free, total) bytes of this runner's device; None without a device view here."""
         try:
             import torch
 
-            free, total = torch.cuda.mem_get_info()
-        except Exception:  # noqa: BLE001 - no device view here: wait, to be safe
-            return self.wait_retired()
-        return self.wait_retired() if free < total * TIGHT_FREE_FRACTION else 0.0
+            return torch.cuda.mem_get_info()
+        except Exception:  # noqa: BLE001
+            return None
+
+    def wait_retired_if_tight(self) -> float:
+        """At a job's start: when the device is tight (what decides evictions and what big loads need), wait for
+        retired children first; else their end overlaps this job's loads."""
+        if not self._retiring or self.device == "cpu":
+            return 0.0
+        mem = self._free_memory()  # (no device view: wait, to be safe)
+        return self.wait_retired() if mem is None or mem[0] < mem[1] * TIGHT_FREE_FRACTION else 0.0
 
     def wait_retired(self, timeout_s: float = 30.0) -> float:
         """Wait until the children retired before are gone (their device memory back with the driver: a case's
@@ -417,10 +418,7 @@ class Spares:
             self._ready, self._refs = [], OrderedDict()  # spares being warmed go when they come back
         for c in kids:
             c.discard()
-        with self._lock:  # retired children's ends, so that none outlives the runner's own
-            deadline = time.monotonic() + 15
-            while self._retiring and time.monotonic() < deadline:
-                self._lock.wait(timeout=0.5)
+        self.wait_retired(15)  # retired children's ends, so that none outlives the runner's own
 
 
 def wall_deadline(deadline: float) -> float:
