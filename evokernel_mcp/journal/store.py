@@ -89,6 +89,20 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{secrets.token_hex(6)}"
 
 
+def _wal(con: sqlite3.Connection) -> str:
+    """Switch the file to WAL. SQLite answers 'database is locked' at once, without its busy handler, when
+    another process holds a lock on a fresh file meanwhile (two servers starting on one journal): retry for
+    as long as busy_timeout would wait."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            return con.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
 class Store:
     """Plain methods over one journal file. Cheap to create; holds no open connection."""
 
@@ -111,7 +125,7 @@ class Store:
         if key in _ready:
             return
         with _ready_lock:
-            mode = con.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            mode = _wal(con)
             if str(mode).lower() != "wal":
                 log.warning("journal %s: journal_mode is %s, not WAL (a network file system?)", self.path, mode)
             con.execute("BEGIN IMMEDIATE")

@@ -177,3 +177,33 @@ def test_twenty_clients_two_server_processes_one_file(tmp_path):
     _, notes, check = _ids(path)
     assert check == "ok" and len(got) == 20
     assert notes == {n for ids in got.values() for n in ids} and len(notes) == 20 * per_client
+
+
+def _first_writes(path: str, barrier, out) -> None:
+    from evokernel_mcp.journal.store import Store
+
+    barrier.wait()
+    try:
+        with Store(path).write() as con:
+            con.execute("INSERT OR IGNORE INTO meta(key, value) VALUES (?, 'x')", (f"p{os.getpid()}",))
+        out.put("ok")
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        out.put(repr(e))
+
+
+def test_processes_opening_a_fresh_journal_at_once_all_write(tmp_path):
+    """Two servers starting on one new journal: switching a fresh file to WAL answered 'database is locked' at
+    once (SQLite does not run its busy handler there) in 14 of 40 rounds of 4 processes, before the retry."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    for i in range(12):
+        path = str(tmp_path / f"j{i}.sqlite3")
+        barrier, out = ctx.Barrier(4), ctx.Queue()
+        procs = [ctx.Process(target=_first_writes, args=(path, barrier, out)) for _ in range(4)]
+        for p in procs:
+            p.start()
+        got = [out.get(timeout=60) for _ in procs]
+        for p in procs:
+            p.join(10)
+        assert got == ["ok"] * 4, got
