@@ -55,8 +55,9 @@ class _Arms:
     and, on request, the control arm (a byte-identical copy of the baseline in a child of its own, so that
     its ratio to the baseline measures what separate processes alone make of identical code)."""
 
-    def __init__(self, cand, base, task: Task, deadline: float, ctrl=None):
+    def __init__(self, cand, base, task: Task, deadline: float, ctrl=None, gpu: bool = True):
         self.cand, self.base, self.task, self.deadline, self.ctrl = cand, base, task, deadline, ctrl
+        self.cpu = None if gpu else _pin(self.children().values())
 
     @property
     def control(self) -> bool:
@@ -72,7 +73,23 @@ class _Arms:
         return child.request(req, timeout_s=wall_deadline(self.deadline), max_bytes=max_bytes)
 
 
-def _run_dict(run, name: str, init: dict, report: dict, gpu: bool) -> dict[str, Any]:
+def _pin(children) -> int | None:
+    """Host timing: every arm's process on one CPU (cpus.arm_cpu: a lasting difference between CPUs must not
+    read as a difference between the arms); the CPU, or None where not pinned."""
+    from evokernel_mcp.runtime import cpus
+
+    cpu = cpus.arm_cpu()
+    if cpu is None:
+        return None
+    if all([cpus.pin_tree(c.proc.pid, cpu) for c in children]):
+        return cpu
+    note("benchmark: arms not pinned to CPU %d (not allowed here); each runs where the scheduler puts it", cpu)
+    for c in children:
+        cpus.release_tree(c.proc.pid)
+    return None
+
+
+def _run_dict(run, name: str, init: dict, report: dict, gpu: bool, cpu: int | None = None) -> dict[str, Any]:
     """One arm's timing record in the shape api.py reads (timing.TimingRun.to_dict)."""
     times = [t for _, t in run.times_ms[name]]
     extra = {**(report.get("marks") or {}), "rounds": len(run.rounds)}
@@ -82,6 +99,7 @@ def _run_dict(run, name: str, init: dict, report: dict, gpu: bool) -> dict[str, 
     method = (f"interleaved with the other arms in {len(run.rounds)} rounds ({run.stop_reason})"
               + (f"; {report.get('timer')} clock" if gpu else "") + ("; CUDA/HIP graph replay" if init.get("graph") else "")
               + (("; cold cache" if init.get("flush_bytes") else "; warm cache") if gpu else "; host wall clock")
+              + (f"; every arm on CPU {cpu}" if cpu is not None else "")
               + ("; empty-event overhead subtracted" if ovh else ""))
     return {"times_ms": times, "method": method, "host_timing": not gpu, "warmup_calls": init.get("warmup_calls"),
             "copies": init.get("copies"), "stop_reason": run.stop_reason, "flush_bytes": init.get("flush_bytes"),
@@ -115,7 +133,7 @@ def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progr
     limit = 4 * OUTPUT_SLACK * (_nbytes(case["native"]) + _nbytes(case["inputs"])) + (16 << 20)
     for name, child in arms.children().items():
         rep = arms.ask(child, {"op": "arm_report", "name": name, "samples": name == "candidate"}, max_bytes=limit)
-        out[name] = _run_dict(run, name, inits[name], rep, gpu)
+        out[name] = _run_dict(run, name, inits[name], rep, gpu, arms.cpu)
         if name == "candidate":
             out["samples"] = rep.get("samples") or []
         else:  # the candidate's arm stays until its post-timing checks (they reuse its input storage)
@@ -235,7 +253,7 @@ def _benchmark(ctx, payload: dict[str, Any], progress, timing_quiet: bool = Fals
         if payload.get("control"):
             ctrl = _baseline_child(ctx, payload, task, deadline)
         note("benchmark: reference, candidate and baseline loaded at %.2f s", time.monotonic() - t0)
-        arms = _Arms(cand, base, task, deadline, ctrl)
+        arms = _Arms(cand, base, task, deadline, ctrl, gpu=info.get("backend") in ("cuda", "rocm"))
         shapes, seed = list(payload["shapes"]), int(payload.get("seed", 0))
         opt, gpu = dict(payload["options"]), info.get("backend") in ("cuda", "rocm")
         for i, shape in enumerate(shapes):
@@ -280,7 +298,7 @@ def _confirm(ctx, payload: dict, task: Task, ref, shape: str, seed: int, opt: di
     try:
         load_candidate(ctx, child, payload["candidate"], task, deadline)
         base = _baseline_child(ctx, payload, task, deadline)
-        arms = _Arms(child, base, task, deadline)
+        arms = _Arms(child, base, task, deadline, gpu=gpu)
         case = arms.ask(ref, {"op": "case", "shape": shape, "seed": seed + 31337, "hi": False}, max_bytes=1 << 42)
         with quiet():  # the children are taken and loaded first: only the timing holds spares back
             timed = _interleave(arms, case, [], seed + 31337, opt, lambda *a: None, gpu)

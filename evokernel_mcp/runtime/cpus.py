@@ -13,6 +13,9 @@ EVOKERNEL_JOB_CPUS, where a taken spare (a job's process) may run: every CPU (de
 do not boot on), or a CPU list. Where the host hides its hyperthreads (a VM reporting one thread per core; see
 bench/ht_probe.py), give both lists, siblings together.
 
+EVOKERNEL_ARM_CPU: a host-timed (CPU backend) benchmark runs all of its timed arms on one CPU, the last of the
+job's CPUs unless told ("off", or a CPU number); see arm_cpu().
+
 EVOKERNEL_CPU_SPLIT, one share of the host's CPUs per GPU, for everything that GPU's runner starts (its spares
 and its jobs' processes): whole cores, in CPU order, split evenly. Two GPUs' streams of candidates then never
 wait for each other's processes on a CPU (on the 2x H200 host, 16 small candidates on 2 GPUs: 22.0 s shared,
@@ -128,6 +131,42 @@ def release_tree(pid: int) -> bool:
     for tid in tree_threads(pid):
         try:
             os.sched_setaffinity(tid, target)
+        except ProcessLookupError:  # a thread that ended meanwhile
+            pass
+        except OSError:
+            ok = False
+    return ok
+
+
+def arm_cpu() -> int | None:
+    """The one CPU every timed arm of a host-timed (CPU backend) benchmark runs on, EVOKERNEL_ARM_CPU:
+    "auto" (default): the last of job_cpus(), where there are 2 or more; "off"; or a CPU number. Rounds
+    interleave the arms, so drift in time cancels; what does not cancel is a difference between CPUs that lasts
+    (a VM's vCPU losing time to its host, a busy sibling hyperthread, a slower clock) when the scheduler
+    keeps one arm on one CPU and another arm on another. On one CPU, every arm sees the same one."""
+    setting = os.environ.get("EVOKERNEL_ARM_CPU", "auto").strip().lower()
+    if setting in ("off", "none", ""):
+        return None
+    every = job_cpus()
+    if setting == "auto":
+        return max(every) if len(every) >= 2 else None
+    try:
+        cpu = int(setting)
+    except ValueError:
+        log.warning("EVOKERNEL_ARM_CPU=%r is not off, auto or a CPU number; arms are not pinned", setting)
+        return None
+    return cpu if cpu in every else None
+
+
+def pin_tree(pid: int, cpu: int) -> bool:
+    """Keep every thread of pid and its descendants on one CPU (threads started later inherit it). False where
+    a thread could not be moved (not allowed)."""
+    from evokernel_mcp.runtime.sandbox import tree_threads
+
+    ok = True
+    for tid in tree_threads(pid):
+        try:
+            os.sched_setaffinity(tid, {cpu})
         except ProcessLookupError:  # a thread that ended meanwhile
             pass
         except OSError:

@@ -142,3 +142,29 @@ def test_cpu_same_code_with_weights_passes_the_post_timing_checks():
     changed = same.replace("return self.conv(x)", "return self.conv(x) * 1.01")
     res = anyio.run(lambda: benchmark(candidate=changed, reference=WEIGHTED, min_reps=3, **{**FAST, "shapes": None}))
     assert res.results[0].valid is False
+
+
+AFFINITY = """
+import os
+import torch
+
+_said = []
+
+
+def run(x, y):
+    if not _said:  # once, from inside the timed calls: where this arm's process may run
+        _said.append(print("cpus", sorted(os.sched_getaffinity(0)), flush=True))
+    return torch.add(x, y)
+"""
+
+
+@pytest.mark.skipif(len(__import__("os").sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_cpu_arms_are_timed_on_one_and_the_same_cpu():
+    import os
+
+    cpu = max(os.sched_getaffinity(0))
+    res = anyio.run(lambda: benchmark(candidate=AFFINITY, baseline=AFFINITY, task="vector_add", min_reps=3,
+                                      **FAST))
+    assert res.error is None, res.error
+    assert f"cpus [{cpu}]" in (res.stdout or ""), res.stdout  # the candidate's own process, while timed
+    assert f"every arm on CPU {cpu}" in res.timing_method

@@ -132,3 +132,32 @@ def test_a_runner_keeps_to_its_share_and_its_children_inherit_it():
     env = {**os.environ, "EVOKERNEL_RUNNER_CPUS": str(first)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.split() == [f"[{first}]", f"[{first}]"], out
+
+
+def test_arm_cpu_setting(monkeypatch):
+    every = frozenset(os.sched_getaffinity(0))
+    monkeypatch.setenv("EVOKERNEL_ARM_CPU", "off")
+    assert cpus.arm_cpu() is None
+    monkeypatch.setenv("EVOKERNEL_ARM_CPU", "auto")
+    assert cpus.arm_cpu() == (max(every) if len(every) >= 2 else None)
+    monkeypatch.setenv("EVOKERNEL_ARM_CPU", str(min(every)))
+    assert cpus.arm_cpu() == min(every)
+    monkeypatch.setenv("EVOKERNEL_ARM_CPU", "100000")  # not one of ours: not pinned, rather than failing
+    assert cpus.arm_cpu() is None
+    monkeypatch.setenv("EVOKERNEL_ARM_CPU", "x")
+    assert cpus.arm_cpu() is None
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_pin_tree_reaches_every_thread_of_a_sandboxed_child():
+    cpu = max(os.sched_getaffinity(0))
+    child = Child("cpu", sandbox.tool_level())
+    try:
+        child.wait_ready(timeout_s=120)
+        child.unnice()
+        tree = [child.proc.pid, *sandbox.descendants(child.proc.pid)]
+        assert any(a != {cpu} for p in tree for a in _affinity(p))  # the control: not pinned before
+        assert cpus.pin_tree(child.proc.pid, cpu)
+        assert all(a == {cpu} for p in tree for a in _affinity(p))
+    finally:
+        child.discard()
