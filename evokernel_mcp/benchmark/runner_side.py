@@ -286,6 +286,7 @@ def _benchmark(ctx, payload: dict[str, Any], progress, timing_quiet: bool = Fals
         for c in (cand, base, ctrl):
             if c is not None:
                 ctx.spares.retire(c)
+        note("benchmark: arms retired at %.2f s", time.monotonic() - t0)
     progress(len(payload["shapes"]), len(payload["shapes"]), "benchmark done")
     return result
 
@@ -327,6 +328,10 @@ def _baseline_child(ctx, payload: dict, task: Task, deadline: float):
 
 
 def _clocks(read_clocks, info: dict[str, Any]) -> dict[str, Any] | None:
-    c = read_clocks(info["backend"], 0) if info["backend"] in ("cuda", "rocm") else None
+    if info["backend"] not in ("cuda", "rocm"):
+        return None
+    t0 = time.monotonic()
+    c = read_clocks(info["backend"], 0)
+    note("benchmark: clocks read in %.2f s", time.monotonic() - t0)
     return c.model_dump() if c is not None else None
 

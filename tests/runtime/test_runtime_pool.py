@@ -104,3 +104,14 @@ def test_protocol_decoding_is_a_closed_set():
     assert protocol.classify_text("RuntimeError: CUDA error: an illegal memory access was encountered") == "gpu_fault"
     assert protocol.classify_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate") == "oom"
     assert protocol.classify_text("ValueError: shapes differ") is None
+
+
+def test_op_log_sums_quick_transfer_notes_and_keeps_the_stages():
+    from evokernel_mcp.runtime.pool import _events_text
+
+    chatter = [f"case 0.0{i % 3} s in the child; moved arena 8 MiB in 0.01 s" for i in range(60)]
+    text = _events_text(["take (bench): 1 ready", *chatter, "load 2.50 s in the child; moved arena 8 MiB in 0.30 s",
+                         "benchmark medium: done at 0.64 s"])
+    assert "benchmark medium: done at 0.64 s" in text and "load 2.50 s in the child" in text
+    assert "60 quick child requests with transfers: 0.60 s in the children, 0.60 s moving" in text
+    assert "case 0.00 s" not in text
