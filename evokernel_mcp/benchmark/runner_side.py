@@ -17,6 +17,7 @@ import contextlib
 import time
 from typing import Any
 
+from evokernel_mcp.runtime import cpus
 from evokernel_mcp.runtime.devmem import trim_between_cases
 from evokernel_mcp.runtime.spares import ChildFailed, note, wall_deadline
 from evokernel_mcp.tasks import Task
@@ -55,9 +56,9 @@ class _Arms:
     and, on request, the control arm (a byte-identical copy of the baseline in a child of its own, so that
     its ratio to the baseline measures what separate processes alone make of identical code)."""
 
-    def __init__(self, cand, base, task: Task, deadline: float, ctrl=None, gpu: bool = True):
+    def __init__(self, cand, base, task: Task, deadline: float, ctrl=None, cpu: int | None = None):
         self.cand, self.base, self.task, self.deadline, self.ctrl = cand, base, task, deadline, ctrl
-        self.cpu = None if gpu else _pin(self.children().values())
+        self.cpu = None if cpu is None else _pin(self.children().values(), cpu)
 
     @property
     def control(self) -> bool:
@@ -73,14 +74,9 @@ class _Arms:
         return child.request(req, timeout_s=wall_deadline(self.deadline), max_bytes=max_bytes)
 
 
-def _pin(children) -> int | None:
-    """Host timing: every arm's process on one CPU (cpus.arm_cpu: a lasting difference between CPUs must not
+def _pin(children, cpu: int) -> int | None:
+    """Host timing: every arm's process on one CPU (cpus.arm_cpus: a lasting difference between CPUs must not
     read as a difference between the arms); the CPU, or None where not pinned."""
-    from evokernel_mcp.runtime import cpus
-
-    cpu = cpus.arm_cpu()
-    if cpu is None:
-        return None
     if all([cpus.pin_tree(c.proc.pid, cpu) for c in children]):
         return cpu
     note("benchmark: arms not pinned to CPU %d (not allowed here); each runs where the scheduler puts it", cpu)
@@ -247,15 +243,17 @@ def _benchmark(ctx, payload: dict[str, Any], progress, timing_quiet: bool = Fals
         return result
     cand, base, ctrl = ctx.spares.take("bench"), None, None
     result["isolation"] = ctx.spares.isolation()
+    gpu = info.get("backend") in ("cuda", "rocm")
+    claim = contextlib.ExitStack()  # host timing: one CPU for every arm, this job's until its arms are gone
     try:
+        cpu = None if gpu else claim.enter_context(cpus.claim_arm_cpu())
         load_candidate(ctx, cand, payload["candidate"], task, deadline)
         base = _baseline_child(ctx, payload, task, deadline)
         if payload.get("control"):
             ctrl = _baseline_child(ctx, payload, task, deadline)
         note("benchmark: reference, candidate and baseline loaded at %.2f s", time.monotonic() - t0)
-        arms = _Arms(cand, base, task, deadline, ctrl, gpu=info.get("backend") in ("cuda", "rocm"))
-        shapes, seed = list(payload["shapes"]), int(payload.get("seed", 0))
-        opt, gpu = dict(payload["options"]), info.get("backend") in ("cuda", "rocm")
+        arms = _Arms(cand, base, task, deadline, ctrl, cpu=cpu)
+        shapes, seed, opt = list(payload["shapes"]), int(payload.get("seed", 0)), dict(payload["options"])
         for i, shape in enumerate(shapes):
             before = _clocks(read_clocks, info)
             result["clocks_before"] = result["clocks_before"] or before
@@ -277,7 +275,7 @@ def _benchmark(ctx, payload: dict[str, Any], progress, timing_quiet: bool = Fals
             if payload.get("confirm"):
                 quiet = (lambda: ctx.spares.quiet(wait=False)) if timing_quiet else contextlib.nullcontext
                 result["shapes"][-1]["confirm"] = _confirm(ctx, payload, task, ref, shape, seed, opt, deadline, gpu,
-                                                           quiet)
+                                                           quiet, arms.cpu)
         result["clocks_after"] = _clocks(read_clocks, info)
     except ChildFailed as e:
         result["error"] = e.info()
@@ -286,20 +284,21 @@ def _benchmark(ctx, payload: dict[str, Any], progress, timing_quiet: bool = Fals
         for c in (cand, base, ctrl):
             if c is not None:
                 ctx.spares.retire(c)
+        claim.close()
         note("benchmark: arms retired at %.2f s", time.monotonic() - t0)
     progress(len(payload["shapes"]), len(payload["shapes"]), "benchmark done")
     return result
 
 
 def _confirm(ctx, payload: dict, task: Task, ref, shape: str, seed: int, opt: dict, deadline: float,
-             gpu: bool, quiet=contextlib.nullcontext) -> dict[str, Any]:
+             gpu: bool, quiet=contextlib.nullcontext, cpu: int | None = None) -> dict[str, Any]:
     """Re-time the candidate in a SECOND fresh process with fresh inputs (another seed), interleaved with
     the baseline again: a time a process reports about itself is only trusted when another agrees."""
     child, base = ctx.spares.take("bench"), None
     try:
         load_candidate(ctx, child, payload["candidate"], task, deadline)
         base = _baseline_child(ctx, payload, task, deadline)
-        arms = _Arms(child, base, task, deadline, gpu=gpu)
+        arms = _Arms(child, base, task, deadline, cpu=cpu)
         case = arms.ask(ref, {"op": "case", "shape": shape, "seed": seed + 31337, "hi": False}, max_bytes=1 << 42)
         with quiet():  # the children are taken and loaded first: only the timing holds spares back
             timed = _interleave(arms, case, [], seed + 31337, opt, lambda *a: None, gpu)

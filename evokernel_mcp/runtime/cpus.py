@@ -14,7 +14,8 @@ do not boot on), or a CPU list. Where the host hides its hyperthreads (a VM repo
 bench/ht_probe.py), give both lists, siblings together.
 
 EVOKERNEL_ARM_CPU: a host-timed (CPU backend) benchmark runs all of its timed arms on one CPU, the last of the
-job's CPUs unless told ("off", or a CPU number); see arm_cpu().
+job's CPUs unless told ("off", or a CPU number), each CPU claimed by one job at a time host-wide; see
+claim_arm_cpu().
 
 EVOKERNEL_CPU_SPLIT, one share of the host's CPUs per GPU, for everything that GPU's runner starts (its spares
 and its jobs' processes): whole cores, in CPU order, split evenly. Two GPUs' streams of candidates then never
@@ -30,11 +31,14 @@ else); a Ray actor puts it in its own environment for the runner it starts.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import logging
 import os
 
 log = logging.getLogger(__name__)
+LOCK_DIR = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"evokernel-arm-cpus-{os.getuid()}")
 
 
 def allowed() -> frozenset[int]:
@@ -138,24 +142,51 @@ def release_tree(pid: int) -> bool:
     return ok
 
 
-def arm_cpu() -> int | None:
-    """The one CPU every timed arm of a host-timed (CPU backend) benchmark runs on, EVOKERNEL_ARM_CPU:
-    "auto" (default): the last of job_cpus(), where there are 2 or more; "off"; or a CPU number. Rounds
-    interleave the arms, so drift in time cancels; what does not cancel is a difference between CPUs that lasts
-    (a VM's vCPU losing time to its host, a busy sibling hyperthread, a slower clock) when the scheduler
-    keeps one arm on one CPU and another arm on another. On one CPU, every arm sees the same one."""
+def arm_cpus() -> list[int]:
+    """The CPUs a host-timed (CPU backend) benchmark may run all of its timed arms on, in the order tried,
+    EVOKERNEL_ARM_CPU: "auto" (default): the job's CPUs from the last, where there are 2 or more; "off"; or a
+    CPU number. Rounds interleave the arms, so drift in time cancels; what does not cancel is a difference
+    between CPUs that lasts (a VM's vCPU losing time to its host, a busy sibling hyperthread, a slower clock)
+    when the scheduler keeps one arm on one CPU and another arm on another. On one CPU, every arm sees the
+    same one."""
     setting = os.environ.get("EVOKERNEL_ARM_CPU", "auto").strip().lower()
     if setting in ("off", "none", ""):
-        return None
+        return []
     every = job_cpus()
     if setting == "auto":
-        return max(every) if len(every) >= 2 else None
+        return sorted(every, reverse=True) if len(every) >= 2 else []
     try:
         cpu = int(setting)
     except ValueError:
         log.warning("EVOKERNEL_ARM_CPU=%r is not off, auto or a CPU number; arms are not pinned", setting)
-        return None
-    return cpu if cpu in every else None
+        return []
+    return [cpu] if cpu in every else []
+
+
+@contextlib.contextmanager
+def claim_arm_cpu():
+    """The CPU for one benchmark's timed arms, claimed for as long as the context lasts: a lock per CPU, shared
+    by every runner of this user on the host (the local pool's, Ray actors', other servers'), so that two jobs
+    timing at once get two CPUs. Yields None (arms not pinned) when pinning is off or every CPU it may use is
+    claimed."""
+    fd = None
+    try:
+        for cpu in arm_cpus():
+            try:
+                os.makedirs(LOCK_DIR, mode=0o700, exist_ok=True)
+                fd = os.open(os.path.join(LOCK_DIR, f"cpu{cpu}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # claimed by another job (or no lock to be had here): the next one
+                if fd is not None:
+                    os.close(fd)
+                fd = None
+                continue
+            yield cpu
+            return
+        yield None
+    finally:
+        if fd is not None:
+            os.close(fd)  # the lock goes with the descriptor
 
 
 def pin_tree(pid: int, cpu: int) -> bool:

@@ -160,11 +160,11 @@ def run(x, y):
 
 @pytest.mark.skipif(len(__import__("os").sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
 def test_cpu_arms_are_timed_on_one_and_the_same_cpu():
-    import os
+    import re
 
-    cpu = max(os.sched_getaffinity(0))
     res = anyio.run(lambda: benchmark(candidate=AFFINITY, baseline=AFFINITY, task="vector_add", min_reps=3,
                                       **FAST))
     assert res.error is None, res.error
-    assert f"cpus [{cpu}]" in (res.stdout or ""), res.stdout  # the candidate's own process, while timed
-    assert f"every arm on CPU {cpu}" in res.timing_method
+    m = re.search(r"every arm on CPU (\d+)", res.timing_method)
+    assert m, res.timing_method  # the CPU this job claimed (the last one, unless another job holds it)
+    assert f"cpus [{m.group(1)}]" in (res.stdout or ""), res.stdout  # the candidate's own process, while timed

@@ -137,15 +137,33 @@ def test_a_runner_keeps_to_its_share_and_its_children_inherit_it():
 def test_arm_cpu_setting(monkeypatch):
     every = frozenset(os.sched_getaffinity(0))
     monkeypatch.setenv("EVOKERNEL_ARM_CPU", "off")
-    assert cpus.arm_cpu() is None
+    assert cpus.arm_cpus() == []
     monkeypatch.setenv("EVOKERNEL_ARM_CPU", "auto")
-    assert cpus.arm_cpu() == (max(every) if len(every) >= 2 else None)
+    assert cpus.arm_cpus() == (sorted(every, reverse=True) if len(every) >= 2 else [])
     monkeypatch.setenv("EVOKERNEL_ARM_CPU", str(min(every)))
-    assert cpus.arm_cpu() == min(every)
+    assert cpus.arm_cpus() == [min(every)]
     monkeypatch.setenv("EVOKERNEL_ARM_CPU", "100000")  # not one of ours: not pinned, rather than failing
-    assert cpus.arm_cpu() is None
+    assert cpus.arm_cpus() == []
     monkeypatch.setenv("EVOKERNEL_ARM_CPU", "x")
-    assert cpus.arm_cpu() is None
+    assert cpus.arm_cpus() == []
+
+
+def test_jobs_timing_at_once_claim_different_cpus_across_processes(monkeypatch, tmp_path):
+    import subprocess
+    import sys
+
+    monkeypatch.setattr(cpus, "LOCK_DIR", str(tmp_path))
+    monkeypatch.setattr(cpus, "arm_cpus", lambda: [7, 3])
+    with cpus.claim_arm_cpu() as a:
+        # another runner's process, holding the same lock directory, while this claim lasts
+        code = ("import sys; from evokernel_mcp.runtime import cpus; cpus.LOCK_DIR = sys.argv[1]; "
+                "cpus.arm_cpus = lambda: [7, 3]\nwith cpus.claim_arm_cpu() as b:\n"
+                "    with cpus.claim_arm_cpu() as c: print(b, c)")
+        out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert (a, out.stdout.split()) == (7, ["3", "None"])  # the next free CPU; then none left: not pinned
+    with cpus.claim_arm_cpu() as again:
+        assert again == 7  # released with the job
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
