@@ -38,7 +38,6 @@ import logging
 import os
 
 log = logging.getLogger(__name__)
-LOCK_DIR = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"evokernel-arm-cpus-{os.getuid()}")
 
 
 def allowed() -> frozenset[int]:
@@ -165,16 +164,18 @@ def arm_cpus() -> list[int]:
 
 @contextlib.contextmanager
 def claim_arm_cpu():
-    """The CPU for one benchmark's timed arms, claimed for as long as the context lasts: a lock per CPU, shared
-    by every runner of this user on the host (the local pool's, Ray actors', other servers'), so that two jobs
-    timing at once get two CPUs. Yields None (arms not pinned) when pinning is off or every CPU it may use is
-    claimed."""
+    """The CPU for one benchmark's timed arms, claimed for as long as the context lasts: a lock per CPU in the
+    state dir (hidden from children), shared by every runner that uses it (the local pool's, Ray actors' of
+    the same user and home), so that two jobs timing at once get two CPUs. Yields None (arms not pinned) when
+    pinning is off or every CPU it may use is claimed."""
+    from evokernel_mcp.paths import sub_state_dir
+
     fd = None
     try:
         for cpu in arm_cpus():
             try:
-                os.makedirs(LOCK_DIR, mode=0o700, exist_ok=True)
-                fd = os.open(os.path.join(LOCK_DIR, f"cpu{cpu}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+                path = sub_state_dir("cpu-locks") / f"cpu{cpu}.lock"
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:  # claimed by another job (or no lock to be had here): the next one
                 if fd is not None:

@@ -152,14 +152,14 @@ def test_jobs_timing_at_once_claim_different_cpus_across_processes(monkeypatch, 
     import subprocess
     import sys
 
-    monkeypatch.setattr(cpus, "LOCK_DIR", str(tmp_path))
+    monkeypatch.setenv("EVOKERNEL_HOME", str(tmp_path))
     monkeypatch.setattr(cpus, "arm_cpus", lambda: [7, 3])
     with cpus.claim_arm_cpu() as a:
-        # another runner's process, holding the same lock directory, while this claim lasts
-        code = ("import sys; from evokernel_mcp.runtime import cpus; cpus.LOCK_DIR = sys.argv[1]; "
+        # another runner's process, with the same state dir, while this claim lasts
+        code = ("from evokernel_mcp.runtime import cpus; "
                 "cpus.arm_cpus = lambda: [7, 3]\nwith cpus.claim_arm_cpu() as b:\n"
                 "    with cpus.claim_arm_cpu() as c: print(b, c)")
-        out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         assert (a, out.stdout.split()) == (7, ["3", "None"])  # the next free CPU; then none left: not pinned
     with cpus.claim_arm_cpu() as again:
