@@ -254,8 +254,9 @@ def _benchmark(ctx, payload: dict[str, Any], progress, timing_quiet: bool = Fals
         note("benchmark: reference, candidate and baseline loaded at %.2f s", time.monotonic() - t0)
         arms = _Arms(cand, base, task, deadline, ctrl, cpu=cpu)
         shapes, seed, opt = list(payload["shapes"]), int(payload.get("seed", 0)), dict(payload["options"])
+        clocks = _Clocks(read_clocks, info)
         for i, shape in enumerate(shapes):
-            before = _clocks(read_clocks, info)
+            before = clocks.before()
             result["clocks_before"] = result["clocks_before"] or before
 
             def prog(done, total, msg, i=i):
@@ -269,14 +270,15 @@ def _benchmark(ctx, payload: dict[str, Any], progress, timing_quiet: bool = Fals
             except ChildFailed as e:
                 result["error"] = {**e.info(), "shape": shape}
                 break
-            raw["clocks_before"], raw["clocks_after"] = before, _clocks(read_clocks, info)
+            raw["clocks_before"], raw["clocks_after"] = before, clocks.after()
             note("benchmark %s: done at %.2f s", shape, time.monotonic() - t0)
             result["shapes"].append(raw)
             if payload.get("confirm"):
                 quiet = (lambda: ctx.spares.quiet(wait=False)) if timing_quiet else contextlib.nullcontext
                 result["shapes"][-1]["confirm"] = _confirm(ctx, payload, task, ref, shape, seed, opt, deadline, gpu,
                                                            quiet, arms.cpu)
-        result["clocks_after"] = _clocks(read_clocks, info)
+                clocks.stale()
+        result["clocks_after"] = clocks.final()
     except ChildFailed as e:
         result["error"] = e.info()
     finally:
@@ -326,11 +328,33 @@ def _baseline_child(ctx, payload: dict, task: Task, deadline: float):
     return child
 
 
-def _clocks(read_clocks, info: dict[str, Any]) -> dict[str, Any] | None:
-    if info["backend"] not in ("cuda", "rocm"):
-        return None
-    t0 = time.monotonic()
-    c = read_clocks(info["backend"], 0)
-    note("benchmark: clocks read in %.2f s", time.monotonic() - t0)
-    return c.model_dump() if c is not None else None
+class _Clocks:
+    """The device's clocks read around the shapes (nvidia-smi / amd-smi, a process each time): a shape's after
+    reading is also the next shape's before, and the last shape's the job's after, as long as nothing ran on
+    the device in between (stale() says something did: a confirm). One read per shape plus one."""
+
+    def __init__(self, read_clocks, info: dict[str, Any]) -> None:
+        self._read_clocks, self.backend, self.last = read_clocks, info["backend"], None
+
+    def _read(self) -> dict[str, Any] | None:
+        if self.backend not in ("cuda", "rocm"):
+            return None
+        t0 = time.monotonic()
+        c = self._read_clocks(self.backend, 0)
+        note("benchmark: clocks read in %.2f s", time.monotonic() - t0)
+        return c.model_dump() if c is not None else None
+
+    def before(self) -> dict[str, Any] | None:
+        out, self.last = self.last or self._read(), None  # the device runs next: this reading is spent
+        return out
+
+    def after(self) -> dict[str, Any] | None:
+        self.last = self._read()
+        return self.last
+
+    def stale(self) -> None:
+        self.last = None
+
+    def final(self) -> dict[str, Any] | None:
+        return self.last or self._read()
 

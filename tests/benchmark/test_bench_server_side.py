@@ -172,3 +172,27 @@ def test_every_arm_gets_a_fresh_child_of_its_own():
     kids = arms.children()
     assert list(kids) == ["baseline", "candidate", "control"] and len({id(k) for k in kids.values()}) == 3
     assert runner_side._Arms("cand", base, task, deadline).control is False
+
+
+def test_clock_reads_are_shared_between_adjacent_shapes_but_never_across_device_work():
+    from evokernel_mcp.benchmark.models import Clocks
+    from evokernel_mcp.benchmark.runner_side import _Clocks
+
+    reads = []
+
+    def read(backend, index):
+        reads.append(backend)
+        return Clocks(sm_mhz=1000.0 + len(reads), mem_mhz=3201.0, source="nvidia-smi")
+
+    c = _Clocks(read, {"backend": "cuda"})
+    b0 = c.before()
+    a0 = c.after()
+    b1 = c.before()  # shape 2 starts right after shape 1's after reading: the same reading
+    assert (b0["sm_mhz"], a0["sm_mhz"], b1["sm_mhz"]) == (1001.0, 1002.0, 1002.0) and len(reads) == 2
+    assert c.final()["sm_mhz"] == 1003.0  # shape 2 ran (or failed) after its before reading: read again
+    c.after()
+    c.stale()  # a confirm re-timed on the device
+    assert c.final()["sm_mhz"] == 1005.0 and len(reads) == 5
+    c.after()
+    assert c.final()["sm_mhz"] == 1006.0 and len(reads) == 6  # nothing ran since: the job's after is that reading
+    assert _Clocks(read, {"backend": "none"}).before() is None and len(reads) == 6
