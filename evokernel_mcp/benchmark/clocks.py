@@ -129,7 +129,18 @@ def read_clocks(backend: str, index: int = 0, timeout_s: float = 10.0) -> Clocks
 
 
 def driver_version(backend: str, timeout_s: float = 10.0) -> str | None:
-    """GPU driver version: nvidia-smi's driver_version, or the amdgpu module version; None if unknown."""
+    """GPU driver version: nvidia-smi's driver_version, or the amdgpu module version; None if unknown. Read once
+    per process (every benchmark asked for it, the ceilings' cache key: an nvidia-smi run, ~0.08 s on the
+    H200 host); a driver cannot change under a process that holds a device context."""
+    if backend not in _DRIVER:
+        _DRIVER[backend] = _driver_version(backend, timeout_s)
+    return _DRIVER[backend]
+
+
+_DRIVER: dict[str, str | None] = {}
+
+
+def _driver_version(backend: str, timeout_s: float) -> str | None:
     try:
         if backend == "cuda":
             exe = resolve_executable("nvidia-smi")

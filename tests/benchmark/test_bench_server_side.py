@@ -196,3 +196,17 @@ def test_clock_reads_are_shared_between_adjacent_shapes_but_never_across_device_
     c.after()
     assert c.final()["sm_mhz"] == 1006.0 and len(reads) == 6  # nothing ran since: the job's after is that reading
     assert _Clocks(read, {"backend": "none"}).before() is None and len(reads) == 6
+
+
+def test_driver_version_is_read_once_per_process_replay_nvidia_smi(tmp_path, monkeypatch):
+    """A replay executable stands in for nvidia-smi (it prints the driver line of the H200 host's and counts
+    its runs): every benchmark asked for the driver version (the ceilings' cache key), one nvidia-smi each."""
+    from evokernel_mcp.benchmark import clocks
+
+    exe = tmp_path / "nvidia-smi"
+    exe.write_text(f"#!/bin/sh\necho run >> {tmp_path}/runs\necho 580.159.04\n")
+    exe.chmod(0o755)
+    monkeypatch.setattr(clocks, "resolve_executable", lambda name, **kw: str(exe))
+    monkeypatch.setattr(clocks, "_DRIVER", {})
+    assert [clocks.driver_version("cuda") for _ in range(3)] == ["580.159.04"] * 3
+    assert (tmp_path / "runs").read_text().count("run") == 1
