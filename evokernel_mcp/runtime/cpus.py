@@ -128,9 +128,15 @@ def job_cpus() -> frozenset[int]:
 def release_tree(pid: int) -> bool:
     """Let every thread of pid and its descendants run on job_cpus(), as a job takes a spare. False where not
     allowed."""
+    return _set_tree(pid, job_cpus())
+
+
+def _set_tree(pid: int, target: frozenset[int] | set[int]) -> bool:
+    """Every thread of pid and its descendants on `target` (threads started later inherit it); False where a
+    thread could not be moved."""
     from evokernel_mcp.runtime.sandbox import tree_threads
 
-    target, ok = job_cpus(), True
+    ok = True
     for tid in tree_threads(pid):
         try:
             os.sched_setaffinity(tid, target)
@@ -191,19 +197,8 @@ def claim_arm_cpu():
 
 
 def pin_tree(pid: int, cpu: int) -> bool:
-    """Keep every thread of pid and its descendants on one CPU (threads started later inherit it). False where
-    a thread could not be moved (not allowed)."""
-    from evokernel_mcp.runtime.sandbox import tree_threads
-
-    ok = True
-    for tid in tree_threads(pid):
-        try:
-            os.sched_setaffinity(tid, {cpu})
-        except ProcessLookupError:  # a thread that ended meanwhile
-            pass
-        except OSError:
-            ok = False
-    return ok
+    """Keep every thread of pid and its descendants on one CPU. False where not allowed."""
+    return _set_tree(pid, {cpu})
 
 
 MIN_SHARE_CPUS = 8  # "auto" splits only where every GPU's share gets at least this many CPUs
