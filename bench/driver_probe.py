@@ -11,6 +11,10 @@ Ops, round robin for --seconds per load, each timed from the request's write to 
   malloc   here, not a round trip: empty_cache, then a fresh 64 MiB CUDA allocation (cudaMalloc)
 --transports: instead, a 1/4/16/64 MiB CUDA tensor to the peer by each way frames.py has (arena, vmm, memfd, pipe):
 where one way starts to beat another (courier.py's thresholds).
+--smi: instead, one reading of this GPU's clocks the way the benchmark reads them (smi: an nvidia-smi process,
+benchmark/clocks.py's query) and in process through NVML (nvml: libnvidia-ml by ctypes, initialised once):
+what each of a benchmark's clock reads costs, alone and beside the other GPU's work. The first readings of
+both are printed, to compare.
 Loads:
   none     nothing else
   churn    CUDA contexts started and ended on the other GPU, 3 processes at a time (torch import,
@@ -62,6 +66,41 @@ def peer(rx: int, tx: int, sock: int) -> None:
         if msg.get("op") == "from64":
             out["t"] = big
         frames.write(wout, out, cour)
+
+
+def smi_probe(seconds: float, gpu: int) -> dict[str, list[float]]:
+    import ctypes
+
+    from evokernel_mcp.benchmark.clocks import NVSMI_FULL_ARGS
+    from evokernel_mcp.subproc import resolve_executable
+
+    exe = resolve_executable("nvidia-smi")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    t0 = time.perf_counter()
+    rc = lib.nvmlInit_v2()
+    handle = ctypes.c_void_p()
+    rc = rc or lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(gpu), ctypes.byref(handle))
+    print(f"[driver_probe] nvml init rc={rc} in {1e3 * (time.perf_counter() - t0):.1f} ms", flush=True)
+
+    def nvml() -> tuple[int, int]:
+        sm, mem = ctypes.c_uint(), ctypes.c_uint()
+        lib.nvmlDeviceGetClockInfo(handle, 1, ctypes.byref(sm))  # NVML_CLOCK_SM
+        lib.nvmlDeviceGetClockInfo(handle, 2, ctypes.byref(mem))  # NVML_CLOCK_MEM
+        return sm.value, mem.value
+
+    def smi() -> str:
+        return subprocess.run([exe, *NVSMI_FULL_ARGS, "-i", str(gpu)], capture_output=True, text=True,
+                              timeout=30).stdout.strip()
+
+    print(f"[driver_probe] first readings: smi {smi()!r}, nvml (sm, mem) {nvml()}", flush=True)
+    times: dict[str, list[float]] = {"smi": [], "nvml": []}
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for op, fn in (("smi", smi), ("nvml", nvml)):
+            t0 = time.perf_counter()
+            fn()
+            times[op].append(time.perf_counter() - t0)
+    return times
 
 
 def probe(seconds: float, transports: bool = False) -> dict[str, list[float]]:
@@ -148,6 +187,7 @@ def main() -> None:
     ap.add_argument("--loads", default="none,churn,cpu12,pair")
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--transports", action="store_true")
+    ap.add_argument("--smi", action="store_true")
     ap.add_argument("--peer", default="")
     a = ap.parse_args()
     if a.peer:
@@ -159,7 +199,7 @@ def main() -> None:
         procs = start_load(load, a.other_gpu, a.seconds)
         time.sleep(2.0 if procs else 0.0)  # the load's processes get going first
         try:
-            times = probe(a.seconds, a.transports)
+            times = smi_probe(a.seconds, a.gpu) if a.smi else probe(a.seconds, a.transports)
         finally:
             for p in procs:
                 p.kill()
