@@ -240,14 +240,18 @@ class Child:
         """Kill the process and everything it started; close the pipes unless a reader is still on them."""
         if not self.dead:
             self.dead = True
-            sandbox.kill_tree(self.proc.pid)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                log.warning("child %s did not exit after SIGKILL", self.proc.pid)
-            sandbox.disown(self.proc.pid)
+            self._reap()
         if close:
             self._close()
+
+    def _reap(self) -> None:
+        """SIGKILL the tree until none is left (a fork racing the signal), wait for the process, disown it."""
+        sandbox.kill_tree(self.proc.pid)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            log.warning("child %s did not exit after SIGKILL", self.proc.pid)
+        sandbox.disown(self.proc.pid)
 
     def _close(self) -> None:
         """Close its pipes and fd socket (our mappings of its memory released)."""
@@ -295,20 +299,15 @@ class Child:
         anywhere (spares.retire: a background thread): wait for the processes to be gone (a CUDA context's
         teardown takes tenths of a second, longer on a busy host), save its source's Triton cache, remove
         the scratch dir."""
-        pid, was_dead = self.proc.pid, self.dead
+        was_dead = self.dead
         if not was_dead:
             self.dead = True
-            sandbox.kill_once(pid)
+            sandbox.kill_once(self.proc.pid)
         self._close()
 
         def finish() -> None:
             if not was_dead:
-                sandbox.kill_tree(pid)  # a fork that raced the first signal
-                try:
-                    self.proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    log.warning("child %s did not exit after SIGKILL", pid)
-                sandbox.disown(pid)
+                self._reap()  # (kill_tree again: a fork that raced the first signal)
             cached = getattr(self, "_cache", None)
             if cached is not None:
                 self._cache = None

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -91,8 +92,6 @@ def _events_text(events: list, limit: int = 6000) -> str:
     """A runner op's notes for the log. A request to a child that moved big tensors adds a note
     ("case 0.00 s in the child; moved arena 8 MiB in 0.00 s"), dozens per benchmark: the quick ones are summed
     into one, so that the stages of a long op stay readable within the limit."""
-    import re
-
     keep, n, child_s, moved_s = [], 0, 0.0, 0.0
     for e in map(str, events):
         m = re.fullmatch(r"\w+ ([\d.]+) s in the child; moved (.*)", e)
