@@ -76,9 +76,14 @@ class ChildFailed(Exception):
 class Child:
     """One sandboxed process. Not thread-safe: one request at a time."""
 
-    def __init__(self, device: str, level: str, warm: bool = True, gated: bool = False, triton_key: str | None = None):
+    def __init__(self, device: str, level: str, warm: bool = True, gated: bool = False, triton_key: str | None = None,
+                 queues: int | None = None):
         self.device, self.level = device, level
         self.warm = warm and device != "cpu"
+        # queues: CUDA_DEVICE_MAX_CONNECTIONS for a child that never hosts a timed arm (spares.untimed_queues);
+        # a context with fewer hardware queues is cheaper to make and to end, but serializes streams
+        self.queues = queues if device.startswith("cuda") else None
+        self.timeable = self.queues is None
         self.gated = gated  # spares.py gates GPU children only; a CPU child may be gated (tests the protocol)
         self._unniced = False
         self._boot_cpus = cpus.spare_cpus()  # None: no restriction (cpus.py)
@@ -94,6 +99,8 @@ class Child:
             if k in os.environ:
                 env[k] = os.environ[k]
         env.update(pycache.child_env(level))  # the runner's bytecode, read-only, where torch ships none
+        if self.queues:
+            env["CUDA_DEVICE_MAX_CONNECTIONS"] = str(self.queues)
         kind = "cpu" if device == "cpu" else "cuda"
         if kind == "cpu":  # host timing: one thread per arm, and an idle arm's threads never spin, so arms
             env["OMP_WAIT_POLICY"] = "PASSIVE"  # timed in turn do not compete for the cores

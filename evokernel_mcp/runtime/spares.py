@@ -7,6 +7,8 @@ processes (one per reference source). One child process is child_proc.Child.
 - Two flavours on a GPU: a benchmark's timed arms want the profiler warm (CUPTI loaded and started once,
   ~3.5 s of a start's ~9 s on the H200), a verify does not. Spares are started in the mix the recent
   takes asked for; a benchmark handed a cold one warms it before loading anything (warm_profiler).
+- On an NVIDIA GPU a cold spare starts with one hardware queue (untimed_queues: a cheaper context) and never
+  becomes a timed arm; a warm one keeps the driver's default.
 - `reference(task)` returns the child that has loaded this reference source (kept, at most
   REF_CACHE of them, least recently used dropped); a spare becomes one on first use.
 """
@@ -40,6 +42,29 @@ N_SPARES = int(os.environ.get("EVOKERNEL_SPARES", str(max(2, min(8, (os.cpu_coun
 REF_CACHE = int(os.environ.get("EVOKERNEL_REF_CACHE", "2"))
 TIGHT_FREE_FRACTION = 0.5  # below this free fraction of the device, other sources' reference processes go
 Purpose = Literal["verify", "bench", "any"]
+
+
+def untimed_queues(device: str) -> int | None:
+    """CUDA_DEVICE_MAX_CONNECTIONS for the children that never host a timed arm on an NVIDIA GPU (a verify's
+    candidate, the cached reference processes): EVOKERNEL_UNTIMED_QUEUES, default 1; off (or 0) leaves the
+    driver's default (8). One hardware queue halves what a context costs the driver to make and to end, and
+    the driver makes a GPU's contexts one at a time (bench/results/ctx_probe_H200_2026-11-23.md); streams then
+    share that queue, which changes how they overlap, never what they compute. A timed arm always has the
+    default: its times must be what the kernel does in an ordinary process."""
+    if not device.startswith("cuda"):
+        return None
+    raw = os.environ.get("EVOKERNEL_UNTIMED_QUEUES", "1").strip().lower()
+    if raw in ("off", "0", "", "default"):
+        return None
+    try:
+        return max(1, min(32, int(raw)))
+    except ValueError:
+        log.warning("EVOKERNEL_UNTIMED_QUEUES=%r is not a number or off: using 1", raw)
+        return 1
+
+
+def _timeable(child) -> bool:
+    return getattr(child, "timeable", True)
 
 
 class _Spawner:
@@ -107,6 +132,8 @@ class Spares:
         self._profiles = device != "cpu"  # only a GPU child has a profiler to warm
         self._triton_key: str | None = None  # Triton's install key, from the first GPU spare (child.py)
         self._demand: deque[bool] = deque(maxlen=max(4, 2 * self.n))  # recent takes: was a warm child wanted
+        # cold (verify) children start with fewer hardware queues where set: they never become timed arms
+        self._lean = untimed_queues(device) if self._profiles else None
 
     def isolation(self) -> dict[str, object]:
         return {"level": self.level, "notes": list(self.level_notes)}
@@ -136,14 +163,17 @@ class Spares:
             try:
                 level = self.level
                 t0 = time.monotonic()
-                child = spawn(lambda: Child(self.device, level, warm=warm, gated=gated, triton_key=self._triton_key))
+                queues = None if warm else self._lean
+                child = spawn(lambda: Child(self.device, level, warm=warm, gated=gated, triton_key=self._triton_key,
+                                            queues=queues))
                 spawned = time.monotonic() - t0  # the spawner thread's queue, the scratch dir, fork + exec
                 info = child.wait_ready(gate=self._gpu_phase if gated else None)
                 child.start_s = time.monotonic() - t0
                 kernel_cache.save_driver(child.scratch)  # no agent code has reached it yet
                 if child.triton_key and not self._triton_key:  # likewise: later spares skip hashing Triton
                     self._triton_key = child.triton_key
-                note("child started in %.2f s%s (spawned in %.2f s) %s", child.start_s, "" if warm else " (cold)",
+                note("child started in %.2f s%s (spawned in %.2f s) %s", child.start_s,
+                     "" if warm else f" (cold{f', {queues} hardware queue(s)' if queues else ''})",
                      spawned, info.get("boot_s") or "")
                 return child
             except (ChildFailed, OSError) as e:
@@ -233,9 +263,11 @@ class Spares:
             if self._profiles:
                 frac = sum(self._demand) / len(self._demand) if self._demand else 0.5
                 target = round(self.n * frac)
+                if self._lean:  # a cold child cannot become a timed arm: keep a benchmark's two arms ready
+                    target = max(target, min(self.n, 2))
                 have = sum(1 for c in self._ready if c.warm) + self._starting_warm + self._warming
                 warm = min(need, max(0, target - have))
-                cold_ready = [c for c in self._ready if not c.warm]
+                cold_ready = [c for c in self._ready if not c.warm and _timeable(c)]
                 surplus = len(cold_ready) + (need - warm) - (self.n - target)
                 to_warm = cold_ready[:min(max(0, target - have - warm), max(0, surplus))]
                 for c in to_warm:
@@ -275,16 +307,22 @@ class Spares:
                 self._demand.append(want)
             ready_now, starting = len(self._ready), self._starting
             deadline = time.monotonic() + START_TIMEOUT_S
+
+            def usable(c) -> bool:  # a timed arm never gets a child made for untimed work
+                return _timeable(c) or not want
+
+            def coming() -> int:
+                return (self._starting_warm if want and self._lean else self._starting) + self._warming
             # (while arms are timed, background starts and warm-ups wait at the device gate: never wait for them)
-            while not self._ready and self._starting + self._warming > 0 and not self._timing \
+            while not any(usable(c) for c in self._ready) and coming() > 0 and not self._timing \
                     and time.monotonic() < deadline:
                 self._lock.wait(timeout=1.0)
             # a timed arm: a spare being warmed in the background is ready sooner than a cold one warmed now
             while want and self._warming and not self._timing and not any(c.warm for c in self._ready) \
                     and time.monotonic() < deadline:
                 self._lock.wait(timeout=1.0)
-            pick = next((c for c in self._ready if c.warm == want), None) if purpose != "any" else None
-            child = pick or (self._ready[0] if self._ready else None)
+            pick = next((c for c in self._ready if c.warm == want and usable(c)), None) if purpose != "any" else None
+            child = pick or next((c for c in self._ready if usable(c)), None)
             if child is not None:
                 self._ready.remove(child)
         note("take (%s): %d ready, %d starting, waited %.2f s", purpose, ready_now, starting, time.monotonic() - t0)

@@ -97,3 +97,18 @@ def test_gpu_activity_session_records_kernels_without_importing_dynamo():
     n, ordered, dynamo = out.stdout.split()[-3:]
     assert int(n) >= 2 and ordered == "True"  # the multiply and the reduction, at least
     assert dynamo == "False"
+
+
+def test_gpu_verify_children_get_one_hardware_queue_and_timed_arms_the_default():
+    """spares.untimed_queues: a verify's candidate process starts with CUDA_DEVICE_MAX_CONNECTIONS=1 (a cheaper
+    context), a benchmark's timed candidate arm with the driver's default (the variable unset)."""
+    from evokernel_mcp.verify import verify_vs_pytorch
+
+    if torch.version.hip is not None:
+        pytest.skip("CUDA_DEVICE_MAX_CONNECTIONS is NVIDIA's")
+    src = "import os\nprint('queues=' + str(os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS')), flush=True)\n" + GOOD
+    v = anyio.run(lambda: verify_vs_pytorch(src, task="vector_add", shapes=["small"], seeds=1, wait_s=300))
+    assert v.passed is True and "queues=1" in v.stdout, v.stdout
+    res = anyio.run(lambda: benchmark(candidate=src, **OPTS))
+    assert res.error is None, res.error
+    assert "queues=None" in (res.stdout or "") and "queues=1" not in (res.stdout or ""), res.stdout
