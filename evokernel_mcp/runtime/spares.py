@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 # replacement needs seconds to start (interpreter, torch, device context, CUPTI), so back-to-back jobs need
 # several; more on a host with cores to spare.
 N_SPARES = int(os.environ.get("EVOKERNEL_SPARES", str(max(2, min(8, (os.cpu_count() or 2) // 2)))))
+# Spares' device phases (context, Triton's driver, CUPTI) in flight at once per device (>= 1).
+DEVICE_PHASES = max(1, int(os.environ.get("EVOKERNEL_DEVICE_PHASES", "2")))
 REF_CACHE = int(os.environ.get("EVOKERNEL_REF_CACHE", "2"))
 TIGHT_FREE_FRACTION = 0.5  # below this free fraction of the device, other sources' reference processes go
 Purpose = Literal["verify", "bench", "any"]
@@ -124,6 +126,7 @@ class Spares:
         self._starting = 0
         self._starting_warm = 0
         self._warming = 0  # cold spares being warmed in the background (out of _ready meanwhile)
+        self._phases = 0  # spares' device phases in flight (at most DEVICE_PHASES)
         self._gpu_busy = 0  # background work touching the device now (a spare's device start, a warm-up,
         self._retiring = 0  # a retired child's end), and of it retired children not yet gone
         self._closed = False
@@ -139,16 +142,20 @@ class Spares:
         return {"level": self.level, "notes": list(self.level_notes)}
 
     def _gpu_phase(self):
-        """For a background start's device phase: blocks while arms are timed, then counts it as device
-        work in flight (a timed section waits for that to end) and returns the function that ends it."""
+        """For a background start's device phase: blocks while arms are timed, and while DEVICE_PHASES others
+        are in flight (the driver makes a GPU's contexts one at a time anyway: more at once only makes each
+        take longer, and a timed section that begins waits for all of them); then counts it as device work in
+        flight and returns the function that ends it."""
         with self._lock:
-            while self._timing and not self._closed:
+            while (self._timing or self._phases >= DEVICE_PHASES) and not self._closed:
                 self._lock.wait(timeout=1.0)
             self._gpu_busy += 1
+            self._phases += 1
 
         def done() -> None:
             with self._lock:
                 self._gpu_busy -= 1
+                self._phases -= 1
                 self._lock.notify_all()
         return done
 

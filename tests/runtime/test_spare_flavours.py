@@ -299,3 +299,30 @@ def test_a_retired_child_is_killed_at_once_and_ends_off_the_jobs_clock(tmp_path,
     assert pool._retiring == 0 and pool._gpu_busy == 0 and not kid.scratch.exists()
     assert kid.proc.returncode == -signal.SIGKILL  # killed, not left to exit on its own when its pipes closed
     pool.close()
+
+
+def test_at_most_device_phases_spares_touch_the_device_at_once(monkeypatch):
+    """The driver makes one GPU's contexts one at a time: spares' device phases beyond DEVICE_PHASES wait at
+    the gate (else each takes longer and a timed section that begins waits for them all)."""
+    import time
+
+    monkeypatch.setattr(spares, "DEVICE_PHASES", 2)
+    pool, _ = _pool(monkeypatch, n=0)
+    first, second = pool._gpu_phase(), pool._gpu_phase()
+    entered = []
+
+    def third():
+        done = pool._gpu_phase()
+        entered.append(time.monotonic())
+        done()
+
+    t = RealThread(target=third)
+    t.start()
+    time.sleep(0.3)
+    assert entered == [] and pool._gpu_busy == 2
+    freed = time.monotonic()
+    first()
+    t.join(10)
+    assert entered and entered[0] >= freed
+    second()
+    assert pool._gpu_busy == 0 and pool._phases == 0
