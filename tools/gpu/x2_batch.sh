@@ -5,7 +5,7 @@
 set -uo pipefail
 t0=$(date +%s)
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl .gpu/ray/*.whl > /tmp/pip.log 2>&1 || tail -5 /tmp/pip.log
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl $(ls .gpu/ray/*.whl 2>/dev/null) > /tmp/pip.log 2>&1 || tail -5 /tmp/pip.log
 for d in .whl/*.deb; do dpkg -x "$d" /tmp/bw; done
 export EVOKERNEL_BWRAP=/tmp/bw/usr/bin/bwrap PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 EVOKERNEL_HOME=/tmp/evohome RAY_AUTH_MODE=disabled
 nvidia-smi -L; python3 -c "import ray; print('ray', ray.__version__)" 2>&1 | tail -1
