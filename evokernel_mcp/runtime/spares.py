@@ -39,8 +39,16 @@ log = logging.getLogger(__name__)
 # replacement needs seconds to start (interpreter, torch, device context, CUPTI), so back-to-back jobs need
 # several; more on a host with cores to spare.
 N_SPARES = int(os.environ.get("EVOKERNEL_SPARES", str(max(2, min(8, (os.cpu_count() or 2) // 2)))))
-# Spares' device phases (context, Triton's driver, CUPTI) in flight at once per device (>= 1).
-DEVICE_PHASES = max(1, int(os.environ.get("EVOKERNEL_DEVICE_PHASES", "2")))
+# Spares' device phases (context, Triton's driver, CUPTI) in flight at once per device; 0 or off (the default):
+# no limit. Measured on one H200 (bench/results/session13_*): a limit of 2 spread the phases out, and benchmarks'
+# timed sections met them more often (waits for spare starts 1.5-2.5 s a batch instead of 0.5-0.9 s).
+def device_phases(value: str | None) -> int | None:
+    """EVOKERNEL_DEVICE_PHASES read: None (no limit) for unset, off, none or 0; else at least 1."""
+    v = (value or "off").strip().lower()
+    return None if v in ("off", "0", "none") else max(1, int(v))
+
+
+DEVICE_PHASES = device_phases(os.environ.get("EVOKERNEL_DEVICE_PHASES"))
 REF_CACHE = int(os.environ.get("EVOKERNEL_REF_CACHE", "2"))
 TIGHT_FREE_FRACTION = 0.5  # below this free fraction of the device, other sources' reference processes go
 Purpose = Literal["verify", "bench", "any"]
@@ -126,7 +134,7 @@ class Spares:
         self._starting = 0
         self._starting_warm = 0
         self._warming = 0  # cold spares being warmed in the background (out of _ready meanwhile)
-        self._phases = 0  # spares' device phases in flight (at most DEVICE_PHASES)
+        self._phases = 0  # spares' device phases in flight (at most DEVICE_PHASES, where set)
         self._gpu_busy = 0  # background work touching the device now (a spare's device start, a warm-up,
         self._retiring = 0  # a retired child's end), and of it retired children not yet gone
         self._closed = False
@@ -142,12 +150,12 @@ class Spares:
         return {"level": self.level, "notes": list(self.level_notes)}
 
     def _gpu_phase(self):
-        """For a background start's device phase: blocks while arms are timed, and while DEVICE_PHASES others
-        are in flight (the driver makes a GPU's contexts one at a time anyway: more at once only makes each
-        take longer, and a timed section that begins waits for all of them); then counts it as device work in
-        flight and returns the function that ends it."""
+        """For a background start's device phase: blocks while arms are timed, and, where DEVICE_PHASES is set,
+        while that many others are in flight; then counts it as device work in flight and returns the function
+        that ends it."""
         with self._lock:
-            while (self._timing or self._phases >= DEVICE_PHASES) and not self._closed:
+            while (self._timing or (DEVICE_PHASES is not None and self._phases >= DEVICE_PHASES)) \
+                    and not self._closed:
                 self._lock.wait(timeout=1.0)
             self._gpu_busy += 1
             self._phases += 1
