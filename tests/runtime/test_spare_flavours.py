@@ -3,58 +3,15 @@
 
 from __future__ import annotations
 
-import threading
 
 import pytest
 
 from evokernel_mcp.runtime import spares
 from evokernel_mcp.runtime.child_proc import ChildFailed
 
-RealThread = threading.Thread  # _pool() makes threading.Thread run its target at once, for the spares' starts
-
-
-class _Proc:
-    def poll(self):
-        return None
-
-
-class _Kid:
-    def __init__(self, warm: bool, fail_warm: bool = False):
-        self.warm, self.fail_warm, self.proc = warm, fail_warm, _Proc()
-        self.warmed = self.discarded = False
-
-    def unnice(self):
-        pass
-
-    def warm_profiler(self):
-        if self.fail_warm:
-            raise ChildFailed("crash", "gone")
-        self.warm = self.warmed = True
-
-    def discard(self):
-        self.discarded = True
-
-
-def _pool(monkeypatch, device="cuda:0", n=4, ready=()):
-    """A Spares whose starts are recorded (flavour per start), not run."""
-    monkeypatch.setattr(spares.sandbox, "level_candidates", lambda: ["none"])
-    pool = spares.Spares(device, n=n)
-    started: list[bool] = []
-    lock = threading.Lock()
-
-    def fill(warm):
-        with lock:
-            started.append(warm)
-        with pool._lock:
-            pool._starting -= 1
-            pool._starting_warm -= int(warm)
-            pool._ready.append(_Kid(warm))
-
-    monkeypatch.setattr(pool, "_fill", fill)
-    monkeypatch.setattr(spares.threading, "Thread",
-                        lambda target, args=(), daemon=None: type("T", (), {"start": lambda self: target(*args)})())
-    pool._ready = list(ready)
-    return pool, started
+from spare_stubs import Kid as _Kid
+from spare_stubs import RealThread
+from spare_stubs import make_pool as _pool
 
 
 def test_take_gives_a_bench_a_warm_child_and_a_verify_a_cold_one(monkeypatch):

@@ -4,50 +4,16 @@ child. Stand-in children drive the Spares logic; the environment is read off the
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from evokernel_mcp.runtime import child_proc, spares
 
-RealThread = threading.Thread  # _pool() makes threading.Thread run its target at once
-
-
-class _Proc:
-    def poll(self):
-        return None
-
-
-class _Kid:
-    def __init__(self, warm: bool, timeable: bool = True):
-        self.warm, self.timeable, self.proc = warm, timeable, _Proc()
-        self.warmed = False
-
-    def unnice(self):
-        pass
-
-    def warm_profiler(self):
-        self.warm = self.warmed = True
-
-    def discard(self):
-        pass
+from spare_stubs import Kid as _Kid
+from spare_stubs import RealThread, make_pool
 
 
 def _pool(monkeypatch, ready=(), n=4, device="cuda:0"):
-    monkeypatch.setattr(spares.sandbox, "level_candidates", lambda: ["none"])
-    pool = spares.Spares(device, n=n)
-    started: list[bool] = []
-
-    def fill(warm):
-        started.append(warm)
-        with pool._lock:
-            pool._starting -= 1
-            pool._starting_warm -= int(warm)
-    monkeypatch.setattr(pool, "_fill", fill)
-    monkeypatch.setattr(spares.threading, "Thread",
-                        lambda target, args=(), daemon=None, name=None: type("T", (), {"start": lambda s: target(*args)})())
-    pool._ready = list(ready)
-    return pool, started
+    return make_pool(monkeypatch, device=device, n=n, ready=ready, refill=False)
 
 
 @pytest.mark.parametrize("device,value,want", [
