@@ -39,15 +39,24 @@ log = logging.getLogger(__name__)
 # replacement needs seconds to start (interpreter, torch, device context, CUPTI), so back-to-back jobs need
 # several; more on a host with cores to spare.
 N_SPARES = int(os.environ.get("EVOKERNEL_SPARES", str(max(2, min(8, (os.cpu_count() or 2) // 2)))))
-# Spares' device phases (context, Triton's driver, CUPTI) in flight at once per device; 0 or off (the default):
-# no limit. Measured on one H200 (bench/results/session13_*): a limit of 2 spread the phases out, and benchmarks'
-# timed sections met them more often (waits for spare starts 1.5-2.5 s a batch instead of 0.5-0.9 s).
+
+
 def device_phases(value: str | None) -> int | None:
-    """EVOKERNEL_DEVICE_PHASES read: None (no limit) for unset, off, none or 0; else at least 1."""
+    """EVOKERNEL_DEVICE_PHASES read: None (no limit) for unset, off, none or 0 (and, with a warning, for what is
+    not a number); else at least 1."""
     v = (value or "off").strip().lower()
-    return None if v in ("off", "0", "none") else max(1, int(v))
+    if v in ("off", "0", "none"):
+        return None
+    try:
+        return max(1, int(v))
+    except ValueError:
+        log.warning("EVOKERNEL_DEVICE_PHASES=%r is not a number or off: no limit", value)
+        return None
 
 
+# Spares' device phases (context, Triton's driver, CUPTI) in flight at once per device; no limit by default.
+# Measured on one H200 (bench/results/session13_*): a limit of 2 spread the phases out, and benchmarks' timed
+# sections met them more often (waits for spare starts 1.5-2.5 s a batch instead of 0.5-0.9 s).
 DEVICE_PHASES = device_phases(os.environ.get("EVOKERNEL_DEVICE_PHASES"))
 REF_CACHE = int(os.environ.get("EVOKERNEL_REF_CACHE", "2"))
 TIGHT_FREE_FRACTION = 0.5  # below this free fraction of the device, other sources' reference processes go
