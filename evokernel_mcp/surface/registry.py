@@ -22,7 +22,8 @@ class ToolMeta:
     open_world: bool = False
 
     def annotations(self) -> ToolAnnotations:
-        return ToolAnnotations(title=self.title, read_only_hint=self.read_only, destructive_hint=self.destructive,
+        # no title here: the tool's own title (Tool.title) carries it, once
+        return ToolAnnotations(read_only_hint=self.read_only, destructive_hint=self.destructive,
                                idempotent_hint=self.idempotent, open_world_hint=self.open_world)
 
 

@@ -3,8 +3,7 @@
 Input schemas are read by the model on every turn, so they are compacted: no `title` keywords, an
 optional `X | None = None` is shown as plain `X` (null is still accepted by the server), the first
 paragraph of the docstring is the description. Typed patches add enums and the compile options model.
-Output schemas are kept (with descriptions), loosened only where the shaping needs it: a nullable field
-may be omitted, a long tool's result may be a job handle, any result may say it was truncated.
+Output schemas: output_schema.py. The fields every result shares are described once (RESULT_GLOSSARY).
 """
 
 from __future__ import annotations
@@ -13,8 +12,6 @@ import copy
 import json
 import re
 from typing import Any
-
-from evokernel_mcp.models import JobHandle, Truncation
 
 MAX_DESCRIPTION_CHARS = 170
 SECOND_SENTENCE_CHARS = 150
@@ -155,7 +152,17 @@ COMMON_ARGS: dict[str, str] = {
     "job_id": "the id in a job handle (list_jobs shows yours).",
     "experiment": "a journal label for this variant (e.g. 'conv3d/step3-lds'); the call is recorded under it.",
 }
-GLOSSARY = "Arguments shared by the tools: " + " ".join(f"{k}: {v}" for k, v in COMMON_ARGS.items())
+# Result fields every tool shares: described once here (the server instructions), not in each listed
+# output schema (output_schema.COMMON_DEFS); evokernel://tools/{name} has the full output schema.
+RESULT_GLOSSARY = (
+    "Results: the text block says the verdict and its reason; structuredContent has the fields. "
+    "provenance[]: {field, source, detail}, where each number came from. trimmed: {artifact_id, uri, "
+    "full_chars, omitted[]} when the result was cut to fit (the full one is an artifact). A long tool not done "
+    "within wait_s returns {job_id, state, message, job: {job_id, tool, state, age_s, progress, detached, "
+    "next_call}}; job_result then returns the tool's own fields at the top level, with status (the job). "
+    "evokernel://tools/{name} has each tool's full input and output schema, with descriptions.")
+GLOSSARY = ("Arguments shared by the tools: " + " ".join(f"{k}: {v}" for k, v in COMMON_ARGS.items()) + "\n"
+            + RESULT_GLOSSARY)
 
 
 def _drop_common_descriptions(schema: dict[str, Any]) -> None:
@@ -228,56 +235,3 @@ def _drop_unused_defs(schema: dict[str, Any]) -> None:
             defs.pop(k)
     if not defs:
         schema.pop("$defs")
-
-
-# ---------------------------------------------------------------- output schemas
-def _relax_required(schema: Any, defs: dict[str, Any]) -> None:
-    """A property whose schema admits null is not required (shaping omits nulls)."""
-    if isinstance(schema, list):
-        for x in schema:
-            _relax_required(x, defs)
-        return
-    if not isinstance(schema, dict):
-        return
-    req = schema.get("required")
-    props = schema.get("properties")
-    if isinstance(req, list) and isinstance(props, dict):
-        keep = [r for r in req if not _admits_null(props.get(r, {}), defs)]
-        if keep:
-            schema["required"] = keep
-        else:
-            schema.pop("required")
-    for k, v in schema.items():
-        if k == "properties" and isinstance(v, dict):
-            for sub in v.values():
-                _relax_required(sub, defs)
-        elif isinstance(v, dict | list):
-            _relax_required(v, defs)
-
-
-def _admits_null(s: dict[str, Any], defs: dict[str, Any]) -> bool:
-    if s.get("type") == "null" or (isinstance(s.get("type"), list) and "null" in s["type"]):
-        return True
-    return any(_admits_null(b, defs) for b in s.get("anyOf", []) + s.get("oneOf", []) if isinstance(b, dict))
-
-
-def output_schema(raw: dict[str, Any] | None, long: bool) -> dict[str, Any] | None:
-    """The tool's output schema, admitting what shaping produces (see the module doc)."""
-    if raw is None:
-        return None
-    schema = copy.deepcopy(raw)
-    defs = schema.setdefault("$defs", {})
-    _relax_required(schema, defs)
-    props = schema.setdefault("properties", {})
-    defs["Truncation"] = compact_schema(Truncation.model_json_schema())
-    props["trimmed"] = {"$ref": "#/$defs/Truncation"}
-    if long:
-        schema.pop("required", None)  # while the job runs, only the handle is there
-        defs["JobHandle"] = compact_schema(JobHandle.model_json_schema())
-        props["job"] = {"$ref": "#/$defs/JobHandle"}
-        props.setdefault("job_id", {"type": "string"})
-        props.setdefault("state", {"type": "string"})
-        props.setdefault("message", {"type": "string"})
-    if not defs:
-        schema.pop("$defs")
-    return schema

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ValidationError
 
 from evokernel_mcp.errors import BadInput, ErrorBody, NotFound, error_body
 from evokernel_mcp.models import JobHandle, Truncation
+from evokernel_mcp.surface import output_schema as outschema
 from evokernel_mcp.surface import registry, schema, shaping, strict
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,8 @@ class SurfaceInfo:
     description: str
     input_schema: dict[str, Any]
     full_input_schema: dict[str, Any]
-    output_schema: dict[str, Any] | None
+    output_schema: dict[str, Any] | None  # as listed (compact)
+    full_output_schema: dict[str, Any] | None
 
 
 def caller_id(context: Any) -> str | None:
@@ -110,8 +112,10 @@ class EvoServer(MCPServer):
             top = [h for h in hidden if "." not in h]
             nested = sorted({h.split(".")[0] for h in hidden if "." in h})
             desc += " Advanced: " + ", ".join(top + [f"more {n}" for n in nested]) + "."
+        full_out = outschema.full_output_schema(tool.output_schema, long)
         info = SurfaceInfo(long=long, meta=registry.meta_for(name), description=desc, input_schema=listed,
-                           full_input_schema=full, output_schema=schema.output_schema(tool.output_schema, long))
+                           full_input_schema=full, output_schema=outschema.listed_output_schema(full_out, long),
+                           full_output_schema=full_out)
         self._surface[name] = (id(tool), info)
         return info
 
@@ -120,7 +124,8 @@ class EvoServer(MCPServer):
         return None if info is None else info.input_schema
 
     def tool_schema_text(self, name: str) -> str:
-        """evokernel://tools/{name}: the full input schema (advanced arguments included) as JSON."""
+        """evokernel://tools/{name}: the full input schema (advanced arguments included) and the full output
+        schema (with descriptions), as JSON."""
         info = self.surface(name)
         if info is None:
             from mcp.server.mcpserver.exceptions import ResourceError
@@ -128,7 +133,8 @@ class EvoServer(MCPServer):
             raise ResourceError(f"no tool {name!r}; tools/list has the names")
         tool = self._tool_manager.get_tool(name)
         doc = " ".join((tool.description if tool else "").split())
-        return json.dumps({"name": name, "description": doc, "input_schema": info.full_input_schema}, indent=1)
+        return json.dumps({"name": name, "description": doc, "input_schema": info.full_input_schema,
+                           "output_schema": info.full_output_schema}, indent=1)
 
     async def list_tools(self) -> list[MCPTool]:
         out = []

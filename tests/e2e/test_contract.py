@@ -65,7 +65,7 @@ def _resolve(schema: dict, root: dict) -> dict:
         elif "anyOf" in schema or "oneOf" in schema:
             options = [s for s in schema.get("anyOf", schema.get("oneOf")) if s.get("type") != "null"]
             schema = options[0]
-        elif schema.get("type") == "array" and "items" in schema:
+        elif "items" in schema:
             schema = schema["items"]
         else:
             return schema
