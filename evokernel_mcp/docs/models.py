@@ -32,11 +32,15 @@ class DocInfo(Model):
                             "evokernel://docs/<path>.")
     size_bytes: int | None = Field(default=None, description="File size (detail='full').")
     tokens: int = Field(description="Estimated tokens of the whole page (chars/4).")
-    sections: list[DocSectionInfo] = Field(default_factory=list)
+    sections: list[DocSectionInfo] | None = Field(default=None, description="The page's sections (list_docs "
+                                                  "detail='brief': level-2 anchors; 'full' or path=...: every "
+                                                  "heading); null at detail='pages'.")
 
 
 class DocList(Model):
-    docs: list[DocInfo]
+    docs: list[DocInfo] = Field(description="Every page under the roots asked for, in index order.")
+    detail: Literal["pages", "brief", "full"] = Field(default="full", description="What each entry holds "
+                                                      "(the list_docs argument).")
     provenance: list[Provenance] = Field(default_factory=lambda: [_INDEX])
 
 

@@ -31,14 +31,21 @@ def _section_info(page: Page, s: Section) -> DocSectionInfo:
                           tokens=estimate_tokens(page.span_text(s.start, s.end)))
 
 
-def doc_info(page: Page, full: bool = True) -> DocInfo:
-    if not full:  # brief: what an agent needs to pick a page and a section
+Detail = Literal["pages", "brief", "full"]
+
+
+def doc_info(page: Page, detail: Detail = "full") -> DocInfo:
+    """pages: what picks a page (path, title, kind, size); brief: + its top-level section anchors and sizes;
+    full: + description, uri, size in bytes, every heading with its title and level."""
+    tokens = estimate_tokens(page.text)
+    if detail == "pages":
+        return DocInfo(path=page.path, title=page.title, kind=page.kind, tokens=tokens)
+    if detail == "brief":
         secs = [DocSectionInfo(anchor=s.anchor, tokens=estimate_tokens(page.span_text(s.start, s.end)))
-                for s in page.sections if s.level <= 2]
-        return DocInfo(path=page.path, title=page.title, kind=page.kind, tokens=estimate_tokens(page.text),
-                       sections=secs)
+                for s in page.sections if s.level == 2]
+        return DocInfo(path=page.path, title=page.title, kind=page.kind, tokens=tokens, sections=secs)
     return DocInfo(path=page.path, title=page.title, description=page.description, kind=page.kind,
-                   uri=URI_PREFIX + page.path, size_bytes=page.size_bytes, tokens=estimate_tokens(page.text),
+                   uri=URI_PREFIX + page.path, size_bytes=page.size_bytes, tokens=tokens,
                    sections=[_section_info(page, s) for s in page.sections])
 
 
@@ -69,19 +76,22 @@ def _citations(page: Page, text: str) -> list[Citation]:
 def list_docs(
     root: Annotated[Literal["gpu_arch", "reference_kernels"] | None,
                     Field(description="Only this docs root; default: both.")] = None,
-    detail: Annotated[Literal["brief", "full"], Field(description="brief: path, title, tokens, top-level section "
-                      "anchors; full: descriptions, every heading with its title and level.")] = "brief",
-    path: Annotated[str | None, Field(description="Only this page (with detail='full' by default).")] = None,
+    detail: Annotated[Detail, Field(description="pages: path, title, kind, tokens of every page; brief: also "
+                      "each page's section anchors (level 2) and sizes; full: descriptions, every heading with "
+                      "its title and level.")] = "pages",
+    path: Annotated[str | None, Field(description="Only this page, with every section (detail='full').")] = None,
 ) -> DocList:
-    """List the hardware docs and reference kernels: each page's path, title, size in tokens and section
-    anchors. Start at gpu_arch/index.md (the map) or use search_docs for one fact.
+    """List every hardware doc page and reference kernel: path, title, kind and size in tokens. Start at
+    gpu_arch/index.md (the map) or use search_docs for one fact; list_docs(path=...) gives one page's
+    section anchors for read_doc.
 
-    detail='full' adds each page's description and every heading (title, level); path=... lists one page."""
+    detail='brief' adds each page's section anchors (use root=... to keep it short), detail='full' every
+    heading with its title and level."""
     idx = get_index()
     if path is not None:
-        return DocList(docs=[doc_info(_page(path), full=True)])
+        return DocList(docs=[doc_info(_page(path), "full")], detail="full")
     pages = [p for p in idx.pages.values() if root is None or p.path.startswith(root + "/")]
-    return DocList(docs=[doc_info(p, full=detail == "full") for p in pages])
+    return DocList(docs=[doc_info(p, detail) for p in pages], detail=detail)
 
 
 def search_docs(

@@ -38,7 +38,6 @@ ADVANCED: dict[str, tuple[str, ...]] = {
     "compare_experiments": ("max_diff_lines", "max_counters"),
     "distill": ("max_claims",),
     "export_trajectory": ("preview_chars",),
-    "list_docs": ("detail",),
     "compile_kernel": ("experiment", "task", "options.matrix_instr_nonkdim", "options.kpack", "options.enable_fp_fusion",
                        "options.maxnreg", "options.timeout_s"),
     "read_artifact": ("name",),

@@ -77,9 +77,12 @@ def test_list_docs_tree_and_filter(docs_tree):
     assert lds.uri == "evokernel://docs/gpu_arch/lds.md" and lds.kind == "markdown"
     size = next(s for s in lds.sections if s.anchor == "lds-size-per-arch")
     assert size.level == 2 and 0 < size.tokens < lds.tokens
-    brief = {d.path: d for d in read.list_docs().docs}["gpu_arch/lds.md"]  # the default: anchors and sizes
+    pages = {d.path: d for d in read.list_docs().docs}  # the default: every page, no sections
+    assert set(pages) == set(by_path) and pages["gpu_arch/lds.md"].title == lds.title
+    assert all(d.sections is None and d.uri is None for d in pages.values())
+    brief = {d.path: d for d in read.list_docs(detail="brief").docs}["gpu_arch/lds.md"]
     assert brief.uri is None and brief.description is None and brief.tokens == lds.tokens
-    assert [s.anchor for s in brief.sections] == [s.anchor for s in lds.sections if s.level <= 2]
+    assert [s.anchor for s in brief.sections] == [s.anchor for s in lds.sections if s.level == 2]
     assert read.list_docs(path="gpu_arch/lds.md").docs[0].sections == lds.sections
     only = read.list_docs("reference_kernels").docs
     assert only and all(d.path.startswith("reference_kernels/") for d in only)

@@ -56,7 +56,9 @@ def test_stdio_docs_on_real_content(tmp_path):
             listed = await client.call_tool("list_docs", {})
             assert not listed.is_error
             docs = {d["path"]: d for d in listed.structured_content["docs"]}
-            assert docs["gpu_arch/quick_reference.md"]["sections"]
+            assert "gpu_arch/quick_reference.md" in docs and "trimmed" not in listed.structured_content
+            one = await client.call_tool("list_docs", {"path": "gpu_arch/quick_reference.md"})
+            assert one.structured_content["docs"][0]["sections"]
             found = await client.call_tool("search_docs", {"query": "LDS size gfx950", "top_k": 3})
             assert not found.is_error and found.structured_content["results"]
             hit = found.structured_content["results"][0]

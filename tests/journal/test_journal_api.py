@@ -159,7 +159,7 @@ def test_note_errors(trail):
 def test_doc_evidence_resolves(trail):
     from evokernel_mcp.docs.read import list_docs
 
-    page = next(p for p in list_docs().docs if p.sections)
+    page = next(p for p in list_docs(detail="brief").docs if p.sections)
     uri = f"evokernel://docs/{page.path}#{page.sections[-1].anchor}"
     note = api.record_note("A fact from the docs.", DocEvidence(kind="doc", anchor=uri), task="vector_add", kind="claim")
     assert note.verified and note.evidence == {"kind": "doc", "anchor": uri} and note.note_id.startswith("n-")

@@ -139,3 +139,19 @@ def test_shaping_rounds_drops_nulls_and_dedupes():
     assert out["c"] == [1e-07, 12346.0, 1732291235.0]
     assert out["provenance"] == [{"field": "a, c", "source": "ncu", "detail": "v1"},
                                  {"field": "d", "source": "torch"}]
+
+
+def test_list_docs_names_every_page_within_budget_uncut():
+    """The default list_docs is a full table of contents: every page of the doc index by path and title,
+    within the budget without cutting; sections come with detail='brief' or path=..."""
+    from evokernel_mcp.docs.index import get_index
+
+    async def main():
+        async with Client(build_server()) as c:
+            return (await c.call_tool("list_docs", {})).structured_content
+
+    sc = anyio.run(main)
+    pages = get_index().pages
+    assert len(pages) >= 40  # the shipped docs (gpu_arch and reference_kernels)
+    assert "trimmed" not in sc and _chars(sc) <= BUDGET
+    assert {d["path"]: d["title"] for d in sc["docs"]} == {p.path: p.title for p in pages.values()}
