@@ -14,14 +14,15 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Annotated, Any
 
 import anyio
 from mcp.server.mcpserver import Context
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from evokernel_mcp.models import ErrorInfo, Model, Provenance
+from evokernel_mcp.models import ErrorInfo, JobHandle, Model, Provenance
 from evokernel_mcp.runtime.jobs import JobContext, JobManager, JobOutcome, JobStatus, JobSummary
 from evokernel_mcp.runtime.protocol import WorkerReply
 
@@ -90,17 +91,33 @@ async def run_worker_job(*, kind: str, op: str, payload: dict, device: str | Non
 
 # ---------------------------------------------------------------- the job tools (plain functions)
 class JobResult(Model):
-    """A job's state and, once finished, its result (the same model the submitting tool returns)."""
+    """A job's answer in the shape its tool answers in: once done, the tool's own fields (passed, cases,
+    results, ranked ...) at the top level, exactly as when the tool answered within wait_s, with
+    `finished` and `status` (the job) beside them; while it runs, the same job handle (`job`) the tool
+    returns; failed or cancelled, `error` says why."""
+
+    model_config = ConfigDict(extra="allow")  # the tool's own fields
 
     job_id: str
-    state: str
+    state: str = Field(description="The tool's state once done (as in its own answer), else the job's.")
     finished: bool
-    result: dict[str, Any] | None = Field(default=None, description="The tool's result (e.g. a VerifyResult) when done.")
-    error: ErrorInfo | None = None
-    status: JobStatus
+    error: ErrorInfo | None = Field(default=None, description="The tool's error, or why the job did not finish.")
+    status: JobStatus = Field(description="The job: tool, device, times, progress.")
     message: str | None = None
+    job: JobHandle | None = Field(default=None, description="While the job runs: its handle (as the tool's own "
+                                  "answer after wait_s).")
     provenance: list[Provenance] = Field(default_factory=lambda: [Provenance(
-        field="result", source="evokernel job manager", detail="the result carries its own provenance")])
+        field="state", source="evokernel job manager", detail="this server process; times from its clock")])
+
+
+def job_handle(status: JobStatus, tool: str | None = None) -> JobHandle:
+    """The handle of an unfinished job (what a long tool returns after wait_s, and job_result meanwhile)."""
+    prog = None
+    if status.progress is not None:
+        prog = f"{status.progress.done:g}/{status.progress.total:g} {status.progress.message}".strip()
+    return JobHandle(job_id=status.job_id, tool=tool or status.tool or status.kind, state=status.state,
+                     age_s=round(time.time() - status.created_at, 1), progress=prog, detached=status.detached,
+                     next_call=f"job_result(job_id='{status.job_id}', wait_s=50)")
 
 
 async def job_status(
@@ -120,10 +137,16 @@ async def job_result(
     keeps running (abandoning this call does not stop it: use cancel_job)."""
     mgr = _jobs(None)
     outcome = await wait_job(job_id, wait_s, ctx=ctx, cancel_on_abort=False, jobs=mgr)
-    result = outcome.result.model_dump(mode="json") if outcome.result is not None else None
-    msg = None if outcome.finished else f"still {outcome.state}; call job_result('{job_id}', wait_s) again"
-    return JobResult(job_id=job_id, state=outcome.state, finished=outcome.finished, result=result,
-                     error=outcome.error, status=mgr.status(job_id), message=msg)
+    status = mgr.status(job_id)
+    if not outcome.finished:
+        return JobResult(job_id=job_id, state=outcome.state, finished=False, status=status, job=job_handle(status),
+                         message=f"still {outcome.state}; call job_result('{job_id}', wait_s) again")
+    own = outcome.result.model_dump(mode="json") if outcome.result is not None else {}
+    own = {k: v for k, v in own.items() if v is not None}
+    fields = {"job_id": job_id, "state": outcome.state, "error": outcome.error, **own}
+    if fields.get("job_id") is None:
+        fields["job_id"] = job_id
+    return JobResult(**fields, finished=True, status=status)
 
 
 async def cancel_job(

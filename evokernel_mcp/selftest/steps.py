@@ -46,7 +46,7 @@ async def call(ctx: Ctx, tool: str, args: dict) -> tuple[bool, dict | str]:
         if j.get("finished") or j.get("state") in ("done", "failed", "cancelled"):
             if j.get("state") != "done":
                 return True, f"job {sc['job_id']} {j.get('state')}: {j.get('error') or j.get('message')}"
-            sc = j.get("result") or {}
+            sc = j  # the tool's own fields, at the top level
     if sc.get("state") in ("queued", "running"):
         return True, f"job {sc.get('job_id')} not finished within {ctx.step_timeout_s:g} s"
     return False, sc

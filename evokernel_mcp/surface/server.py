@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -193,20 +192,13 @@ class EvoServer(MCPServer):
         if not scope.job_ids:
             return None
         from evokernel_mcp.app import get_app
+        from evokernel_mcp.runtime.submit import job_handle
 
-        mgr = get_app().jobs
-        job_id = scope.job_ids[-1]
         try:
-            st = mgr.status(job_id)
+            st = get_app().jobs.status(scope.job_ids[-1])
         except Exception:  # noqa: BLE001 - trimmed away: no handle
             return None
-        if st.state in FINAL:
-            return None
-        prog = None
-        if st.progress is not None:
-            prog = f"{st.progress.done:g}/{st.progress.total:g} {st.progress.message}".strip()
-        return JobHandle(job_id=job_id, tool=scope.tool, state=st.state, age_s=round(time.time() - st.created_at, 1),
-                         progress=prog, detached=st.detached, next_call=f"job_result(job_id='{job_id}', wait_s=50)")
+        return None if st.state in FINAL else job_handle(st, scope.tool)
 
     def _shape(self, name: str, info: SurfaceInfo, raw: Any, scope: Any) -> CallToolResult:
         if isinstance(raw, BaseModel):

@@ -124,7 +124,7 @@ def test_detached_job_outlives_its_caller_and_is_listed_for_all_callers():
     mine, everyone, res = anyio.run(second)
     assert job["job_id"] not in [j["job_id"] for j in mine]
     assert job["job_id"] in [j["job_id"] for j in everyone]
-    assert res["finished"] and res["result"]["value"] == 7
+    assert res["finished"] and res["value"] == 7 and res["status"]["tool"] == "slow_tool"
 
 
 def test_request_cancelled_cancels_the_job():
@@ -164,3 +164,76 @@ def test_stateless_requests_share_the_clients_jobs():
     job_id, listed, cancelled = anyio.run(main)
     assert [j["job_id"] for j in listed] == [job_id] and listed[0]["state"] == "running"
     assert cancelled["state"] == "cancelled"
+
+
+def _minimal(schema: dict, root: dict):
+    """The smallest value a JSON schema accepts (required fields only), from the model's own schema."""
+    if "$ref" in schema:
+        return _minimal(root["$defs"][schema["$ref"].split("/")[-1]], root)
+    if "default" in schema:
+        return schema["default"]
+    for key in ("anyOf", "oneOf"):
+        if key in schema:
+            return _minimal(next(b for b in schema[key] if b.get("type") != "null"), root)
+    if "enum" in schema:
+        return schema["enum"][0]
+    if "const" in schema:
+        return schema["const"]
+    t = schema.get("type")
+    if t == "object" or "properties" in schema:
+        return {k: _minimal(schema["properties"][k], root) for k in schema.get("required", [])}
+    return {"string": "x", "number": 1.5, "integer": 1, "boolean": False, "array": [], "null": None}[t]
+
+
+def _long_tool_results():
+    """(tool, a result of its own model) for every long tool: required fields, plus a failed verdict."""
+    from typing import get_type_hints
+
+    from evokernel_mcp.surface import registry
+
+    out = []
+    for t in build_server()._tool_manager.list_tools():
+        if not registry.is_long(t.fn):
+            continue
+        model = get_type_hints(t.fn)["return"]
+        schema = model.model_json_schema()
+        data = _minimal(schema, schema)
+        if "error" in schema["properties"]:
+            data["error"] = {"kind": "crash", "message": "the candidate died"}
+        data["provenance"] = [{"field": "x", "source": "test"}]
+        out.append((t.name, model.model_validate(data)))
+    return out
+
+
+def test_every_long_tool_answers_in_one_shape_directly_and_through_job_result():
+    """A result has the same top-level fields (and values) whether the tool answered within wait_s or the
+    agent fetched it with job_result; job_result adds `finished`, `status` (the job), and job_id and state
+    where the tool has none."""
+    from evokernel_mcp.app import get_app
+    from evokernel_mcp.surface.server import EvoServer
+
+    results = _long_tool_results()
+    assert {"verify_vs_pytorch", "benchmark", "profile_pmc", "thread_trace", "measure_ceilings",
+            "evaluate_batch"} <= {name for name, _ in results}
+
+    async def main():
+        got = {}
+        async with Client(_server()) as c:
+            for name, res in results:
+                async def fn(jctx, res=res):
+                    return res
+                job_id = await get_app().jobs.submit(kind=name, device=None, fn=fn, timeout_s=60)
+                got[name] = (job_id, await c.call_tool("job_result", {"job_id": job_id, "wait_s": 20}))
+        return got
+
+    got = anyio.run(main)
+    for name, res in results:
+        job_id, r = got[name]
+        direct = EvoServer._result(None, name, res.model_dump(mode="json")).structured_content
+        via = r.structured_content
+        assert not r.is_error and via["finished"] and via["job_id"] == job_id, (name, via)
+        assert via["status"]["job_id"] == job_id and "result" not in via, name
+        for key, value in direct.items():
+            if key != "job_id":
+                assert via.get(key) == value, (name, key, via.get(key), value)
+        assert set(via) - set(direct) <= {"finished", "status", "job_id", "state"}, (name, set(via) - set(direct))

@@ -33,7 +33,7 @@ def test_tools_through_in_memory_client():
             assert not r.is_error and r.structured_content["state"] in ("queued", "running", "done")
             r = await c.call_tool("job_result", {"job_id": job_id, "wait_s": 120}, progress_callback=on_progress)
             sc = r.structured_content
-            assert not r.is_error and sc["finished"] and sc["result"]["passed"] is True, sc
+            assert not r.is_error and sc["finished"] and sc["passed"] is True, sc
             r = await c.call_tool("verify_vs_pytorch", {"task": "vector_add", "candidate": VADD, "shapes": ["small"],
                                                         "seeds": 1, "wait_s": 120}, progress_callback=on_progress)
             assert not r.is_error and r.structured_content["passed"] is True
