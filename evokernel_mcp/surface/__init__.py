@@ -5,7 +5,9 @@
   output schemas that admit the shaped results and the job handle.
 - strict.py: unknown arguments are an error naming the closest valid one (difflib), at every depth.
 - shaping.py: results sized for a context window (nulls omitted, numbers rounded, provenance deduplicated,
-  over-budget lists moved to an artifact) and the short text block.
+  over-budget lists moved to an artifact).
+- verdict.py: the text block: the verdict and its reason in one or two lines.
+- output_schema.py: the full output schemas and the compact ones tools/list carries.
 - server.py: EvoServer, the MCPServer subclass that applies all of the above around each tool call.
 - prompts.py, completions.py: MCP prompts and completion/complete.
 - http.py: streamable HTTP with a bearer token and Host/Origin checks.

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ValidationError
 from evokernel_mcp.errors import BadInput, ErrorBody, NotFound, error_body
 from evokernel_mcp.models import JobHandle, Truncation
 from evokernel_mcp.surface import output_schema as outschema
-from evokernel_mcp.surface import registry, schema, shaping, strict
+from evokernel_mcp.surface import registry, schema, shaping, strict, verdict
 
 log = logging.getLogger(__name__)
 OWNER_KEY = "evokernel_owner"
@@ -222,7 +222,7 @@ class EvoServer(MCPServer):
         full = shaping.size_chars(data)
         if full > shaping.BUDGET_CHARS:
             data, links = _truncate(name, data, full, links)
-        content: list[Any] = [TextContent(type="text", text=shaping.summary_text(name, data))] + links
+        content: list[Any] = [TextContent(type="text", text=verdict.summary_text(name, data))] + links
         return CallToolResult(content=content, structured_content=data, is_error=False)
 
 

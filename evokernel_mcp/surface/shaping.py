@@ -8,7 +8,7 @@ shape() does, in order: drop null fields (and empty stdout/stderr-like strings),
 SIGNIFICANT_DIGITS significant digits (never into the integer part), merge provenance entries that
 share source and detail into one entry whose `field` lists the fields; then, only if still over budget,
 store the full shaped result as an artifact (result.json) and cut the largest lists and strings until
-it fits, saying what was cut in `trimmed`.
+it fits, saying what was cut in `trimmed`. The text block beside it: verdict.py.
 """
 
 from __future__ import annotations
@@ -175,25 +175,3 @@ def fit(data: dict[str, Any], budget_chars: int = BUDGET_CHARS, reserve_chars: i
 def _is_map(v: Any) -> bool:
     return isinstance(v, dict) and len(v) > MAP_MIN_KEYS and all(
         isinstance(x, int | float | str | bool) or x is None for x in v.values())
-
-
-# ---------------------------------------------------------------- the short text block
-def summary_text(tool: str, data: dict[str, Any], max_chars: int = 400) -> str:
-    """A few lines for a person: the scalar top-level fields, list sizes, the job or truncation note."""
-    bits = []
-    for k, v in data.items():
-        if k in ("provenance", "trimmed", "job", "versions"):
-            continue
-        if isinstance(v, bool | int | float) or (isinstance(v, str) and len(v) <= 60 and "\n" not in v):
-            bits.append(f"{k}={v}")
-        elif isinstance(v, list):
-            bits.append(f"{k}: {len(v)}")
-    lines = [f"{tool}: " + ", ".join(bits)]
-    if isinstance(data.get("job"), dict):
-        j = data["job"]
-        lines.append(f"job {j.get('job_id')} {j.get('state')}; next: {j.get('next_call')}")
-    if isinstance(data.get("trimmed"), dict):
-        t = data["trimmed"]
-        lines.append(f"cut to fit: full result in artifact {t.get('artifact_id')} (read_artifact)")
-    text = "\n".join(lines)
-    return text if len(text) <= max_chars else text[: max_chars - 3] + "..."

@@ -16,7 +16,7 @@ import pytest
 from mcp import Client
 
 from evokernel_mcp.server import build_server
-from evokernel_mcp.surface import shaping
+from evokernel_mcp.surface import shaping, verdict
 from evokernel_mcp.surface.server import EvoServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,7 +56,7 @@ def test_live_default_results_within_budget():
                 assert not r.is_error, (tool, args, r.content)
                 sizes[f"{tool} {args}"] = _chars(r.structured_content)
                 text = r.content[0].text
-                assert len(text) <= 400 and not text.lstrip().startswith("{"), (tool, text)  # a summary, not JSON
+                assert len(text) <= verdict.TEXT_CHARS and not text.lstrip().startswith("{"), (tool, text)  # not JSON
         return sizes
     sizes = anyio.run(main)
     over = {k: v for k, v in sizes.items() if v > BUDGET}

@@ -16,6 +16,7 @@ from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
 from evokernel_mcp.server import build_server
+from surface_samples import minimal
 
 
 class SlowResult(BaseModel):
@@ -166,25 +167,6 @@ def test_stateless_requests_share_the_clients_jobs():
     assert cancelled["state"] == "cancelled"
 
 
-def _minimal(schema: dict, root: dict):
-    """The smallest value a JSON schema accepts (required fields only), from the model's own schema."""
-    if "$ref" in schema:
-        return _minimal(root["$defs"][schema["$ref"].split("/")[-1]], root)
-    if "default" in schema:
-        return schema["default"]
-    for key in ("anyOf", "oneOf"):
-        if key in schema:
-            return _minimal(next(b for b in schema[key] if b.get("type") != "null"), root)
-    if "enum" in schema:
-        return schema["enum"][0]
-    if "const" in schema:
-        return schema["const"]
-    t = schema.get("type")
-    if t == "object" or "properties" in schema:
-        return {k: _minimal(schema["properties"][k], root) for k in schema.get("required", [])}
-    return {"string": "x", "number": 1.5, "integer": 1, "boolean": False, "array": [], "null": None}[t]
-
-
 def _long_tool_results():
     """(tool, a result of its own model) for every long tool: required fields, plus a failed verdict."""
     from typing import get_type_hints
@@ -197,7 +179,7 @@ def _long_tool_results():
             continue
         model = get_type_hints(t.fn)["return"]
         schema = model.model_json_schema()
-        data = _minimal(schema, schema)
+        data = minimal(schema, schema)
         if "error" in schema["properties"]:
             data["error"] = {"kind": "crash", "message": "the candidate died"}
         data["provenance"] = [{"field": "x", "source": "test"}]
