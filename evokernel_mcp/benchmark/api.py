@@ -13,6 +13,7 @@ from pydantic import Field
 
 from evokernel_mcp.benchmark import roofline as rl
 from evokernel_mcp.benchmark import stats
+from evokernel_mcp.benchmark.checks import output_checks
 from evokernel_mcp.benchmark.models import (
     BenchmarkResult, Ceilings, ClockReadings, Clocks, ShapeResult, TimingInfo, TimingStats,
 )
@@ -108,6 +109,7 @@ def shape_result(raw: dict[str, Any], task: Task, info: dict[str, Any], ceil: Ce
     roof = rl.compute_roofline(c.median_ms, ss.bytes, ss.flops, **kw) if c.median_ms > 0 else None
     base_roof = rl.compute_roofline(b.median_ms, ss.bytes, ss.flops, **kw) if b and b.median_ms > 0 else None
     sp = stats.speedup(c, b) if b and c.median_ms > 0 else None
+    checks, check_detail = output_checks(raw)
     sr = ShapeResult(
         shape=raw["shape"], candidate=c, baseline=b, speedup=sp.speedup if sp else None,
         speedup_ci=sp.speedup_ci if sp else None, noise=sp.noise if sp else None,
@@ -117,7 +119,7 @@ def shape_result(raw: dict[str, Any], task: Task, info: dict[str, Any], ceil: Ce
         candidate_timing=_info(raw["candidate"]), baseline_timing=_info(raw.get("baseline")),
         correct_after_timing=bool((raw.get("check_timed") or {}).get("passed"))
         and bool((raw.get("check_fresh") or {}).get("passed")),
-        check_detail=str({"timed": raw.get("check_timed"), "fresh": raw.get("check_fresh")})[:1500])
+        check_detail=check_detail, checks=checks)
     _paired(sr, raw, confidence)
     _confirmed(sr, raw, confidence)
     sr.clocks_moved = _clocks_moved(raw)

@@ -91,6 +91,26 @@ class NoiseFloor(Model):
     rounds: int = Field(description="Interleaved rounds the floor was measured over.")
 
 
+class OutputCheck(Model):
+    """One post-timing check of the candidate's output against the reference, with verify's bar."""
+
+    passed: bool | None = None
+    mismatches: int | None = None
+    max_abs_err: float | None = None
+    rel_l2_err: float | None = None
+    nan_count: int | None = None
+    note: str | None = None
+    bar: str | None = Field(default=None, description="The bar applied (as verify's).")
+
+
+class OutputChecks(Model):
+    """The candidate's output checked after timing: guards against caching and wrong timed kernels."""
+
+    timed: OutputCheck | None = Field(default=None, description="A timed call's output, its input storage "
+                                      "refilled with new values (catches results cached by address).")
+    fresh: OutputCheck | None = Field(default=None, description="The output on fresh inputs.")
+
+
 class ShapeResult(Model):
     shape: str
     candidate: TimingStats | None = Field(
@@ -116,7 +136,9 @@ class ShapeResult(Model):
     baseline_timing: TimingInfo | None = None
     correct_after_timing: bool | None = Field(
         default=None, description="The candidate's output on fresh inputs matched the reference after timing.")
-    check_detail: str | None = None
+    check_detail: str | None = Field(default=None, description="The output checks after timing in one sentence "
+                                     "(checks has them structured).")
+    checks: OutputChecks | None = None
     valid: bool = Field(
         default=True, description="False when the timing is not of the requested computation (invalid_reason "
         "says why); then speedup, speedup_ci and the timing figures are null. Read this before speedup.")

@@ -65,9 +65,9 @@ def run(x, y):
 def test_cpu_harness_catches_a_candidate_that_caches_results_by_input_address():
     res = anyio.run(lambda: benchmark(candidate=ADDRESS_CACHE, task="vector_add", min_reps=4, **FAST))
     r = res.results[0]
-    chk = eval(r.check_detail)  # noqa: S307 - our own repr of two small dicts
-    assert chk["fresh"]["passed"] is True  # new tensors: it computes, so only the refill check can see it
-    assert chk["timed"]["passed"] is False and r.correct_after_timing is False
+    assert r.checks.fresh.passed is True  # new tensors: it computes, so only the refill check can see it
+    assert r.checks.timed.passed is False and r.correct_after_timing is False
+    assert "timed call's output (input storage refilled): did NOT match" in r.check_detail
     assert any("input storage refilled" in f for f in r.flags)
 
 
