@@ -111,3 +111,32 @@ def test_cli_call_prints_json(tmp_path):
 
     data = json.loads(out.stdout)
     assert data["backend"] in ("rocm", "cuda", "none")
+
+
+def test_tools_list_line_on_stdio_within_budget(tmp_path):
+    """The tools/list response exactly as a stdio client reads it (one JSON-RPC line), for a client that
+    speaks the handshake protocol by hand: within the budget every client pays on connect."""
+    import json
+
+    from mcp_types.version import LATEST_HANDSHAKE_VERSION
+
+    proc = subprocess.Popen([sys.executable, "-m", "evokernel_mcp", "serve"], env=_env(tmp_path), text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    init = {"protocolVersion": LATEST_HANDSHAKE_VERSION, "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}
+    try:
+        for msg in ({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init},
+                    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                    {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}):
+            proc.stdin.write(json.dumps(msg) + "\n")
+        proc.stdin.flush()
+        line = ""
+        for _ in range(10):
+            line = proc.stdout.readline()
+            if json.loads(line).get("id") == 2:
+                break
+        assert len(json.loads(line)["result"]["tools"]) >= 20
+        assert len(line.rstrip("\n")) <= 40_000, f"tools/list is {len(line)} characters on stdio"
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
