@@ -95,7 +95,7 @@ async def _call(c, tool: str, args: dict) -> tuple[dict, float, bool, str | None
     while not r.is_error and body.get("job_id") and body.get("passed", body.get("results")) is None \
             and body.get("state") in ("queued", "running"):  # wait_s ran out: collect the job
         r = await c.call_tool("job_result", {"job_id": body["job_id"], "wait_s": 300})
-        body = (r.structured_content or {}).get("result") or body
+        body = r.structured_content or {}  # job_result: the tool's own fields at the top level
     return body, time.perf_counter() - t0, r.is_error, text
 
 

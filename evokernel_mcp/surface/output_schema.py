@@ -105,8 +105,10 @@ class _Compactor:
                 return self.node(kept[0], typed, seen)
             nodes = [self.node(b, typed, seen) for b in kept]
             if all(set(n) <= {"type"} for n in nodes):  # plain types only: one "type" list (or nothing)
-                types = sorted({n["type"] for n in nodes if "type" in n})
-                return {"type": types[0] if len(types) == 1 else types} if typed and len(types) == len(nodes) else {}
+                if not typed or not all("type" in n for n in nodes):
+                    return {}
+                types = sorted({t for n in nodes for t in (n["type"] if isinstance(n["type"], list) else [n["type"]])})
+                return {"type": types[0] if len(types) == 1 else types}
             return {"anyOf": nodes}
         ref = s.get("$ref")
         if isinstance(ref, str):
