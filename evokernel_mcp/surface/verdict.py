@@ -125,7 +125,7 @@ def verdict(data: dict[str, Any]) -> tuple[str | None, list[str]]:
 def _facts(data: dict[str, Any]) -> str:
     bits = []
     for k, v in data.items():
-        if k in SKIP or k in VERDICT_KEYS or k.endswith("_at") or v is False or v == []:
+        if k in SKIP or k in VERDICT_KEYS or k.endswith("_at") or v is False:
             continue
         if isinstance(v, bool | int | float) or (isinstance(v, str) and len(v) <= 60 and "\n" not in v):
             bits.append(f"{k}={_fmt(v)}")
