@@ -134,7 +134,10 @@ async def job_result(
     ctx: Context | None = None,
 ) -> JobResult:
     """Fetch a job's result, waiting up to wait_s seconds. If still running, call again later; the job
-    keeps running (abandoning this call does not stop it: use cancel_job)."""
+    keeps running (abandoning this call does not stop it: use cancel_job).
+
+    Done, it answers as the tool itself would have within wait_s (passed, cases, results, ranked ... at the
+    top level), with `finished` and `status` (the job); still running, with the same `job` handle."""
     mgr = _jobs(None)
     outcome = await wait_job(job_id, wait_s, ctx=ctx, cancel_on_abort=False, jobs=mgr)
     status = mgr.status(job_id)
@@ -143,10 +146,9 @@ async def job_result(
                          message=f"still {outcome.state}; call job_result('{job_id}', wait_s) again")
     own = outcome.result.model_dump(mode="json") if outcome.result is not None else {}
     own = {k: v for k, v in own.items() if v is not None}
-    fields = {"job_id": job_id, "state": outcome.state, "error": outcome.error, **own}
-    if fields.get("job_id") is None:
-        fields["job_id"] = job_id
-    return JobResult(**fields, finished=True, status=status)
+    # the envelope's own keys (finished, status) win over a tool field of the same name
+    return JobResult(**{"job_id": job_id, "state": outcome.state, "error": outcome.error, **own,
+                        "finished": True, "status": status})
 
 
 async def cancel_job(
