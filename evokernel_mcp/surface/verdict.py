@@ -6,8 +6,8 @@ Read generically from the result's fields, so every tool (also one added later) 
 - job_result: the finished job in its tool's words (the tool's own fields are at the top level);
 - `error` {kind, message}: the error; `passed` false: the first failing case (shape, seed, mismatches,
   first index, errors); `ok` false: the first error diagnostic (line:column message);
-- lists of items with `valid` (benchmark results[], evaluate_batch ranked[]): how many are valid, and the
-  first invalid one's reason (invalid_reason / failed_stage, and its detail);
+- lists of items with `valid` (benchmark results[], evaluate_batch ranked[]): how many are invalid, the
+  first invalid one's reason (invalid_reason / failed_stage, and its detail), the speedups of the valid;
 - `degraded`: the first of degraded_reasons; a failed or cancelled `state`: its message;
 - otherwise the short scalar fields (the headline facts).
 """
@@ -75,6 +75,12 @@ def _valid_lists(data: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]
             and any("valid" in x for x in v)]
 
 
+def _speedup(item: dict[str, Any]) -> str:
+    ci = item.get("speedup_ci")
+    band = f" [{_fmt(ci[0])}, {_fmt(ci[1])}]" if isinstance(ci, list) and len(ci) == 2 else ""
+    return f"{_label(item)}: {_fmt(item['speedup'])}x{band}".lstrip(": ")
+
+
 def _invalid_reason(item: dict[str, Any]) -> str:
     why = item.get("invalid_reason") or (f"failed at {item['failed_stage']}" if item.get("failed_stage") else "invalid")
     detail = item.get("invalid_detail") or item.get("reason") or item.get("check_detail")
@@ -111,6 +117,9 @@ def verdict(data: dict[str, Any]) -> tuple[str | None, list[str]]:
             reasons.append(f"first invalid of {key}: {_invalid_reason(bad[0])}")
         else:
             word = word or "all valid"
+        timed = [x for x in items if x.get("valid") is not False and isinstance(x.get("speedup"), int | float)]
+        if timed:
+            reasons.append("speedup " + "; ".join(_speedup(x) for x in timed[:3]) + ("; ..." if len(timed) > 3 else ""))
     if data.get("degraded") is True:
         word = word or "DEGRADED"
         why = [r for r in data.get("degraded_reasons") or [] if isinstance(r, str)]

@@ -35,10 +35,11 @@ FAILED: dict[str, list[tuple[dict, tuple[str, ...]]]] = {
         ({"passed": False, "error": {"kind": "timeout", "message": "the candidate ran past 60 s"}},
          ("FAILED", "timeout: the candidate ran past 60 s"))],
     "benchmark": [
-        ({"results": [{"shape": "small", "valid": True, "speedup": 1.2},
+        ({"results": [{"shape": "small", "valid": True, "speedup": 1.2, "speedup_ci": [1.1, 1.3]},
                       {"shape": "full", "valid": False, "invalid_reason": "wrong_output_after_timing",
                        "invalid_detail": "check_fresh: mismatches=12"}]},
-         ("1 of 2 INVALID", "shape=full", "wrong_output_after_timing", "check_fresh: mismatches=12")),
+         ("1 of 2 INVALID", "shape=full", "wrong_output_after_timing", "check_fresh: mismatches=12",
+          "speedup shape=small: 1.2x [1.1, 1.3]")),
         ({"state": "failed", "error": {"kind": "too_big", "message": "needs 90 GB; pass shapes=['small']"}},
          ("FAILED", "too_big: needs 90 GB; pass shapes=['small']"))],
     "profile_pmc": [({"degraded": True, "degraded_reasons": ["ncu: ERR_NVGPUCTRPERM, counters not permitted"]},
