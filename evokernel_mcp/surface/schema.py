@@ -158,8 +158,8 @@ RESULT_GLOSSARY = (
     "provenance[]: {field, source, detail}, where each number came from. trimmed: {artifact_id, uri, "
     "full_chars, omitted[]} when the result was cut to fit (the full one is an artifact). A long tool not done "
     "within wait_s returns {job_id, state, message, job: {job_id, tool, state, age_s, progress, detached, "
-    "next_call}}; job_result then returns the tool's own fields at the top level, with status (the job). "
-    "evokernel://tools/{name} has each tool's full input and output schema, with descriptions.")
+    "next_call}}; job_result then returns the tool's own fields at the top level, with finished and status "
+    "(the job). evokernel://tools/{name} has each tool's full input and output schema, with descriptions.")
 GLOSSARY = ("Arguments shared by the tools: " + " ".join(f"{k}: {v}" for k, v in COMMON_ARGS.items()) + "\n"
             + RESULT_GLOSSARY)
 
