@@ -76,3 +76,23 @@ def test_report_exit_code_and_table():
     text = table(rep)
     assert "## timing: 1 of 1 held" in text and "BROKE" in text and "1 held, 1 broke" in text
     assert Report(device="cpu", backend="cpu", started_utc="now", rows=rows[:1]).exit_code == 0
+
+
+def test_selftest_bundle_carries_the_integrity_table(tmp_path):
+    from types import SimpleNamespace
+
+    from evokernel_mcp.selftest import bundle
+    from evokernel_mcp.selftest.capture import _Cap, _integrity
+    from evokernel_mcp.selftest.models import Manifest
+
+    rows = [Row(exploit="a", family="timing", tool="benchmark", expected="x", observed="y", held=True)]
+    rep = Report(device="cpu", backend="cpu", started_utc="now", rows=rows)
+    man = Manifest(created_utc="now", host="h")
+    _integrity(_Cap(tmp_path, man), SimpleNamespace(results={"integrity": rep.model_dump(mode="json")}))
+    assert "## timing: 1 of 1 held" in (tmp_path / "integrity" / "table.txt").read_text()
+    assert {f.path for f in man.files} == {"integrity/report.json", "integrity/table.txt"}
+    parse = bundle._parsers()["integrity_report"]
+    assert parse((tmp_path / "integrity" / "report.json").read_text(), "").rows[0].exploit == "a"
+    man2 = Manifest(created_utc="now", host="h")
+    _integrity(_Cap(tmp_path, man2), SimpleNamespace(results={}))
+    assert man2.skipped and "integrity" in man2.skipped[0]["what"]
