@@ -20,6 +20,7 @@ import anyio
 
 from evokernel_mcp import __version__
 from evokernel_mcp.selftest import cli as selftest_cli
+from evokernel_mcp.integrity import cli as integrity_cli
 
 
 def _setup_logging(level: str = "INFO") -> None:
@@ -281,6 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--all", action="store_true", dest="verbose", help="also the advanced arguments")
     t.add_argument("--inproc", action="store_true")
     selftest_cli.add_parser(sub)
+    integrity_cli.add_parser(sub)
     return p
 
 
@@ -306,5 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         return anyio.run(_tools, ns.inproc, ns.verbose)
     if cmd == "selftest":
         return selftest_cli.run(ns)
+    if cmd == "integrity":
+        return integrity_cli.run(ns)
     p.error(f"unknown command {cmd}")
     return 2

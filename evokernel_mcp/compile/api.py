@@ -24,6 +24,7 @@ from evokernel_mcp.compile.models import BackendOutput, CompileResult
 from evokernel_mcp.compile.options import (
     AMD_TARGETS, DEFAULT_AMD_TARGET, DEFAULT_NVIDIA_TARGET, CompileOptions, check_target, is_amd, parse_options)
 from evokernel_mcp.compile.report import analyze
+from evokernel_mcp.compile.specialize import resolve as resolve_specialization
 from evokernel_mcp.errors import BadInput
 from evokernel_mcp.journal import ExperimentArg, TaskLabelArg, record_result
 from evokernel_mcp.models import Provenance
@@ -98,7 +99,8 @@ def _check_args(language: str, kernel: str, signature: dict | None, constexprs: 
 
 
 async def _run_backend(source: str, language: str, kernel: str, target: str, signature: dict | None,
-                       constexprs: dict | None, opts: CompileOptions, workdir: Path) -> BackendOutput:
+                       constexprs: dict | None, opts: CompileOptions, workdir: Path,
+                       specialization: dict[str, str] | None = None) -> BackendOutput:
     if language in ("hip", "cuda"):
         from evokernel_mcp.compile.source_guard import check_includes
 
@@ -107,7 +109,7 @@ async def _run_backend(source: str, language: str, kernel: str, target: str, sig
         from evokernel_mcp.compile.triton_backend import compile_triton
 
         return await compile_triton(source, kernel, target, signature=signature, constexprs=constexprs,
-                                    options=opts, workdir=workdir)
+                                    options=opts, workdir=workdir, specialization=specialization)
     if language == "cuda":
         from evokernel_mcp.compile.cuda_backend import compile_cuda
 
@@ -158,6 +160,10 @@ async def compile_kernel(
         "workgroup_size (threads per block, HIP/CUDA occupancy), flags [list, allow-listed: -O0..-O3, "
         "-DNAME=VAL, -ffast-math, -munsafe-fp-atomics, -mcumode, -maxrregcount=N, --use_fast_math ...], "
         "timeout_s (default 120)."))] = None,
+    specialize: Annotated[dict[str, int | str] | None, Field(description=(
+        "Triton only: how the launch specializes runtime arguments, as Triton's JIT does. Default: every pointer "
+        "16-byte aligned and every integer a multiple of 16 (fresh torch tensors, sizes like 1024). Give example "
+        "values where the launch differs: {'n': 1000, 'stride_k': 1, 'x_ptr': 'unaligned'}."))] = None,
     experiment: ExperimentArg = None,
     task: TaskLabelArg = None,
 ) -> CompileResult:
@@ -175,22 +181,27 @@ async def compile_kernel(
     t0 = time.monotonic()
     opts = parse_options(options, language)
     _check_args(language, kernel, signature, constexprs)
+    if specialize and language != "triton":
+        raise BadInput("specialize is for language='triton' (Triton's launch specialization).")
+    special = resolve_specialization(signature or {}, specialize) if language == "triton" else None
     tgt, tgt_prov = await resolve_target(target, language)
     key = cache.cache_key(source=source, language=language, kernel=kernel, target=tgt, signature=signature,
-                          constexprs=constexprs, options=opts.stable_dict(), toolchain=toolchain_key(language, tgt))
+                          constexprs=constexprs, options={**opts.stable_dict(), "specialization": special},
+                          toolchain=toolchain_key(language, tgt))
     journal = {"experiment": experiment, "task": task, "source": source, "arguments": {
         "language": language, "kernel": kernel, "target": tgt, "signature": signature, "constexprs": constexprs,
-        "options": options}}
+        "options": options, "specialize": specialize}}
     hit = cache.get(key)
     if hit is not None:  # how the target was chosen belongs to this call, not to the cached compile
         return await record_result("compile_kernel", hit.model_copy(update={
             "compile_time_s": round(time.monotonic() - t0, 4), "provenance": [tgt_prov, *hit.provenance]}), **journal)
     workdir = Path(tempfile.mkdtemp(prefix="c_", dir=sub_state_dir("compile_work")))
     try:
-        out = await _run_backend(source, language, kernel, tgt, signature, constexprs, opts, workdir)
+        out = await _run_backend(source, language, kernel, tgt, signature, constexprs, opts, workdir, special)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     result = _result(out, key, language=language, kernel=kernel, target=tgt, options=opts, t0=t0)
+    result.specialization = special
     if out.ok or any(d.line is not None for d in result.diagnostics):  # deterministic: worth caching
         cache.put(key, result)
     result.provenance.insert(0, tgt_prov)

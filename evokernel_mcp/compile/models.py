@@ -59,6 +59,9 @@ class CompileResult(Model):
     cached: bool = False
     compile_time_s: float | None = None
     kernels: list[KernelReport] = Field(default_factory=list)
+    specialization: dict[str, str] | None = Field(default=None, description=(
+        "Triton: per runtime argument, the launch specialization compiled in (divisible_by_16: a 16-byte-aligned "
+        "pointer or an integer multiple of 16; equal_to_1: the constant 1; none), as Triton's JIT applies it."))
     result_id: str | None = Field(default=None, description="Journal result id (set when `experiment` was given).")
     provenance: list[Provenance] = Field(default_factory=list)
 

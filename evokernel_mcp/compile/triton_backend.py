@@ -76,12 +76,13 @@ def _toolchain(versions: dict[str, str], target: str) -> ToolchainInfo:
 
 
 async def compile_triton(source: str, kernel: str, target: str, *, signature: dict[str, str] | None,
-                         constexprs: dict[str, Any] | None, options: CompileOptions, workdir: Path) -> BackendOutput:
-    """Run triton.compile in a child; diagnostics carry the user's line numbers."""
+                         constexprs: dict[str, Any] | None, options: CompileOptions, workdir: Path,
+                         specialization: dict[str, str] | None = None) -> BackendOutput:
+    """Run triton.compile in a child with the launch's specialization; diagnostics carry the user's lines."""
     (workdir / MODULE_FILE).write_text(source, encoding="utf-8")
     spec = {"out_dir": str(workdir), "module_path": str(workdir / MODULE_FILE), "kernel": kernel,
             "signature": signature or {}, "constexprs": constexprs or {}, "target": gpu_target(target),
-            "options": options.triton_options()}
+            "options": options.triton_options(), "specialization": specialization or {}}
     (workdir / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
     argv = [sys.executable, "-m", "evokernel_mcp.compile.triton_child", str(workdir / "spec.json")]
     toolchain = ToolchainInfo(name="triton", version=triton_version())

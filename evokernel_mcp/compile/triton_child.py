@@ -79,7 +79,19 @@ def _constexpr_value(v: Any) -> Any:
     return v
 
 
-def _build_source(fn, signature: dict[str, str], constexprs: dict[str, Any]):
+def _attrs(target, specialization: dict[str, str], arg_names: list[str]) -> dict:
+    """tt.divisibility=16 on the arguments the launch would mark (the JIT's 'D'), in the backend's own form."""
+    try:
+        from triton.compiler.compiler import make_backend
+
+        divisible = make_backend(target).parse_attr("D")
+    except Exception:  # noqa: BLE001 - older Triton: the attribute as 3.x spells it
+        divisible = [["tt.divisibility", 16]]
+    return {(arg_names.index(a),): divisible for a, s in specialization.items() if s == "divisible_by_16"}
+
+
+def _build_source(fn, signature: dict[str, str], constexprs: dict[str, Any],
+                  specialization: dict[str, str] | None = None, target=None):
     from triton.compiler import ASTSource
 
     missing = [a for a in fn.arg_names if a not in signature and a not in constexprs]
@@ -89,9 +101,12 @@ def _build_source(fn, signature: dict[str, str], constexprs: dict[str, Any]):
                          f"missing {missing}, unknown {unknown}. Give each runtime argument a type "
                          "('*fp32', '*bf16', 'i32', 'fp32', ...) in signature and each tl.constexpr a value "
                          "in constexprs.")
-    sig = {a: ("constexpr" if a in constexprs else signature[a]) for a in fn.arg_names}
+    specialization = specialization or {}
     consts = {a: _constexpr_value(v) for a, v in constexprs.items()}
-    return ASTSource(fn, sig, constexprs=consts)
+    consts.update({a: 1 for a, s in specialization.items() if s == "equal_to_1"})  # as the JIT: an int equal to 1
+    sig = {a: ("constexpr" if a in consts else signature[a]) for a in fn.arg_names}
+    attrs = _attrs(target, specialization, list(fn.arg_names)) if target is not None else {}
+    return ASTSource(fn, sig, constexprs=consts, attrs=attrs)
 
 
 def _metadata(kernel) -> dict[str, Any]:
@@ -169,7 +184,8 @@ def compile_spec(spec: dict[str, Any]) -> dict[str, Any]:
     result["versions"] = _versions(t["backend"])
     log = io.StringIO()
     try:
-        src = _build_source(fn, spec.get("signature") or {}, spec.get("constexprs") or {})
+        src = _build_source(fn, spec.get("signature") or {}, spec.get("constexprs") or {},
+                            spec.get("specialization") or {}, target)
         knobs.nvidia.dump_ptxas_log = t["backend"] == "cuda"
         with contextlib.redirect_stdout(log):
             kernel = triton.compile(src, target=target, options=spec.get("options") or {})

@@ -17,6 +17,7 @@ def _parsers() -> dict[str, Callable[[str, str], Any]]:
     from evokernel_mcp.devices.amdsmi import parse_amdsmi_json, parse_amdsmi_text
     from evokernel_mcp.devices.cuda import parse_nvidia_smi_xml
     from evokernel_mcp.devices.rocm import parse_rocminfo
+    from evokernel_mcp.integrity.models import Report as IntegrityReport
     from evokernel_mcp.profile import ncu_parsers as nc
     from evokernel_mcp.profile import rocprof_parsers as rp
 
@@ -25,6 +26,7 @@ def _parsers() -> dict[str, Callable[[str, str], Any]]:
         "amdsmi_json": lambda t, w: parse_amdsmi_json(t),
         "amdsmi_text": lambda t, w: parse_amdsmi_text(t),
         "json": lambda t, w: json.loads(t),
+        "integrity_report": lambda t, w: IntegrityReport.model_validate_json(t),
         "rocprofv3_list_avail": rp.parse_rocprofv3_list_avail,
         "rocprofv3_counter_collection": rp.parse_rocprofv3_counter_collection,
         "rocprofv3_kernel_trace": rp.parse_rocprofv3_kernel_trace,

@@ -217,6 +217,23 @@ def _sources_md(man: Manifest) -> str:
             f"## Not captured\n\n{skipped}\n")
 
 
+def _integrity(cap: _Cap, ctx) -> None:
+    """The integrity table (integrity/table.txt for a person, integrity/report.json with the same rows)."""
+    data = ctx.results.get("integrity")
+    if not data:
+        cap.skip("integrity", "the integrity step did not run (--quick or --only)")
+        return
+    from evokernel_mcp.integrity.cli import table
+    from evokernel_mcp.integrity.models import Report
+
+    rep = Report.model_validate(data)
+    (cap.root / "integrity").mkdir(parents=True, exist_ok=True)
+    (cap.root / "integrity" / "report.json").write_text(rep.model_dump_json(indent=1), encoding="utf-8")
+    (cap.root / "integrity" / "table.txt").write_text(table(rep) + "\n", encoding="utf-8")
+    cap.add("integrity/report.json", "evokernel-mcp integrity --json", "integrity_report")
+    cap.add("integrity/table.txt", "evokernel-mcp integrity", None)
+
+
 def capture(root: Path, report: SelftestReport, ctx) -> Manifest:
     root.mkdir(parents=True, exist_ok=True)
     v = report.versions
@@ -229,6 +246,7 @@ def capture(root: Path, report: SelftestReport, ctx) -> Manifest:
     _code_objects(cap, ctx)
     _rocprofv3(cap, tag, ctx, v.get("rocm"))
     _cuda_pages(cap, tag, ctx)
+    _integrity(cap, ctx)
     (root / "selftest.json").write_text(report.model_dump_json(indent=1), encoding="utf-8")
     (root / "manifest.json").write_text(man.model_dump_json(indent=1), encoding="utf-8")
     (root / "SOURCES.md").write_text(_sources_md(man), encoding="utf-8")

@@ -213,6 +213,19 @@ async def thread_trace(ctx: Ctx):
         f"{top[1]:.0%}", {"instructions": res.get("instructions_total")}
 
 
+async def integrity(ctx: Ctx):
+    """The exploit corpus replayed against a fresh server of its own (planted secrets, a leak dir)."""
+    from evokernel_mcp.integrity.replay import run_integrity
+
+    rep = await run_integrity()
+    ctx.results["integrity"] = rep.model_dump(mode="json")
+    broke = [r.exploit for r in rep.broken]
+    held = len(rep.rows) - len(broke)
+    detail = f"{held} of {len(rep.rows)} exploits held on {rep.backend}" + (f"; BROKE: {', '.join(broke)[:600]}"
+                                                                           if broke else "")
+    return ("fail" if broke else "pass"), detail, {"held": held, "broke": len(broke), "skipped": len(rep.skipped)}
+
+
 def _module(name: str) -> bool:
     import importlib.util
 
@@ -227,7 +240,8 @@ STEPS = [("query_rocminfo", "query_rocminfo", query_rocminfo, False),
          ("verify", "verify_vs_pytorch", verify, True),
          ("benchmark", "benchmark", benchmark, True),
          *[(f"profile_pmc_{p}", "profile_pmc", profile_step(p), True) for p in PRESETS],
-         ("thread_trace", "thread_trace", thread_trace, True)]
+         ("thread_trace", "thread_trace", thread_trace, True),
+         ("integrity", "verify_vs_pytorch+benchmark", integrity, True)]
 
 
 async def run_step(ctx: Ctx, name: str, tool: str, fn, slow: bool) -> StepResult:

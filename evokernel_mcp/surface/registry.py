@@ -44,6 +44,7 @@ TOOLS: dict[str, ToolMeta] = {
     "profile_pmc": ToolMeta("Hardware counters of a candidate (runs your code)", destructive=True),
     "thread_trace": ToolMeta("Instruction-level trace of a candidate (runs your code)", destructive=True),
     "evaluate_batch": ToolMeta("Verify and rank many candidates (runs your code)", destructive=True),
+    "sweep": ToolMeta("Verify and rank a kernel's configurations (runs your code)", destructive=True),
     "job_status": _ro("Look at a job"),
     "job_result": _ro("Wait for a job's result"),
     "cancel_job": ToolMeta("Cancel a job", destructive=True, idempotent=True),
