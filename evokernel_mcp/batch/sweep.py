@@ -74,11 +74,9 @@ def check_names_used(source: str, cfg: dict[str, Scalar]) -> None:
 async def sweep(
     candidate: Annotated[str, Field(description="Candidate source whose run() reads its configuration from "
                                     "module-level names (BLOCK_M = 64, NUM_WARPS = 4, ...).")],
-    space: Annotated[dict[str, list[Scalar]] | None, Field(description="NAME -> values; every combination is run "
-                                                           "(at most 64), e.g. {'BLOCK': [256, 512, 1024], "
-                                                           "'NUM_WARPS': [4, 8]}.")] = None,
-    configs: Annotated[list[dict[str, Scalar]] | None, Field(description="Or an explicit list of configurations "
-                                                             "[{NAME: value}, ...].")] = None,
+    space: Annotated[dict[str, list[Any]] | None, Field(description="NAME -> values; every combination (<= 64) runs.")] = None,
+    configs: Annotated[list[dict[str, Any]] | None, Field(description="Instead of space: the configurations "
+                                                          "[{NAME: value}, ...].")] = None,
     task: Annotated[str | None, Field(description="Shipped task name (or pass reference).")] = None,
     reference: Annotated[str | None, Field(description="KernelBench-form reference source (instead of task).")] = None,
     stages: Annotated[list[StageName] | None, Field(description="Default verify then benchmark for each "
@@ -93,9 +91,11 @@ async def sweep(
     wait_s: Annotated[float, Field(ge=0, le=600, description="Return a job_id if not done by then, seconds.")] = 50,
     ctx: Context | None = None,
 ) -> BatchResult:
-    """Sweep one kernel's configurations (block sizes, warps, stages): each is verified and benchmarked, then all
-    are ranked with their verdicts, in one call. Call after a correct kernel, before hand-tuning: ranked[].name
-    is the configuration ('BLOCK=512,NUM_WARPS=4'); failed configurations say their stage and reason."""
+    """Verify, benchmark and rank a kernel's configurations in one call.
+
+    Each configuration (block sizes, warps, stages: module-level names run() reads) is a candidate of one batch.
+    Call after a correct kernel, before hand-tuning: ranked[].name is the configuration ('BLOCK=512,NUM_WARPS=4');
+    failed configurations say their stage and reason."""
     from evokernel_mcp.batch.api import _load_plan, submit_batch
     from evokernel_mcp.runtime.submit import wait_job
 

@@ -34,7 +34,7 @@ ADVANCED: dict[str, tuple[str, ...]] = {
                      "att_library_path", "warmup", "device"),
     "measure_ceilings": ("timeout_s", "device"),
     "evaluate_batch": ("stages", "shapes", "overrides", "compile", "timeout_s", "max_time_s", "experiment"),
-    "sweep": ("stages", "shapes", "overrides", "timeout_s", "max_time_s", "experiment"),
+    "sweep": ("configs", "stages", "shapes", "overrides", "timeout_s", "max_time_s", "experiment"),
     "list_experiments": ("limit", "offset", "shape", "sort"),
     "compare_experiments": ("max_diff_lines", "max_counters"),
     "distill": ("max_claims",),

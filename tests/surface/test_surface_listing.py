@@ -14,7 +14,7 @@ from evokernel_mcp.server import build_server
 from evokernel_mcp.surface import registry
 from evokernel_mcp.surface.shaping import CHARS_PER_TOKEN
 
-LIST_BUDGET_TOKENS = 3000
+LIST_BUDGET_TOKENS = 3100  # 26 tools; what a model reads every turn
 
 
 def _listing():
