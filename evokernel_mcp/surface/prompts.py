@@ -86,8 +86,9 @@ def optimize_kernel(
 
 
 def port_kernelbench(
-    problem: Annotated[str, Field(description="Path of a KernelBench problem file on the server host, e.g. "
-                                  "'KernelBench/level1/23_Softmax.py'.")],
+    problem: Annotated[str, Field(description="Path of a KernelBench problem file on the server host, under a "
+                                  "folder it serves (EVOKERNEL_TASK_ROOTS), e.g. '/data/KernelBench/level1/"
+                                  "23_Softmax.py'; completion lists them.")],
     target: Annotated[str, Field(description="gfx942, gfx950, gfx90a or sm_90; 'live' for the device.")] = "live",
     language: Annotated[str, Field(description="triton, hip or cuda.")] = "triton",
 ) -> str:
