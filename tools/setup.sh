@@ -69,8 +69,14 @@ command -v clang-19 >/dev/null 2>&1 || need_apt+=(clang-19)
 command -v ld.lld-19 >/dev/null 2>&1 || need_apt+=(lld-19)
 command -v llvm-readelf-19 >/dev/null 2>&1 || need_apt+=(llvm-19)
 command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)  # the sandbox for agent code (runtime/sandbox.py)
-ls /usr/lib/llvm-*/lib/clang/*/lib/amdgcn/bitcode/ockl.bc /usr/lib/x86_64-linux-gnu/amdgcn/bitcode/ockl.bc \
-   /usr/lib/*/amdgcn/bitcode/ockl.bc >/dev/null 2>&1 || need_apt+=(rocm-device-libs)
+have_device_libs() {  # any one of the places the ROCm device libraries' bitcode lies
+  local p
+  for p in /usr/lib/llvm-*/lib/clang/*/lib/amdgcn/bitcode/ockl.bc /usr/lib/*/amdgcn/bitcode/ockl.bc; do
+    [ -e "$p" ] && return 0
+  done
+  return 1
+}
+have_device_libs || need_apt+=(rocm-device-libs)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     log "installing system packages: ${need_apt[*]}"
