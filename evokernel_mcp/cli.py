@@ -1,4 +1,4 @@
-"""Command line: `evokernel-mcp [serve] | doctor | call TOOL [--json '{...}' | --args-file F] [--wait] | tools`.
+"""Command line: `evokernel-mcp [serve] | doctor | call TOOL [--json '{...}' | --args-file F] [--no-wait] | tools`.
 
 Only the CLI prints to stdout; the server logs to stderr (stdio transport owns stdout).
 In `call` arguments, a string value "@path" is replaced by the text of that file ("@@..." keeps a literal
@@ -98,14 +98,25 @@ def load_call_args(args_json: str | None, args_file: str | None) -> dict[str, An
     return expand_at_files(args, base)
 
 
+NO_WAIT_NOTE = ("evokernel-mcp: {tool} did not finish within wait_s and runs as job {job_id} in the server this "
+                "command started; that server, and the job with it, ends when this command exits, so no later "
+                "command can fetch its result. Drop --no-wait to follow the job to its end (the default).")
+
+
 async def _call(tool: str, args: dict[str, Any], inproc: bool, wait: bool) -> int:
-    """One call; with wait, a job handle is followed (job_result in the same session) to the end."""
+    """One call; a job handle is followed (job_result in the same session) to the end unless wait is off,
+    in which case the handle is printed and stderr says that the job ends with the command."""
     async with _client(inproc) as client:
         result = await client.call_tool(tool, args)
         sc = result.structured_content or {}
+        if not wait and not result.is_error and isinstance(sc.get("job"), dict):
+            print(NO_WAIT_NOTE.format(tool=tool, job_id=sc["job"].get("job_id")), file=sys.stderr)
+        announced = False
         while wait and not result.is_error and isinstance(sc.get("job"), dict):
             job_id = sc["job"]["job_id"]
-            print(f"evokernel-mcp: {tool} runs as {job_id}; following it (--wait)", file=sys.stderr)
+            if not announced:
+                print(f"evokernel-mcp: {tool} runs as {job_id}; following it to its end", file=sys.stderr)
+                announced = True
             result = await client.call_tool("job_result", {"job_id": job_id, "wait_s": 50})
             sc = result.structured_content or {}
             if not result.is_error and sc.get("finished"):
@@ -275,8 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("tool")
     c.add_argument("--json", default=None, dest="args_json", help="tool arguments as a JSON object")
     c.add_argument("--args-file", default=None, help="file with the tool arguments as a JSON object")
-    c.add_argument("--wait", action="store_true", help="if the call returns a job handle, follow the job to its "
-                   "end in the same session (the job dies with this process otherwise)")
+    c.add_argument("--wait", action=argparse.BooleanOptionalAction, default=True,
+                   help="if the call returns a job handle, follow the job to its end in the same session (the "
+                   "default); --no-wait prints the handle and exits, and the job ends with this command")
     c.add_argument("--inproc", action="store_true", help="run the server in this process instead of a subprocess")
     t = sub.add_parser("tools", help="list the tools with their arguments")
     t.add_argument("--all", action="store_true", dest="verbose", help="also the advanced arguments")

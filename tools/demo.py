@@ -2,8 +2,10 @@
 """`make demo`: a scripted agent session against evokernel-mcp through the real MCP client (stdio).
 
 It walks the loop the server exists for: device facts -> docs -> compile -> verify -> benchmark ->
-profile, printing a readable summary of each structured result. Tools that cannot run on this
-machine (no GPU, no profiler) say so; the demo keeps going.
+profile -> journal, printing a readable summary of each structured result. Every line it prints comes from
+what the server returned (or says plainly that it is the demo's own text). Tools that cannot run on this
+machine (no GPU, no profiler) say so; the demo keeps going. What a tool accepts is read from the server's
+full schema resource (evokernel://tools/{name}): tools/list hides the advanced arguments.
 """
 
 from __future__ import annotations
@@ -95,17 +97,31 @@ def show(obj, width: int = 100) -> None:
 
 
 async def call(client: Client, tools: set[str], name: str, args: dict):
+    """One tool call; a job handle (not finished within wait_s) is followed with job_result to its end."""
     if name not in tools:
         print(f"[{name}] not available in this build")
         return None
     t0 = time.perf_counter()
     r = await client.call_tool(name, args)
+    sc = r.structured_content or {}
+    while not r.is_error and isinstance(sc.get("job"), dict):
+        job_id = sc["job"]["job_id"]
+        print(f"[{name}] still running after {time.perf_counter() - t0:.0f} s as job {job_id}; job_result(wait_s=50)")
+        r = await client.call_tool("job_result", {"job_id": job_id, "wait_s": 50})
+        jr = r.structured_content or {}
+        if r.is_error or not jr.get("finished"):
+            sc = jr if r.is_error else {"job": {"job_id": job_id}}
+            continue
+        if jr.get("result") is None:
+            print(f"[{name}] job {job_id} ended {jr.get('state')} without a result: {jr.get('error')}")
+            return None
+        sc = jr["result"]
     dt = time.perf_counter() - t0
     if r.is_error:
         print(f"[{name}] ({dt:.2f} s) tool error (reported to the agent as is_error): {r.content[0].text[:400]}")
         return None
     print(f"[{name}] ({dt:.2f} s)")
-    return r.structured_content
+    return sc
 
 
 def device_summary(rep: dict) -> None:
@@ -139,8 +155,21 @@ def demo_journal() -> str:
     return str(sub_state_dir("demo_journals") / time.strftime("%Y%m%d-%H%M%S.sqlite3"))
 
 
+async def full_schemas(client: Client, listing) -> dict[str, dict]:
+    """Each tool's full input schema (advanced arguments included) from evokernel://tools/{name}; the listed
+    schema where the resource does not answer."""
+    out = {}
+    for t in listing:
+        try:
+            res = await client.read_resource(f"evokernel://tools/{t.name}")
+            out[t.name] = json.loads(res.contents[0].text)["input_schema"]
+        except Exception:  # noqa: BLE001 - the listed schema is the next best answer
+            out[t.name] = t.input_schema or {}
+    return out
+
+
 def journal_args(schemas: dict[str, dict], tool: str, label: str) -> dict:
-    """experiment (+ task for compile_kernel) when this build's tool takes them."""
+    """experiment (+ task for compile_kernel) when the server's full schema of the tool takes them."""
     props = schemas.get(tool, {}).get("properties", {})
     out = {"experiment": label} if "experiment" in props else {}
     if out and tool == "compile_kernel" and "task" in props:
@@ -148,34 +177,50 @@ def journal_args(schemas: dict[str, dict], tool: str, label: str) -> dict:
     return out
 
 
-def journal_fallback(schemas: dict[str, dict], tool: str, label: str, source: str, result: dict | None) -> str | None:
-    """A build whose verify/benchmark do not take `experiment` yet: the demo records the result itself.
-    Returns the journal result id (the tool's own result_id when it recorded the call)."""
-    if result is None or "experiment" in schemas.get(tool, {}).get("properties", {}):
-        return (result or {}).get("result_id")
-    from evokernel_mcp.journal import record_call
-
-    rid = record_call(tool, experiment=label, task="rmsnorm", source=source, arguments={"task": "rmsnorm"},
-                      result=result)
-    print(f"  (journal: {tool} does not take experiment in this build; the demo recorded it as {label})")
+def journal_line(schemas: dict[str, dict], tool: str, label: str, result: dict | None) -> str | None:
+    """Print where the call went in the journal, as the server said; returns the journal result id."""
+    if result is None:
+        return None
+    rid = result.get("result_id")
+    if "experiment" not in schemas.get(tool, {}).get("properties", {}):
+        print(f"  not journaled: {tool} takes no experiment argument in this build")
+    elif rid:
+        print(f"  journaled as {label}: result {rid}")
+    else:
+        print(f"  {tool} returned no journal result id for {label}")
     return rid
+
+
+def verify_reason(res: dict) -> str:
+    """Why a verify result failed, from its fields: the error, else the first failing case."""
+    err = res.get("error") or {}
+    if err:
+        return f"{err.get('kind')}: {str(err.get('message', ''))[:200]}"
+    bad = [c for c in res.get("cases", []) if not c.get("passed")]
+    if not bad:
+        return "no case failed"
+    c, total = bad[0], sum(int(c.get("mismatches") or 0) for c in bad)
+    first = "probe inputs" if c.get("probe") else f"seed {c.get('seed')}"
+    return (f"{total} mismatching elements in {len(bad)} of {len(res.get('cases', []))} cases; first: shape "
+            f"{c.get('shape')} {first}, {c.get('mismatches')} of them, max_abs_err {c.get('max_abs_err')}")
 
 
 async def journal_steps(client: Client, tools: set[str], schemas: dict[str, dict]) -> None:
     """8. The journal: a failing variant, its lesson, an open claim, then the distilled report of this run."""
     hr("8. the experiment journal: a second variant that forgets the weight")
     bad = await call(client, tools, "verify_vs_pytorch", {
-        "task": "rmsnorm", "candidate": RMSNORM_NO_WEIGHT, "shapes": ["small"], "seeds": 1, "wait_s": 120,
+        "task": "rmsnorm", "candidate": RMSNORM_NO_WEIGHT, "shapes": ["small"], "seeds": 1, "wait_s": 50,
         **journal_args(schemas, "verify_vs_pytorch", "demo/rmsnorm-no-weight")})
-    rid = journal_fallback(schemas, "verify_vs_pytorch", "demo/rmsnorm-no-weight", RMSNORM_NO_WEIGHT, bad)
     if bad:
-        print(f"  passed={bad.get('passed')} (expected False: the output is not scaled by w)")
+        print(f"  passed={bad.get('passed')}" + ("" if bad.get("passed") else f": {verify_reason(bad)}"))
+    rid = journal_line(schemas, "verify_vs_pytorch", "demo/rmsnorm-no-weight", bad)
     if "record_note" not in tools:
         return
     await call(client, tools, "record_note", {
         "text": "RMSNorm must multiply by the weight w after normalizing: the variant without it fails verify.",
         "evidence": {"kind": "result", "result_id": rid} if rid else "unverified",
         "experiment": "demo/rmsnorm-no-weight", "kind": "lesson"})
+    print("  (next: an unverified claim, to show that the journal keeps claims apart from evidence)")
     await call(client, tools, "record_note", {
         "text": "One program per row is fast enough for N=8192 on MI300X.", "evidence": "unverified",
         "task": "rmsnorm", "kind": "claim"})
@@ -194,7 +239,7 @@ async def main() -> int:
     async with Client(params) as client:
         listing = (await client.list_tools()).tools
         tools = {t.name for t in listing}
-        schemas = {t.name: t.input_schema or {} for t in listing}
+        schemas = await full_schemas(client, listing)
         hr("tools")
         print(", ".join(sorted(tools)))
 
@@ -260,7 +305,9 @@ async def main() -> int:
         if tasks:
             show(tasks)
 
-        hr("5. verify_vs_pytorch: a Triton RMSNorm candidate (CPU: TRITON_INTERPRET=1), journaled as demo/rmsnorm-v1")
+        on_cpu = not (rep or {}).get("devices")
+        hr("5. verify_vs_pytorch: a Triton RMSNorm candidate" + (" (no GPU: on the CPU, Triton's interpreter)"
+                                                                 if on_cpu else "") + ", journaled as demo/rmsnorm-v1")
         print(f"  journal of this run: {os.environ['EVOKERNEL_JOURNAL']}")
         comp = await call(client, tools, "compile_kernel", {
             "source": RMSNORM_KERNEL, "language": "triton", "kernel": "_rmsnorm", "target": "gfx950",
@@ -268,40 +315,47 @@ async def main() -> int:
             **journal_args(schemas, "compile_kernel", "demo/rmsnorm-v1")})
         if comp:
             for k in comp["kernels"]:
-                print(f"  compiled {k['name']} for gfx950: VGPR {k.get('vgpr_count')} LDS {k.get('lds_bytes')} B "
-                      f"(journal result {comp.get('result_id')})")
+                print(f"  compiled {k['name']} for gfx950: VGPR {k.get('vgpr_count')} LDS {k.get('lds_bytes')} B")
+            journal_line(schemas, "compile_kernel", "demo/rmsnorm-v1", comp)
         ver = await call(client, tools, "verify_vs_pytorch", {
-            "task": "rmsnorm", "candidate": RMSNORM_CANDIDATE, "shapes": ["small"], "seeds": 2, "wait_s": 120,
+            "task": "rmsnorm", "candidate": RMSNORM_CANDIDATE, "shapes": ["small"], "seeds": 2, "wait_s": 50,
             **journal_args(schemas, "verify_vs_pytorch", "demo/rmsnorm-v1"),
         })
-        journal_fallback(schemas, "verify_vs_pytorch", "demo/rmsnorm-v1", RMSNORM_CANDIDATE, ver)
         if ver:
-            print(f"  passed={ver.get('passed')} device={ver.get('device')}")
+            print(f"  passed={ver.get('passed')} device={ver.get('device')}"
+                  + ("" if ver.get("passed") else f": {verify_reason(ver)}"))
             for c in ver.get("cases", []):
-                print(f"  {c['shape']} seed {c['seed']}: passed={c['passed']} max_abs={c['max_abs_err']} "
-                      f"rel_l2={c['rel_l2_err']} unwritten={c['unwritten_count']} deterministic={c['deterministic']}")
+                kind = "probe inputs" if c.get("probe") else f"seed {c.get('seed')}"
+                print(f"  {c.get('shape')} {kind}: passed={c.get('passed')} max_abs={c.get('max_abs_err')} "
+                      f"rel_l2={c.get('rel_l2_err')} unwritten={c.get('unwritten_count')} "
+                      f"deterministic={c.get('deterministic')}")
+            journal_line(schemas, "verify_vs_pytorch", "demo/rmsnorm-v1", ver)
 
         hr("6. benchmark vs PyTorch")
         bench = await call(client, tools, "benchmark", {
             "task": "rmsnorm", "candidate": RMSNORM_CANDIDATE, "shapes": ["small"], "min_reps": 5,
-            "max_time_s": 2.0, "wait_s": 120, **journal_args(schemas, "benchmark", "demo/rmsnorm-v1"),
+            "max_time_s": 2.0, "wait_s": 50, **journal_args(schemas, "benchmark", "demo/rmsnorm-v1"),
         })
-        journal_fallback(schemas, "benchmark", "demo/rmsnorm-v1", RMSNORM_CANDIDATE, bench)
         if bench:
+            err = bench.get("error") or {}
+            print(f"  state={bench.get('state')}" + (f": {err.get('kind')}: {str(err.get('message'))[:200]}"
+                                                      if err else ""))
             for r in bench.get("results", []):
                 c, b = r.get("candidate") or {}, r.get("baseline") or {}
                 print(f"  {r['shape']}: candidate median {c.get('median_ms')} ms, PyTorch {b.get('median_ms')} ms, "
                       f"speedup {r.get('speedup')} noise={r.get('noise')} flags={r.get('flags')}")
+            journal_line(schemas, "benchmark", "demo/rmsnorm-v1", bench)
 
         hr("7. profile_pmc (needs rocprofv3 or ncu and a GPU)")
         prof = await call(client, tools, "profile_pmc", {
-            "task": "rmsnorm", "candidate": RMSNORM_CANDIDATE, "preset": "memory", "wait_s": 120,
+            "task": "rmsnorm", "candidate": RMSNORM_CANDIDATE, "preset": "memory", "shapes": ["small"], "wait_s": 50,
         })
         if prof:
             for f in prof.get("findings", []):
                 print(f"  finding: {f['text']}")
         else:
-            print("  (a real run on an H200 with ncu: bench/results/profile_check_NVIDIA_H200_2026-11-22.md)")
+            print("  (the demo's note: a recorded run on an H200 with ncu is in "
+                  "bench/results/profile_check_NVIDIA_H200_2026-11-22.md)")
         await journal_steps(client, tools, schemas)
     print("\ndemo finished")
     return 0

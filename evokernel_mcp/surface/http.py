@@ -9,6 +9,11 @@
 - Host/Origin validation (the SDK's DNS-rebinding protection) is always on, on every address: the Host
   header must be a loopback name, the bound address, or a name given with --allowed-host (what a tunnel or
   reverse proxy puts there); a browser Origin must be one of the same names.
+- A client that comes without the token learns why (BearerHelp): the 401 says in its body that a bearer
+  token is required and how to pass it, with `WWW-Authenticate: Bearer realm=...`. This server does no
+  OAuth, so a client that answers the 401 with OAuth discovery and dynamic client registration
+  (/.well-known/oauth-*, /register, /authorize, /token) gets the same explanation there instead of a bare
+  404 (Claude Code would otherwise report "Dynamic Client Registration rejected (HTTP 404)").
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ from pathlib import Path
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.transport_security import TransportSecuritySettings
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger(__name__)
 TOKEN_ENV = "EVOKERNEL_HTTP_TOKEN"
@@ -93,11 +101,15 @@ class HttpConfig:
                 "or pass --token-file FILE (never the token itself on the command line), or bind to 127.0.0.1 "
                 "and reach it through an ssh tunnel.")
 
-    def security(self) -> TransportSecuritySettings:
+    def host_names(self) -> list[str]:
+        """The Host names clients may use: loopback, the bound address (unless a wildcard), --allowed-host."""
         names = list(LOOPBACK_NAMES)
         if not is_loopback(self.host) and self.host not in ("0.0.0.0", "::", "[::]"):
             names.append(f"[{self.host}]" if ":" in self.host else self.host)
-        names += self.allowed_hosts
+        return names + self.allowed_hosts
+
+    def security(self) -> TransportSecuritySettings:
+        names = self.host_names()
         hosts = [n for name in names for n in (name, f"{name}:*")]
         origins = [f"{scheme}://{n}" for name in names for n in (name, f"{name}:*") for scheme in ("http", "https")]
         return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts,
@@ -111,6 +123,75 @@ class HttpConfig:
                 "auth": AuthSettings(issuer_url=f"http://127.0.0.1:{self.port}", resource_server_url=None)}
 
 
+REALM = "evokernel-mcp"
+OAUTH_PATHS = ("/register", "/authorize", "/token")
+
+
+def _is_oauth_path(path: str) -> bool:
+    """Where an OAuth client looks for metadata or registers (RFC 8414, RFC 9728, OIDC, MCP's defaults)."""
+    return path.startswith("/.well-known/") or path.endswith("/.well-known/openid-configuration") or \
+        path in OAUTH_PATHS
+
+
+def auth_help(url: str, token_sent: bool) -> dict[str, str]:
+    """The error body: a bearer token is required (or the one sent is wrong), and how to pass it."""
+    what = ("The bearer token sent was not accepted." if token_sent else
+            "This evokernel-mcp server requires a bearer token (a shared secret; it does no OAuth).")
+    return {
+        "error": "invalid_token" if token_sent else "bearer_token_required",
+        "error_description": (
+            f"{what} Send the header 'Authorization: Bearer <token>', where <token> is the server's "
+            f"${TOKEN_ENV} (or the content of its --token-file). Claude Code: claude mcp add --transport http "
+            f'evokernel {url} --header "Authorization: Bearer <token>"'),
+        "claude_code": f'claude mcp add --transport http evokernel {url} --header "Authorization: Bearer <token>"',
+    }
+
+
+class BearerHelp:
+    """ASGI wrapper: the SDK's 401 (missing or wrong token) with a body that says what to do, and the same
+    explanation on the OAuth discovery/registration paths (404 for metadata, 400 for the endpoints)."""
+
+    def __init__(self, app: ASGIApp, cfg: HttpConfig):
+        self.app, self.cfg = app, cfg
+
+    def _url(self, headers: Headers, scope: Scope) -> str:
+        """The URL to show: the one the client used when its Host is one this server serves."""
+        host = headers.get("host", "")
+        name = host[: host.index("]") + 1] if host.startswith("[") and "]" in host else host.split(":")[0]
+        if not name or name not in self.cfg.host_names():
+            bound = "<server>" if self.cfg.host in ("0.0.0.0", "::", "[::]") else self.cfg.host
+            host = f"{bound}:{self.cfg.port}"
+        return f"{scope.get('scheme', 'http')}://{host}/mcp"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        token_sent = headers.get("authorization", "").lower().startswith("bearer ")
+        path = scope.get("path", "")
+        if _is_oauth_path(path):
+            status = 404 if "/.well-known/" in path else 400
+            await JSONResponse(auth_help(self._url(headers, scope), False), status_code=status)(scope, receive, send)
+            return
+        replaced = False
+
+        async def send_or_replace(message: Message) -> None:
+            nonlocal replaced
+            if message["type"] == "http.response.start" and message["status"] == 401:
+                replaced = True
+                challenge = f'Bearer realm="{REALM}"' + (
+                    ', error="invalid_token", error_description="the bearer token was not accepted"'
+                    if token_sent else "")
+                body = auth_help(self._url(headers, scope), token_sent)
+                await JSONResponse(body, status_code=401, headers={"WWW-Authenticate": challenge})(
+                    scope, receive, send)
+            elif not replaced:
+                await send(message)
+
+        await self.app(scope, receive, send_or_replace)
+
+
 def run_http(cfg: HttpConfig) -> None:
     """Serve streamable HTTP at /mcp with the checks above (blocks)."""
     import anyio
@@ -121,6 +202,8 @@ def run_http(cfg: HttpConfig) -> None:
     cfg.check()
     server = build_server(**cfg.server_kwargs())
     app = server.streamable_http_app(transport_security=cfg.security(), host=cfg.host)
+    if cfg.token is not None:
+        app = BearerHelp(app, cfg)
     log.info("serving streamable HTTP on %s:%d/mcp (token %s; allowed hosts: %s)", cfg.host, cfg.port,
              "required" if cfg.token else "off (loopback only)", ", ".join(LOOPBACK_NAMES + tuple(cfg.allowed_hosts)))
     config = uvicorn.Config(app, host=cfg.host.strip("[]"), port=cfg.port, log_level="warning")

@@ -1,11 +1,19 @@
-"""MCP prompts for the main workflows: optimize a kernel for a task; port a KernelBench problem."""
+"""MCP prompts for the main workflows: optimize a kernel for a task; port a KernelBench problem. Their
+arguments are checked against what exists (the task loads, the target and language are ones compile_kernel
+takes); a wrong one is a prompts/get error (invalid params) that names the valid values."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 from mcp.server.mcpserver import MCPServer
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
 from pydantic import Field
+
+from evokernel_mcp.errors import EvoError
+
+LANGUAGES = ("triton", "hip", "cuda")
 
 LOOP = """\
 Work in this loop, one change at a time, and keep a short log of what each change did to the numbers:
@@ -24,18 +32,52 @@ Long calls return a job handle after wait_s: finish them with job_result(job_id)
 Stop when the candidate is within ~10% of the roofline or three changes in a row gained nothing."""
 
 
+def _invalid(prompt: str, message: str) -> MCPError:
+    """An error the SDK passes to the client as is (any other exception reaches it only as 'Error rendering
+    prompt')."""
+    return MCPError(INVALID_PARAMS, f"{prompt}: {message}")
+
+
+def _check_target_language(prompt: str, target: str, language: str) -> None:
+    from evokernel_mcp.compile.options import TARGETS
+
+    if target != "live" and target not in TARGETS:
+        raise _invalid(prompt, f"target {target!r} is not one this server compiles for; use 'live' (the device) "
+                       f"or one of {', '.join(TARGETS)}")
+    if language not in LANGUAGES:
+        raise _invalid(prompt, f"language {language!r} is not one of {', '.join(LANGUAGES)}")
+
+
+def _load(prompt: str, name: str):
+    from evokernel_mcp.tasks import load_task
+
+    try:
+        return load_task(name)
+    except EvoError as e:
+        if prompt == "port_kernelbench":
+            raise _invalid(prompt, f"no KernelBench problem at {name!r} ({e}){_problems_hint()}") from None
+        raise _invalid(prompt, str(e)) from None
+
+
+def _problems_hint() -> str:
+    from evokernel_mcp.surface.completions import kernelbench_problems
+
+    found = kernelbench_problems()
+    if not found:
+        return (". No KernelBench folder is configured: start the server with EVOKERNEL_TASK_ROOTS naming a "
+                "KernelBench checkout, then pass a problem file's path")
+    more = f" and {len(found) - 3} more (complete the argument to list them)" if len(found) > 3 else ""
+    return f". KernelBench problems this server serves: {', '.join(found[:3])}{more}"
+
+
 def optimize_kernel(
     task: Annotated[str, Field(description="Shipped task name (list_tasks), e.g. 'vector_add'.")],
     target: Annotated[str, Field(description="gfx942, gfx950, gfx90a or sm_90; 'live' for the device.")] = "live",
     language: Annotated[str, Field(description="triton, hip or cuda.")] = "triton",
 ) -> str:
     """Optimize a GPU kernel for a shipped task: compile, verify, benchmark, profile, repeat."""
-    from evokernel_mcp.tasks import load_task
-
-    try:
-        shapes = load_task(task).shape_names()
-    except Exception:  # noqa: BLE001 - the prompt still helps; get_task will name the problem
-        shapes = ["small"]
+    _check_target_language("optimize_kernel", target, language)
+    shapes = _load("optimize_kernel", task).shape_names()
     tgt = "the live device" if target == "live" else target
     head = (f"Goal: the fastest correct {language} kernel for the task '{task}' on {tgt}, measured against "
             f"PyTorch. Shape sets: {', '.join(shapes)}.\n\n")
@@ -44,12 +86,17 @@ def optimize_kernel(
 
 
 def port_kernelbench(
-    problem: Annotated[str, Field(description="Path of a KernelBench problem file on the server host, e.g. "
-                                  "'KernelBench/level1/23_Softmax.py'.")],
+    problem: Annotated[str, Field(description="Path of a KernelBench problem file on the server host, under a "
+                                  "folder it serves (EVOKERNEL_TASK_ROOTS), e.g. '/data/KernelBench/level1/"
+                                  "23_Softmax.py'; completion lists them.")],
     target: Annotated[str, Field(description="gfx942, gfx950, gfx90a or sm_90; 'live' for the device.")] = "live",
     language: Annotated[str, Field(description="triton, hip or cuda.")] = "triton",
 ) -> str:
     """Port a KernelBench problem (class Model + get_inputs) to a custom kernel and prove it correct and fast."""
+    _check_target_language("port_kernelbench", target, language)
+    if _load("port_kernelbench", problem).kind != "kernelbench":
+        raise _invalid("port_kernelbench", f"{problem!r} is a task (task.yaml), not a KernelBench problem file: "
+                       "use the optimize_kernel prompt for it")
     tgt = "the live device" if target == "live" else target
     return (
         f"Port the KernelBench problem {problem} to a {language} kernel for {tgt}.\n"

@@ -102,6 +102,42 @@ def test_no_token_or_wrong_token_gets_401(server):
     assert _post(port, {"Authorization": "Bearer " + TOKEN}).status_code == 200
 
 
+CLAUDE = 'claude mcp add --transport http evokernel {url} --header "Authorization: Bearer <token>"'
+
+
+def test_401_says_a_bearer_token_is_required_and_how_to_pass_it(server):
+    port, _ = server
+    r = _post(port, {})
+    assert r.status_code == 401 and r.headers["www-authenticate"] == 'Bearer realm="evokernel-mcp"'
+    body = r.json()
+    assert body["error"] == "bearer_token_required"
+    assert "requires a bearer token" in body["error_description"]
+    assert CLAUDE.format(url=f"http://127.0.0.1:{port}/mcp") in body["error_description"]
+    wrong = _post(port, {"Authorization": "Bearer " + TOKEN[:-1] + "x"})
+    assert wrong.status_code == 401 and 'error="invalid_token"' in wrong.headers["www-authenticate"]
+    assert wrong.json()["error"] == "invalid_token" and "not accepted" in wrong.json()["error_description"]
+    assert TOKEN[:-1] not in wrong.text
+    # the URL shown is the one the client used when it is a name this server serves, else the bound address
+    assert _post(port, {"Host": "tunnel.example:443"}).json()["claude_code"] == CLAUDE.format(
+        url="http://tunnel.example:443/mcp")
+    assert _post(port, {"Host": "evil.example"}).json()["claude_code"] == CLAUDE.format(
+        url=f"http://127.0.0.1:{port}/mcp")
+
+
+def test_oauth_discovery_and_registration_say_a_bearer_token_is_required(server):
+    port, _ = server
+    base = f"http://127.0.0.1:{port}"
+    for path in ("/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp",
+                 "/.well-known/oauth-authorization-server", "/.well-known/openid-configuration"):
+        r = httpx2.get(base + path, timeout=30)
+        assert r.status_code == 404 and r.json()["error"] == "bearer_token_required", path
+        assert "--header" in r.json()["error_description"], path
+    r = httpx2.post(base + "/register", json={"redirect_uris": ["http://localhost:1/cb"], "client_name": "c"},
+                    timeout=30)
+    assert r.status_code == 400 and "requires a bearer token" in r.json()["error_description"]
+    assert "does no OAuth" in r.json()["error_description"]
+
+
 def test_host_and_origin_checked(server):
     port, _ = server
     auth = {"Authorization": "Bearer " + TOKEN}
