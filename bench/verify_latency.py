@@ -104,7 +104,7 @@ def write_report(m: dict, task: str, shapes: list[str], tag: str = "", what: str
         "reuse it).", "",
         f"Isolation in force: {res.get('isolation')} (each candidate in a fresh sandboxed process; the reference "
         "in its own cached process). Earlier shared-worker figures (one process for every job, no sandbox): "
-        "25 ms warm verify, ~9 s cold (bench/results/verify_latency_NVIDIA_H200_2026-11-22.md).", "",
+        "25 ms warm verify, ~9 s cold (CHANGELOG.md).", "",
         f"Target on the GPU machine: warm median < 0.5 s -> {'MET' if statistics.median(w) < 0.5 else 'NOT MET'}.",
     ]
     out = REPO / "bench" / "results" / f"verify_latency_{name}_{now.date().isoformat()}{'_' + tag if tag else ''}.md"

@@ -54,7 +54,7 @@ def test_same_code_interval_holds_one_in_7_of_8_calls():
     if sum(holds) < 7:
         # the 2-vCPU CI VM's noise: on 2026-11-23 the session-7 code (d923c46) missed in 2 of 3 runs of this test
         # and the session-8 code in 2 of 3 (5 or 6 holds of 8, intervals as low as [0.80, 0.93]); the GPU
-        # acceptance (56 of 57 calls on the H200, bench/results/session7_H200_2026-11-23.md) is measured there
+        # acceptance (56 of 57 calls on the H200, bench/RESULTS.md) is measured there
         pytest.xfail(msg)
 
 

@@ -29,7 +29,7 @@ def verify(candidate: str, task: str | None = "vector_add", **kw):
     kw.setdefault("shapes", ["small"])
     kw.setdefault("seeds", 2)
     kw.setdefault("wait_s", 120)
-    kw.setdefault("probe", False)  # the signed probe case has its own tests (test_verify_issue13, tests/kernelbench)
+    kw.setdefault("probe", False)  # the signed probe case has its own tests (test_verify_harness_errors_and_overrides, tests/kernelbench)
     return anyio.run(lambda: verify_vs_pytorch(src(candidate), task=task, **kw))
 
 
