@@ -79,7 +79,7 @@ def _import_stack(device: str) -> dict[str, Any]:
             # bind the timer (events, elapsed_time, synchronize) before any candidate can patch torch
             from evokernel_mcp.benchmark import timing as _timing
 
-            _timing._bind_event_api()  # (the profiler for the activity clock starts in the first benchmark)
+            _timing.bind_event_api()  # (the profiler for the activity clock starts in the first benchmark)
         else:
             info["device_name"] = "cpu"
     except Exception as e:  # noqa: BLE001 - reported to the pool, not fatal for ping
