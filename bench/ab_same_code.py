@@ -1,4 +1,4 @@
-"""Comparisons a search loop can bet on (issue 12), through the MCP client (in-process server).
+"""Comparisons a search loop can bet on , through the MCP client (in-process server).
 
 1. Same code on both sides (candidate == the reference as ModelNew): N calls per kernel; the interval must
    hold 1 in >= 95 % of calls over >= 40 calls on >= 6 kinds; the GEMM's speedups within 2 % of each other.

@@ -1,4 +1,4 @@
-"""All 100 KernelBench level-1 problems, unchanged, through the MCP client on a GPU (issue 13).
+"""All 100 KernelBench level-1 problems, unchanged, through the MCP client on a GPU.
 
     PYTHONPATH=. python3 bench/kernelbench_sweep.py [--kb ../shared/kernelbench/level1] [--only 19,23,51]
         [--part 1/4] [--seeds 2] [--max-time-s 0.5] [--overrides-scale 0] [--no-benchmark]

@@ -1,4 +1,4 @@
-"""Single-kernel times against ncu on four kinds of kernel (issue 12).
+"""Single-kernel times against ncu on four kinds of kernel.
 
 Acceptance: "Single-kernel times within 3 % of ncu for kernels of at least 40 us of four kinds (bandwidth,
 reduction, GEMM, convolution), with the clocks shown; where a power-limited GEMM differs from ncu, the result

@@ -1,4 +1,4 @@
-"""The in-worker timing loop (our code, never the candidate's). Returns raw times; the server does the stats.
+"""The timing loop inside each arm's process (our code, never the candidate's). Returns raw times; the server does the stats.
 
 GPU method (CUDA and HIP through torch):
 - warm-up calls first (compilation, autotuning, allocator and handle creation stay out of the numbers);
@@ -44,7 +44,7 @@ _event_api: dict[str, Any] = {}
 
 
 def bind_event_api() -> dict[str, Any]:
-    """torch.cuda.Event and its methods, bound once (called at worker start, before candidates load)."""
+    """torch.cuda.Event and its methods, bound once (called at process start, before candidates load)."""
     if not _event_api:
         import torch
 
@@ -321,7 +321,7 @@ def time_device(fn: Callable[..., Any], arg_sets: Sequence[tuple], opt: TimingOp
 
 
 def prepare_activity_clock() -> str | None:
-    """First thing in a worker op that times on the activity clock, before any candidate code loads: start
+    """First thing in an op that times on the activity clock, before any candidate code loads: start
     the profiler once (CUPTI / roctracer start-up, ~4 s the first time, and lazy imports that rebind
     torch.manual_seed), then retake the op's tamper snapshot (guard.rebase, one-shot per op). None if the
     profiler works, else why not."""

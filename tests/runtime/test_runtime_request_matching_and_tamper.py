@@ -18,7 +18,7 @@ from evokernel_mcp.verify import build_payload
 
 CANDS = Path(__file__).resolve().parent.parent / "verify" / "candidates"
 
-# A stand-in worker: says ready, then answers each request first with an event for another request (a
+# A stand-in runner: says ready, then answers each request first with an event for another request (a
 # stale or forged line, e.g. written by a candidate to the protocol pipe), then with the right one.
 FAKE_WORKER = r'''
 import json, sys

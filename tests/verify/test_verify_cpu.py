@@ -1,4 +1,4 @@
-"""verify_vs_pytorch end to end on the CPU worker (torch CPU + TRITON_INTERPRET=1): correct Triton
+"""verify_vs_pytorch end to end on the CPU runner (torch CPU + TRITON_INTERPRET=1): correct Triton
 candidates pass, wrong ones fail with evidence, crashing ones are reported and the next verify runs."""
 
 from __future__ import annotations

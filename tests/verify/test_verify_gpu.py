@@ -1,5 +1,5 @@
 """The verify suite on a real GPU (CUDA or ROCm), plus a kernel that writes far out of bounds: the
-server must survive it, report a GPU fault/crash, and replace the worker."""
+server must survive it, report a GPU fault/crash, and replace the runner."""
 
 from __future__ import annotations
 

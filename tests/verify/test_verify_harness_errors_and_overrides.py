@@ -46,7 +46,7 @@ def verify(candidate: str, reference: str = REF, **kw):
 
 
 def test_overrides_are_applied_recorded_and_journaled():
-    r = verify(SAME, overrides={"batch_size": 3, "dim": 5}, experiment="issue13/overrides")
+    r = verify(SAME, overrides={"batch_size": 3, "dim": 5}, experiment="verify/overrides")
     assert r.passed is True and r.overrides_applied == {"batch_size": 3, "dim": 5}
     assert [c.numel for c in r.cases] == [15, 15] and [c.probe for c in r.cases] == [False, True]
     assert r.result_id and r.result_id.startswith("r-")
