@@ -67,7 +67,7 @@ def test_segfault_is_a_crash_with_the_fault_message_and_next_job_runs(mgr):
     assert ping_pid(mgr) != pid
 
 
-def test_exception_keeps_the_worker(mgr):
+def test_exception_keeps_the_runner(mgr):
     pid = ping_pid(mgr)
     out = job(mgr, {"raise": "boom"})
     assert out.result.error.kind == "exception" and "boom" in out.result.error.message
