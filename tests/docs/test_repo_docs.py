@@ -15,6 +15,7 @@ README = REPO / "README.md"
 DOCS = sorted((REPO / "docs").glob("*.md"))
 RESULTS_MD = REPO / "bench" / "RESULTS.md"
 PAGES = [README, *DOCS, RESULTS_MD]
+SELF = str(Path(__file__).resolve().relative_to(REPO))
 
 TOP = ("evokernel_mcp", "bench", "tests", "tools", "resources", "tasks", "docs", ".ci")
 PACKAGE = ("runtime", "verify", "benchmark", "compile", "profile", "surface", "devices", "journal", "executors",
@@ -114,7 +115,7 @@ def test_history_patterns_are_recognised():
     assert not _history_hits("an MCP session ends; the kernel issues 15 MMAs; `error #20`", False)
 
 
-def test_no_work_rounds_or_issue_numbers_in_readme_docs_code_or_tests():
+def test_no_history_numbers_in_readme_docs_code_or_tests():
     bad = {}
     for page in PAGES:
         hits = _history_hits(page.read_text(encoding="utf-8"), hash_numbers=True)
@@ -123,8 +124,8 @@ def test_no_work_rounds_or_issue_numbers_in_readme_docs_code_or_tests():
     for rel in _tracked():
         if not rel.endswith((".py", ".sh")) or rel.startswith(("tests/fixtures/", "bench/results/")):
             continue
-        if not rel.startswith(("evokernel_mcp/", "bench/", "tools/", "tests/")):
-            continue
+        if not rel.startswith(("evokernel_mcp/", "bench/", "tools/", "tests/")) or rel == SELF:
+            continue  # (this file spells the patterns out in its own examples)
         hits = _history_hits((REPO / rel).read_text(encoding="utf-8", errors="replace"), hash_numbers=False)
         if hits:
             bad[rel] = hits
