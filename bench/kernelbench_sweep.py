@@ -132,7 +132,8 @@ async def sweep(files: list[Path], seeds: int, max_time_s: float, scale: int, be
             row: dict = {"problem": f.name, "overrides": ov}
             t_all = time.perf_counter()
             with GpuMemSampler() as mem:
-                b, t, e, x = await call_tool(c, "verify_vs_pytorch", {**base, "candidate": same_code(src), "seeds": seeds})
+                b, t, e, x = await call_tool(c, "verify_vs_pytorch",
+                                             {**base, "candidate": same_code(src), "seeds": seeds})
                 row["same"] = {**_verdict(b, e, x), "wall_s": round(t, 2)}
                 b, t, e, x = await call_tool(c, "verify_vs_pytorch", {**base, "candidate": perturbed(src), "seeds": 1,
                                                                   "probe": False, "stop_on_first_failure": True})

@@ -42,7 +42,7 @@ import anyio
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.ab_same_code import reference_source  # noqa: E402
+from bench.ab_same_code import make_ref  # noqa: E402
 from bench.kernelbench_sweep import call_tool, versions  # noqa: E402
 from evokernel_mcp.benchmark.clocks import NOT_SLOWDOWN, read_clocks  # noqa: E402
 from evokernel_mcp.kb_candidates import same_code  # noqa: E402
@@ -67,23 +67,24 @@ def workloads(small: bool = False) -> dict[str, dict]:
     bf = "dtype=torch.bfloat16"
 
     def conv(shape: tuple, layer: str) -> str:
-        return reference_source("x", "return self.conv(x)", f"torch.randn{shape}", init_body=f"        self.conv = {layer}")
+        return make_ref("x", "return self.conv(x)", f"torch.randn{shape}", init_body=f"        self.conv = {layer}")
 
     def conv_nhwc(dtype: str) -> str:
         """cuDNN on channels-last data without a layout conversion: the input is made NHWC (N, H, W, C) and the
         forward views it as NCHW by a permute (no copy, channels-last strides); the weight is channels-last."""
         nb = 2 * b
-        return reference_source("x", "return self.conv(x.permute(0, 3, 1, 2))",
+        return make_ref("x", "return self.conv(x.permute(0, 3, 1, 2))",
                     f"torch.randn({nb}, {hw}, {hw}, {ch}, dtype=torch.{dtype})",
                     init_body=f"        self.conv = nn.Conv2d({ch}, {ch}, 3, padding=1, bias=False).to(torch.{dtype})"
                               ".to(memory_format=torch.channels_last)")
     return {
         "bandwidth": {"unit": "vector", "expect": "one elementwise kernel (fp32, 1 GiB moved)",
-                      "source": reference_source("x", "return x * 2.0", f"torch.randn({n})")},
+                      "source": make_ref("x", "return x * 2.0", f"torch.randn({n})")},
         "reduction": {"unit": "vector", "expect": "one reduce kernel (fp32, 512 MiB read)",
-                      "source": reference_source("x", "return torch.sum(x, dim=-1)", f"torch.randn({r}, {c})")},
+                      "source": make_ref("x", "return torch.sum(x, dim=-1)", f"torch.randn({r}, {c})")},
         "gemm": {"unit": "matrix", "expect": "one cuBLAS kernel (bf16 4096^3, compute-bound)",
-                 "source": reference_source("a, b", "return a @ b", f"torch.randn({m}, {m}, {bf}), torch.randn({m}, {m}, {bf})")},
+                 "source": make_ref("a, b", "return a @ b",
+                                    f"torch.randn({m}, {m}, {bf}), torch.randn({m}, {m}, {bf})")},
         "convolution": {"unit": "matrix", "expect": "cuDNN conv2d bf16 on channels-last data (an NHWC input viewed as "
                         "NCHW): one implicit-GEMM kernel, no layout conversion",
                         "source": conv_nhwc("bfloat16")},

@@ -1,4 +1,5 @@
-"""The timing loop inside each arm's process (our code, never the candidate's). Returns raw times; the server does the stats.
+"""The timing loop inside each arm's process (our code, never the candidate's). Returns raw times; the
+runner and the server do the stats.
 
 GPU method (CUDA and HIP through torch):
 - warm-up calls first (compilation, autotuning, allocator and handle creation stay out of the numbers);

@@ -257,8 +257,9 @@ class WorkerPool:
             return WorkerReply(ok=False, stdout=out, stderr=err, worker_replaced=True, **base,
                                duration_s=time.perf_counter() - t0, error=ErrorInfo(
                                    kind="timeout", message=f"{req['op']} did not finish within {timeout_s:g} s; "
-                                   "the runner was killed and is replaced. Look for an endless loop or a deadlock (a kernel "
-                                   "waiting on a flag, a grid that never ends), or raise timeout_s for a big problem",
+                                   "the runner was killed and is replaced. Look for an endless loop or a deadlock (a "
+                                   "kernel waiting on a flag, a grid that never ends), or raise timeout_s for a big "
+                                   "problem",
                                    detail=protocol.tail(err, 2000) or None))
         except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, anyio.ClosedResourceError,
                 anyio.DelimiterNotFound, protocol.DecodeError, OSError) as e:
