@@ -23,7 +23,7 @@ PACKAGE = ("runtime", "verify", "benchmark", "compile", "profile", "surface", "d
 ROOT_PATH = re.compile(r"(?<![\w./~$<{:-])((?:%s)/[\w.*/-]*)" % "|".join(re.escape(t) for t in TOP))
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 CODE_SPAN = re.compile(r"`([^`\n]+)`")
-BARE_FILE = re.compile(r"^[\w.-]+\.(?:py|sh|md|json|txt|log|csv|png|yaml|toml)$")
+BARE_FILE = re.compile(r"^[\w.-]+\.(?:py|sh|md|json|txt|log|csv|png|tgz|yaml|toml)$")
 
 ROUND = re.compile(r"\bsessions?[ -]?\d+", re.IGNORECASE)
 ISSUE = re.compile(r"\bissue[ -]?#?\d+", re.IGNORECASE)
