@@ -1,4 +1,4 @@
-"""Comparisons a search loop can bet on (issue 12), through the MCP client (in-process server).
+"""Comparisons a search loop can bet on , through the MCP client (in-process server).
 
 1. Same code on both sides (candidate == the reference as ModelNew): N calls per kernel; the interval must
    hold 1 in >= 95 % of calls over >= 40 calls on >= 6 kinds; the GEMM's speedups within 2 % of each other.
@@ -56,7 +56,7 @@ def get_init_inputs():
 '''
 
 
-def _ref(args, body, inputs, init_args="", init_body="        pass", init_inputs=""):
+def make_ref(args, body, inputs, init_args="", init_body="        pass", init_inputs=""):
     body = "\n".join("        " + ln for ln in body.strip().splitlines())
     return REF_TMPL.format(args=args, body=body, inputs=inputs, init_args=init_args, init_body=init_body,
                            init_inputs=init_inputs)
@@ -66,12 +66,12 @@ def kernels(small: bool, extra_kb: tuple[str, ...] = ()) -> dict[str, str]:
     n, m, e = (256, 256, 1 << 14) if small else (4096, 4096, 1 << 24)
     c = (1, 4, 4, 8, 4) if small else (4, 32, 16, 64, 64)  # conv3d: batch, in ch, depth, h=w, out ch
     out = {
-        "gemm_bf16_4096": _ref("a, b", "return a @ b",
+        "gemm_bf16_4096": make_ref("a, b", "return a @ b",
                                f"torch.randn({n}, {n}, dtype=torch.bfloat16), torch.randn({n}, {n}, dtype=torch.bfloat16)"),
-        "elementwise_chain_16M": _ref("x", "y = x * 1.5\ny = y + 0.25\nreturn torch.relu(y)", f"torch.randn({e})"),
-        "softmax_4096": _ref("x", "return torch.softmax(x, dim=-1)", f"torch.randn({m}, {m})"),
-        "add_2us": _ref("x, y", "return x + y", "torch.randn(1 << 16), torch.randn(1 << 16)"),
-        "conv3d_cudnn": _ref("x", "return self.conv(x)", f"torch.randn({c[0]}, {c[1]}, {c[2]}, {c[3]}, {c[3]})",
+        "elementwise_chain_16M": make_ref("x", "y = x * 1.5\ny = y + 0.25\nreturn torch.relu(y)", f"torch.randn({e})"),
+        "softmax_4096": make_ref("x", "return torch.softmax(x, dim=-1)", f"torch.randn({m}, {m})"),
+        "add_2us": make_ref("x, y", "return x + y", "torch.randn(1 << 16), torch.randn(1 << 16)"),
+        "conv3d_cudnn": make_ref("x", "return self.conv(x)", f"torch.randn({c[0]}, {c[1]}, {c[2]}, {c[3]}, {c[3]})",
                              init_body=f"        self.conv = nn.Conv3d({c[1]}, {c[4]}, 3)"),
     }
     for name in ("1_Square_matrix_multiplication_", "23_Softmax", "40_LayerNorm", "42_Max_Pooling_2D",

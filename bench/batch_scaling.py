@@ -7,7 +7,7 @@ Per mode: a warm-up batch (one candidate per slot: starts the runners, the refer
 contexts), then the timed batch of --n candidates (PyTorch variants of the reference, all correct: x + y for
 vector_add, cuDNN calls for conv3d_depthwise, the flagship) through the
 whole cascade (verify_small -> verify -> benchmark). Wall time is submit -> done of the one batch job.
-Acceptance (issue 17): on 2 GPUs at most 0.55x the time of 1 GPU, for the local pool and for Ray on one
+Target: on 2 GPUs at most 0.55x the time of 1 GPU, for the local pool and for Ray on one
 host. Writes bench/results/batch_scaling_<device>_<date>.{md,json} (device, date, versions; a copy under
 $OUT when set) after every mode; --merge adds to today's file, so each mode can run in its own call. A mode
 whose executor is missing (no Ray installed) is recorded as skipped, with why.

@@ -20,7 +20,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-os.environ.setdefault("EVOKERNEL_DEVICES", "cuda:0")  # this script's own worker pool (not the server's)
+os.environ.setdefault("EVOKERNEL_DEVICES", "cuda:0")  # this script's own runner pool (not the server's)
 
 import anyio  # noqa: E402
 

@@ -126,10 +126,10 @@ def probe(seconds: float, transports: bool = False) -> dict[str, list[float]]:
     arena = courier.ARENA_BYTES
 
     def rt(msg, way: str = "arena") -> None:
-        cour._vmm = way in ("arena", "vmm")  # memfd: the courier's way for a tensor when VMM is not there
+        cour.vmm = way in ("arena", "vmm")  # memfd: the courier's way for a tensor when VMM is not there
         courier.ARENA_BYTES = arena if way == "arena" else 0  # vmm: an allocation per tensor
         frames.write(tx, msg, None if way == "pipe" else cour)
-        cour._vmm, courier.ARENA_BYTES = True, arena
+        cour.vmm, courier.ARENA_BYTES = True, arena
         frames.read(rx, max_bytes=1 << 40, device="cuda", courier=cour)
 
     for _ in range(3):  # warm: the peer's context, the VMM library, the allocator

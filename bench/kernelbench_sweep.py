@@ -1,4 +1,4 @@
-"""All 100 KernelBench level-1 problems, unchanged, through the MCP client on a GPU (issue 13).
+"""All 100 KernelBench level-1 problems, unchanged, through the MCP client on a GPU.
 
     PYTHONPATH=. python3 bench/kernelbench_sweep.py [--kb ../shared/kernelbench/level1] [--only 19,23,51]
         [--part 1/4] [--seeds 2] [--max-time-s 0.5] [--overrides-scale 0] [--no-benchmark]
@@ -87,7 +87,7 @@ def _select(files: list[Path], only: str | None, part: str | None) -> list[Path]
     return files
 
 
-async def _call(c, tool: str, args: dict) -> tuple[dict, float, bool, str | None]:
+async def call_tool(c, tool: str, args: dict) -> tuple[dict, float, bool, str | None]:
     t0 = time.perf_counter()
     r = await c.call_tool(tool, args)
     body = r.structured_content or {}
@@ -132,13 +132,14 @@ async def sweep(files: list[Path], seeds: int, max_time_s: float, scale: int, be
             row: dict = {"problem": f.name, "overrides": ov}
             t_all = time.perf_counter()
             with GpuMemSampler() as mem:
-                b, t, e, x = await _call(c, "verify_vs_pytorch", {**base, "candidate": same_code(src), "seeds": seeds})
+                b, t, e, x = await call_tool(c, "verify_vs_pytorch",
+                                             {**base, "candidate": same_code(src), "seeds": seeds})
                 row["same"] = {**_verdict(b, e, x), "wall_s": round(t, 2)}
-                b, t, e, x = await _call(c, "verify_vs_pytorch", {**base, "candidate": perturbed(src), "seeds": 1,
+                b, t, e, x = await call_tool(c, "verify_vs_pytorch", {**base, "candidate": perturbed(src), "seeds": 1,
                                                                   "probe": False, "stop_on_first_failure": True})
                 row["perturbed"] = {**_verdict(b, e, x), "wall_s": round(t, 2)}
                 if bench:
-                    b, t, e, x = await _call(c, "benchmark", {**base, "candidate": same_code(src),
+                    b, t, e, x = await call_tool(c, "benchmark", {**base, "candidate": same_code(src),
                                                               "max_time_s": max_time_s})
                     res = (b.get("results") or [{}])[0]
                     err = b.get("error") or {}
@@ -158,7 +159,7 @@ async def sweep(files: list[Path], seeds: int, max_time_s: float, scale: int, be
     return rows
 
 
-def _versions() -> dict:
+def versions() -> dict:
     out = {"python": platform.python_version()}
     try:
         import torch
@@ -220,7 +221,7 @@ def main() -> None:
     t0 = time.perf_counter()
     rows = anyio.run(sweep, files, a.seeds, a.max_time_s, a.overrides_scale, not a.no_benchmark, a.wait_s,
                      a.budget_s)
-    v = _versions()
+    v = versions()
     device = v.get("device", "cpu").replace("NVIDIA ", "").replace(" ", "-")
     date = dt.date.today().isoformat()
     meta = {"device": device, "date": date, "versions": v, "seeds": a.seeds, "max_time_s": a.max_time_s,

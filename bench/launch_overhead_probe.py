@@ -37,19 +37,19 @@ def child() -> None:
 def main() -> None:
     from evokernel_mcp.benchmark import timing as t
 
-    api = t._bind_event_api()
+    api = t.bind_event_api()
     dev = torch.device("cuda", 0)
     flusher = t.CacheFlusher(dev)
-    cyc = t._sleep_cycles_per_ms(api)
+    cyc = t.sleep_cycles_per_ms(api)
     x = torch.zeros(1, device="cuda")
     call = lambda: tiny_store[(1,)](x)  # noqa: E731
     for _ in range(20):
         call()
     torch.cuda.synchronize()
-    empty = [t._event_overhead_ms(flusher, api, 100) * 1e3 for _ in range(5)]
+    empty = [t.event_overhead_ms(flusher, api, 100) * 1e3 for _ in range(5)]
     pair = []
     for _ in range(5):
-        pair += t._timed_batch([call], 0, 100, flusher, api, cyc, 20e-6)
+        pair += t.timed_batch([call], 0, 100, flusher, api, cyc, 20e-6)
     pair_us = statistics.median(pair) * 1e3
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     p = subprocess.run(["ncu", "--cache-control", "all", "--clock-control", "none", "--metrics",

@@ -1,4 +1,4 @@
-"""Single-kernel times against ncu on four kinds of kernel (issue 12).
+"""Single-kernel times against ncu on four kinds of kernel.
 
 Acceptance: "Single-kernel times within 3 % of ncu for kernels of at least 40 us of four kinds (bandwidth,
 reduction, GEMM, convolution), with the clocks shown; where a power-limited GEMM differs from ncu, the result
@@ -42,8 +42,8 @@ import anyio
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.ab_same_code import _ref  # noqa: E402
-from bench.kernelbench_sweep import _call, _versions  # noqa: E402
+from bench.ab_same_code import make_ref  # noqa: E402
+from bench.kernelbench_sweep import call_tool, versions  # noqa: E402
 from evokernel_mcp.benchmark.clocks import NOT_SLOWDOWN, read_clocks  # noqa: E402
 from evokernel_mcp.kb_candidates import same_code  # noqa: E402
 from evokernel_mcp.profile.models import CounterDispatch  # noqa: E402
@@ -67,23 +67,24 @@ def workloads(small: bool = False) -> dict[str, dict]:
     bf = "dtype=torch.bfloat16"
 
     def conv(shape: tuple, layer: str) -> str:
-        return _ref("x", "return self.conv(x)", f"torch.randn{shape}", init_body=f"        self.conv = {layer}")
+        return make_ref("x", "return self.conv(x)", f"torch.randn{shape}", init_body=f"        self.conv = {layer}")
 
     def conv_nhwc(dtype: str) -> str:
         """cuDNN on channels-last data without a layout conversion: the input is made NHWC (N, H, W, C) and the
         forward views it as NCHW by a permute (no copy, channels-last strides); the weight is channels-last."""
         nb = 2 * b
-        return _ref("x", "return self.conv(x.permute(0, 3, 1, 2))",
+        return make_ref("x", "return self.conv(x.permute(0, 3, 1, 2))",
                     f"torch.randn({nb}, {hw}, {hw}, {ch}, dtype=torch.{dtype})",
                     init_body=f"        self.conv = nn.Conv2d({ch}, {ch}, 3, padding=1, bias=False).to(torch.{dtype})"
                               ".to(memory_format=torch.channels_last)")
     return {
         "bandwidth": {"unit": "vector", "expect": "one elementwise kernel (fp32, 1 GiB moved)",
-                      "source": _ref("x", "return x * 2.0", f"torch.randn({n})")},
+                      "source": make_ref("x", "return x * 2.0", f"torch.randn({n})")},
         "reduction": {"unit": "vector", "expect": "one reduce kernel (fp32, 512 MiB read)",
-                      "source": _ref("x", "return torch.sum(x, dim=-1)", f"torch.randn({r}, {c})")},
+                      "source": make_ref("x", "return torch.sum(x, dim=-1)", f"torch.randn({r}, {c})")},
         "gemm": {"unit": "matrix", "expect": "one cuBLAS kernel (bf16 4096^3, compute-bound)",
-                 "source": _ref("a, b", "return a @ b", f"torch.randn({m}, {m}, {bf}), torch.randn({m}, {m}, {bf})")},
+                 "source": make_ref("a, b", "return a @ b",
+                                    f"torch.randn({m}, {m}, {bf}), torch.randn({m}, {m}, {bf})")},
         "convolution": {"unit": "matrix", "expect": "cuDNN conv2d bf16 on channels-last data (an NHWC input viewed as "
                         "NCHW): one implicit-GEMM kernel, no layout conversion",
                         "source": conv_nhwc("bfloat16")},
@@ -286,7 +287,7 @@ async def bench_kind(client, wl: dict, max_time_s: float, left_s: float) -> tupl
     args = {"reference": wl["source"], "candidate": same_code(wl["source"]), "max_time_s": max_time_s,
             "compute_unit": wl["unit"], "wait_s": 600, "timeout_s": max(30.0, min(300.0, left_s))}
     with ClockSampler() as cs:
-        body, wall, is_error, text = await _call(client, "benchmark", args)
+        body, wall, is_error, text = await call_tool(client, "benchmark", args)
     return {**ours_from_result(body, is_error, text), "wall_s": round(wall, 1)}, cs.summary()
 
 
@@ -327,7 +328,7 @@ async def run_all(wls: dict, a, meta: dict, raw_of, save) -> list[dict]:
     t0, rows = time.monotonic(), []
     async with Client(build_server()) as client:
         # the ceilings (copy, matmul at the power cap, launch cost) first, so that no kind's clock readings hold them
-        body, _, _, text = await _call(client, "measure_ceilings", {"wait_s": 600, "timeout_s": 300})
+        body, _, _, text = await call_tool(client, "measure_ceilings", {"wait_s": 600, "timeout_s": 300})
         meta["ceilings"] = {k: body.get(k) for k in ("copy_gbs", "matmul_tflops", "launch_cost_us", "cached")} \
             if not text else text
         for kind, wl in wls.items():
@@ -350,7 +351,7 @@ def collect_meta(a) -> dict:
     from evokernel_mcp.errors import EvoError
     from evokernel_mcp.profile.ncu import find_ncu
 
-    v = {**_versions(), "driver": driver_version("cuda")}
+    v = {**versions(), "driver": driver_version("cuda")}
     try:
         v["ncu"] = find_ncu()[1]
     except EvoError as e:

@@ -7,9 +7,9 @@ device's measured copy bandwidth to about 8 us, 45 us and 365 us. For each:
   - ours, direct: evokernel_mcp.benchmark.timing.time_device (cold cache), 5 independent runs with each
     clock: the activity clock (kernel timestamps from CUPTI via torch.profiler, the default) and device
     events minus the empty event pair (the default before the activity clock);
-  - ours, tool path: 5 calls of evokernel_mcp.benchmark.api.benchmark (worker pool, all 3 sizes per call);
+  - ours, tool path: 5 calls of evokernel_mcp.benchmark.api.benchmark (runner pool, all 3 sizes per call);
   - triton.testing.do_bench(return_mode="median") for comparison.
-Acceptance (issue 5): ours within 3 % of ncu at 45 and 365 us, within 10 % at 8 us; the 5 medians
+Acceptance: ours within 3 % of ncu at 45 and 365 us, within 10 % at 8 us; the 5 medians
 spread < 2 % at 45 and 365 us.
 
 Run on the GPU machine from the repo root:  PYTHONPATH=. python3 bench/timing_fidelity.py
@@ -38,7 +38,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-os.environ.setdefault("EVOKERNEL_DEVICES", "cuda:0")  # the tool path's worker pool: this script's own process
+os.environ.setdefault("EVOKERNEL_DEVICES", "cuda:0")  # the tool path's runner pool: this script's own process
 
 import torch  # noqa: E402
 import triton  # noqa: E402

@@ -38,9 +38,9 @@ def windows(calls, flusher, api, cyc, n, with_kernel, start):
 
 
 def main() -> None:
-    api = t._bind_event_api()
+    api = t.bind_event_api()
     flusher = t.CacheFlusher(torch.device("cuda", 0))
-    cyc = t._sleep_cycles_per_ms(api)
+    cyc = t.sleep_cycles_per_ms(api)
     sizes = tf.sizes_for(tf.copy_bandwidth_gbs())
     out = {}
     for name, n in sizes.items():
@@ -54,8 +54,8 @@ def main() -> None:
         for r in range(6):
             w1 += windows(calls, flusher, api, cyc, 60, True, r * 60)
             w2 += windows(calls, flusher, api, cyc, 60, False, 0)
-            a += [x * 1e3 for x in t._timed_batch(calls, r * 60, 60, flusher, api, cyc, 20e-6)]
-        empty = t._event_overhead_ms(flusher, api, 100) * 1e3
+            a += [x * 1e3 for x in t.timed_batch(calls, r * 60, 60, flusher, api, cyc, 20e-6)]
+        empty = t.event_overhead_ms(flusher, api, 100) * 1e3
         opt = t.TimingOptions(min_reps=50, max_time_s=1.0, target_rel_ci=0.002, subtract_overhead=True)
         c_med = statistics.median(t.time_device(fn, sets, opt, flusher=flusher).times_ms) * 1e3
         t.MAX_BATCH = 60

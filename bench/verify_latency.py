@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python3 bench/verify_latency.py [--task vector_add] [--shapes small] [--reps 20]
 
-Measures (1) cold start: server spawn + initialize + the first verify (which starts the worker:
+Measures (1) cold start: server spawn + initialize + the first verify (which starts the runner:
 torch/triton import, first kernel compile), and (2) warm verify round trip: median/min/max of --reps
 repeated calls (same candidate, seeds=1). Writes bench/results/verify_latency_<device>_<date>.md
 (and a copy under $OUT when set) with device, date and versions. Target (GPU): warm < 0.5 s.
@@ -91,7 +91,7 @@ def write_report(m: dict, task: str, shapes: list[str], tag: str = "", what: str
         "seeds=1 (candidate run twice + reference native and float64)", "",
         "| measure | seconds |", "|---|---|",
         f"| server spawn + initialize | {m['init_s']:.3f} |",
-        f"| cold: spawn + initialize + first verify (worker start, imports, first compile) | {m['cold_s']:.3f} |",
+        f"| cold: spawn + initialize + first verify (runner start, imports, first compile) | {m['cold_s']:.3f} |",
         f"| warm verify round trip, median of {len(w)} | {statistics.median(w):.4f} |",
         f"| warm min / max | {w[0]:.4f} / {w[-1]:.4f} |",
         f"| {m['distinct_n']} different candidates back to back, total ({m['distinct_ok']} passed) | "
@@ -103,8 +103,8 @@ def write_report(m: dict, task: str, shapes: list[str], tag: str = "", what: str
         "the compile cache is kept per source, runtime/kernel_cache.py, so only the warm calls of one source "
         "reuse it).", "",
         f"Isolation in force: {res.get('isolation')} (each candidate in a fresh sandboxed process; the reference "
-        "in its own cached process). Earlier shared-worker figures (one process for every job, no sandbox): "
-        "25 ms warm verify, ~9 s cold (bench/results/verify_latency_NVIDIA_H200_2026-11-22.md).", "",
+        "in its own cached process). Earlier shared-runner figures (one process for every job, no sandbox): "
+        "25 ms warm verify, ~9 s cold (CHANGELOG.md).", "",
         f"Target on the GPU machine: warm median < 0.5 s -> {'MET' if statistics.median(w) < 0.5 else 'NOT MET'}.",
     ]
     out = REPO / "bench" / "results" / f"verify_latency_{name}_{now.date().isoformat()}{'_' + tag if tag else ''}.md"

@@ -1,4 +1,4 @@
-"""Process-wide services shared by the tools (job manager, worker pool), created lazily on first use
+"""Process-wide services shared by the tools (job manager, runner pool), created lazily on first use
 and closed by the server's lifespan. Nothing here does I/O at import time."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class App:
 
     async def aclose(self) -> None:
         if self._jobs is not None:
-            log.info("shutting down job manager and workers")
+            log.info("shutting down job manager and runners")
             await self._jobs.aclose()
             self._jobs = None
 

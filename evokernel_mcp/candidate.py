@@ -1,5 +1,6 @@
-"""Loading references and candidates, and making inputs. Runs INSIDE a worker (or a profiler's small
-runner script): it imports user code. Never imported by the server at tool-call time.
+"""Loading references and candidates, and making inputs. Runs INSIDE a sandboxed child
+(runtime/child.py), or in the profiler's small runner script (profile/runner.py): it imports user code.
+Never imported by the server at tool-call time.
 
 - A reference is KernelBench-form source (class Model, get_inputs, optional get_init_inputs); a
   shipped task carries it as reference_source plus input specs per shape set (tasks.py).
@@ -26,7 +27,7 @@ class CandidateError(Exception):
 
 
 class MissingModule(Exception):
-    """The candidate imports a module this worker does not have (kind "missing_module", its name in the
+    """The candidate imports a module this process's Python does not have (kind "missing_module", its name in the
     message). Not a CandidateError: the child reports an exception's own `kind`, and a CandidateError is
     always reported as "bad_candidate"."""
 
@@ -65,7 +66,7 @@ def load_candidate_module(source: str, directory: str | Path) -> ModuleType:
         raise CandidateError(f"candidate has a syntax error at line {e.lineno}: {e.msg}") from e
     except ImportError as e:  # ModuleNotFoundError included
         name = getattr(e, "name", None) or str(e)
-        raise MissingModule(f"the candidate imports {name!r}, which this worker does not have "
+        raise MissingModule(f"the candidate imports {name!r}, which the sandboxed Python does not have "
                             f"({type(e).__name__}: {e}); use torch, triton, numpy, einops or the standard "
                             "library") from e
     except Exception as e:  # noqa: BLE001 - import-time failure of user code

@@ -33,7 +33,7 @@ def sub_state_dir(name: str) -> Path:
 
 
 def prune_old_dirs(parent: Path, keep: int = 64) -> int:
-    """Remove all but the `keep` most recently modified subdirectories of parent (job and worker scratch:
+    """Remove all but the `keep` most recently modified subdirectories of parent (job and runner scratch:
     candidate sources, captured output). Best effort; returns how many were removed."""
     import shutil
 

@@ -15,7 +15,7 @@ task.yaml:
     bytes: "2*(2*B*N + N)"             # minimum DRAM traffic: read inputs once, write outputs once
     tolerance: {bfloat16: {atol: 0.02, rtol: 0.016}}   # optional, per output dtype
 
-Loading here never imports torch and never runs task code: the worker does (candidate.py).
+Loading here never imports torch and never runs task code: the sandboxed children do (candidate.py).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class ShapeSet(Model):
 
 
 class Task(Model):
-    """A loaded task: what get_task returns, and what the worker receives."""
+    """A loaded task: what get_task returns, and what the runner receives."""
 
     name: str
     summary: str = ""

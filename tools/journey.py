@@ -9,7 +9,7 @@ time bars + bandwidth line per step) and the table into the folder README betwee
 
   python3 tools/journey.py                     # on a GPU host (the server runs on the same host)
   python3 tools/journey.py --compile-only      # CPU host: only the compile reports
-  python3 tools/journey.py --from-bench bench/results/conv3d_steps_H200_2026-11-22_run2.json  # chart only
+  python3 tools/journey.py --from-bench <conv3d_steps json>  # chart only (bench/conv3d_steps.py output)
   python3 tools/journey.py --journal           # also label each call experiment="conv3d/<step>"
 The --journal flag is off by default: the tools accept `experiment` only once the journal is wired in.
 """

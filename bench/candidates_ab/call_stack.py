@@ -4,7 +4,7 @@ import inspect
 
 import torch
 
-TIMING = ("timing.py", "blocks.py", "interleave.py", "_timed_batch", "time_block", "time_host", "time_device")
+TIMING = ("timing.py", "blocks.py", "interleave.py", "timed_batch", "time_block", "time_host", "time_device")
 
 
 def _in_timing_loop() -> bool:

@@ -1,2 +1,3 @@
 """benchmark and measure_ceilings: timings an engineer would sign off on (api.py: server side;
-worker.py + timing.py: inside the device's worker; stats.py, roofline.py: pure arithmetic)."""
+runner_side.py, interleave.py, verdict.py: in the device's runner; sides.py, blocks.py, timing.py,
+activity.py, settle.py: inside each arm's sandboxed process; stats.py, roofline.py: pure arithmetic)."""

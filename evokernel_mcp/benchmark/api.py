@@ -1,4 +1,4 @@
-"""benchmark and measure_ceilings: server side. Validate, run the worker op as a job on the device
+"""benchmark and measure_ceilings: server side. Validate, run the runner op as a job on the device
 (exclusive: one job per device at a time), then turn the raw times into statistics, speedup, roofline
 and flags HERE, in the server, where candidate code never runs."""
 
@@ -93,7 +93,7 @@ def _flags(sr: ShapeResult, cand: dict[str, Any], host: bool) -> list[str]:
 
 def shape_result(raw: dict[str, Any], task: Task, info: dict[str, Any], ceil: Ceilings | None, unit: str,
                  confidence: float, launch_cost: bool = True) -> ShapeResult:
-    """One shape set's ShapeResult from the worker's raw times and checks."""
+    """One shape set's ShapeResult from the runner's raw times and checks."""
     raw = {**raw, "candidate": add_launch_cost(raw["candidate"], ceil, launch_cost),
            "baseline": add_launch_cost(raw.get("baseline"), ceil, launch_cost)}
     host = bool(raw["candidate"].get("host_timing"))
@@ -208,7 +208,7 @@ def _provenance(info: dict[str, Any], method: str | None, ceil: Ceilings | None,
 
 def result_from_reply(reply: WorkerReply, task: Task, unit: str, confidence: float,
                       launch_cost: bool = True) -> BenchmarkResult:
-    """BenchmarkResult of a finished worker op (ok or not)."""
+    """BenchmarkResult of a finished runner op (ok or not)."""
     r = reply.result or {}
     info = r.get("device_info") or {"name": reply.worker_info.get("device_name")}
     err = reply.error or (ErrorInfo(**{k: v for k, v in r["error"].items() if k in ("kind", "message", "detail")})

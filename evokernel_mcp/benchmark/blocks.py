@@ -34,7 +34,7 @@ class BlockTimer:
         self.marks: dict[str, str] = {}
         self.timer = "host" if not gpu else "events"
         self.warmup_calls = 0
-        self.api: dict[str, Any] = timing._bind_event_api() if gpu else {"sync": lambda: None}
+        self.api: dict[str, Any] = timing.bind_event_api() if gpu else {"sync": lambda: None}
         self.cycles_per_ms: float | None = None
         self.host_per_rep_s = 0.0
 
@@ -48,7 +48,7 @@ class BlockTimer:
         n, per_call = timing.warm_up_by_time(self.calls, timing.warmup_budget_s(self.opt), self.api["sync"])
         self.warmup_calls, self.host_per_rep_s = n, per_call
         if self.gpu:
-            self.cycles_per_ms = timing._sleep_cycles_per_ms(self.api)
+            self.cycles_per_ms = timing.sleep_cycles_per_ms(self.api)
             if self.opt.timer == "auto":
                 self.plan, self.failure = timing._activity_plan(self.calls, self.flusher, self.cycles_per_ms,
                                                                 self.api)
@@ -89,7 +89,7 @@ class BlockTimer:
             session.__enter__()
         try:
             with torch.no_grad():
-                ev = timing._timed_batch(self.calls, start, k, self.flusher, self.api, self.cycles_per_ms,
+                ev = timing.timed_batch(self.calls, start, k, self.flusher, self.api, self.cycles_per_ms,
                                          self.host_per_rep_s)
         finally:
             if session is not None:

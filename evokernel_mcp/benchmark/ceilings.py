@@ -1,6 +1,6 @@
 """Measured ceilings of a device: copy bandwidth and matmul TFLOP/s, measured once and cached on disk.
 
-Worker side (`worker_ceilings`, run inside the device's worker): a large device-to-device copy counting
+Runner side (`worker_ceilings`, run inside the device's runner): a large device-to-device copy counting
 bytes read + written, and n x n x n matrix products in bf16 / fp16 / fp32 on random data (never zeros:
 zeros run faster than real data), each timed with events after warm-up; median of the timed runs.
 Server side: `load_cached` / `store` under sub_state_dir("ceilings"), keyed by device name + driver +
@@ -44,7 +44,7 @@ def store(c: Ceilings) -> None:
     tmp.replace(path)
 
 
-# ------------------------------------------------------------------------------------ worker side
+# ------------------------------------------------------------------------------------ runner side
 def _median(x: list[float]) -> float:
     s = sorted(x)
     return s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
@@ -79,7 +79,7 @@ def _time_host(fn, reps: int, warmup: int) -> float:
 
 
 def device_identity() -> dict[str, Any]:
-    """Name, driver and torch version of the worker's device (the cache key)."""
+    """Name, driver and torch version of the runner's device (the cache key)."""
     import torch
 
     from evokernel_mcp.benchmark.clocks import driver_version
@@ -134,7 +134,7 @@ def measure(copy_bytes: int | None = None, matmul_n: int | None = None) -> Ceili
 
 
 def ensure(refresh: bool = False, progress=None, **sizes: Any) -> Ceilings:
-    """Cached ceilings of this worker's device, measured (and stored) when absent or refresh is asked."""
+    """Cached ceilings of this runner's device, measured (and stored) when absent or refresh is asked."""
     ident = device_identity()
     c = None if refresh else load_cached(ident["device"], ident["driver"], ident["torch"])
     if c is not None:
@@ -166,7 +166,7 @@ def with_launch_cost(c: Ceilings, backend: str, progress=None) -> Ceilings:
 
 
 def worker_ceilings(payload: dict[str, Any], progress) -> dict[str, Any]:
-    """Worker op: the ceilings of this worker's device (cached unless payload['refresh'])."""
+    """Runner op: the ceilings of this runner's device (cached unless payload['refresh'])."""
     import torch
 
     if torch.cuda.is_available():  # the launch cost is measured on the activity clock

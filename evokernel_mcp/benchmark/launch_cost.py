@@ -65,7 +65,7 @@ def activity_span_us() -> tuple[float | None, str]:
 
 
 def measure(backend: str) -> LaunchCost:
-    """Worker side: the launch cost of this worker's device, or None with the reason."""
+    """Runner side: the launch cost of this runner's device, or None with the reason."""
     if backend != "cuda":
         return LaunchCost(None, "not calibrated on ROCm: times are kernel spans, the dispatch timestamps "
                           "rocprofv3 --kernel-trace reports (not verified on AMD hardware)")

@@ -1,4 +1,4 @@
-"""Result models of benchmark and measure_ceilings (names fixed by shared/API.md; more fields may be added)."""
+"""Result models of benchmark and measure_ceilings (names fixed by docs/api.md; more fields may be added)."""
 
 from __future__ import annotations
 

@@ -61,7 +61,7 @@ def arm_init(loaded, req: dict[str, Any]) -> dict[str, Any]:
     warm = timer.warm_up()
     overhead = None
     if gpu and opt.timer == "events" and opt.subtract_overhead:
-        overhead = timing._event_overhead_ms(flusher, timer.api, 50)
+        overhead = timing.event_overhead_ms(flusher, timer.api, 50)
     _sync(loaded.device)
     return {"copies": k, "warmup_calls": warm, "flush_bytes": flusher.nbytes if flusher else None,
             "event_overhead_ms": overhead, "graph": bool(gpu and opt.use_graph)}

@@ -1,6 +1,6 @@
 """Statistics of timed repetitions: order statistics, a distribution-free CI of the median, speedup.
 
-Pure Python (no torch, no numpy) so the worker and the server share it and tests run anywhere.
+Pure Python (no torch, no numpy) so the runner and the server share it and tests run anywhere.
 Timings of GPU kernels are skewed and heavy-tailed (clock ramps, interrupts), so the median and an
 order-statistics interval are used rather than mean +/- t*sd.
 """

@@ -1,4 +1,5 @@
-"""The in-worker timing loop (our code, never the candidate's). Returns raw times; the server does the stats.
+"""The timing loop inside each arm's process (our code, never the candidate's). Returns raw times; the
+runner and the server do the stats.
 
 GPU method (CUDA and HIP through torch):
 - warm-up calls first (compilation, autotuning, allocator and handle creation stay out of the numbers);
@@ -43,8 +44,8 @@ MAX_COPIES = 16
 _event_api: dict[str, Any] = {}
 
 
-def _bind_event_api() -> dict[str, Any]:
-    """torch.cuda.Event and its methods, bound once (called at worker start, before candidates load)."""
+def bind_event_api() -> dict[str, Any]:
+    """torch.cuda.Event and its methods, bound once (called at process start, before candidates load)."""
     if not _event_api:
         import torch
 
@@ -196,7 +197,7 @@ class CacheFlusher:
         torch.sum(self.buf, dim=0, out=self.sink)
 
 
-def _sleep_cycles_per_ms(api: dict[str, Any]) -> float | None:
+def sleep_cycles_per_ms(api: dict[str, Any]) -> float | None:
     """Calibrate torch.cuda._sleep (cycles) against events; None when this torch build has no _sleep."""
     import torch
 
@@ -240,7 +241,7 @@ def time_device(fn: Callable[..., Any], arg_sets: Sequence[tuple], opt: TimingOp
 
     if not arg_sets:
         raise BadInput("no input sets to time with")
-    api = _bind_event_api()
+    api = bind_event_api()
     device = device if device is not None else torch.device("cuda", torch.cuda.current_device())
     if opt.cold_cache and flusher is None:
         flusher = CacheFlusher(device)
@@ -250,8 +251,8 @@ def time_device(fn: Callable[..., Any], arg_sets: Sequence[tuple], opt: TimingOp
         calls = _make_graphs(fn, arg_sets)
     api["sync"]()
     host_per_rep_s = w0
-    cycles_per_ms = _sleep_cycles_per_ms(api)
-    overhead = _event_overhead_ms(flusher, api, 50)
+    cycles_per_ms = sleep_cycles_per_ms(api)
+    overhead = event_overhead_ms(flusher, api, 50)
     plan, why_not = _activity_plan(calls, flusher, cycles_per_ms, api) if opt.timer == "auto" else (
         None, "timer='events' was asked for")
     failure: Any = why_not
@@ -272,7 +273,7 @@ def time_device(fn: Callable[..., Any], arg_sets: Sequence[tuple], opt: TimingOp
         while reason is None:
             n = _next_batch(len(times), opt, per_rep_s, t0)
             b0 = _monotonic()
-            times += _timed_batch(calls, len(times), n, flusher, api, cycles_per_ms, host_per_rep_s)
+            times += timed_batch(calls, len(times), n, flusher, api, cycles_per_ms, host_per_rep_s)
             per_rep_s = (_monotonic() - b0) / n
             reason = _stop(times, opt, t0)
             if progress:
@@ -321,7 +322,7 @@ def time_device(fn: Callable[..., Any], arg_sets: Sequence[tuple], opt: TimingOp
 
 
 def prepare_activity_clock() -> str | None:
-    """First thing in a worker op that times on the activity clock, before any candidate code loads: start
+    """First thing in an op that times on the activity clock, before any candidate code loads: start
     the profiler once (CUPTI / roctracer start-up, ~4 s the first time, and lazy imports that rebind
     torch.manual_seed), then retake the op's tamper snapshot (guard.rebase, one-shot per op). None if the
     profiler works, else why not."""
@@ -417,7 +418,7 @@ def _warm_up(calls: Sequence[Callable[[], Any]], opt: TimingOptions, api: dict[s
     return n + 3, host
 
 
-def _event_overhead_ms(flusher: CacheFlusher | None, api: dict[str, Any], n: int) -> float:
+def event_overhead_ms(flusher: CacheFlusher | None, api: dict[str, Any], n: int) -> float:
     ev = api["Event"]
     pairs = [(ev(enable_timing=True), ev(enable_timing=True)) for _ in range(n)]
     for s, e in pairs:
@@ -430,7 +431,7 @@ def _event_overhead_ms(flusher: CacheFlusher | None, api: dict[str, Any], n: int
     return vals[len(vals) // 2]
 
 
-def _timed_batch(calls: Sequence[Callable[[], Any]], start: int, n: int, flusher: CacheFlusher | None,
+def timed_batch(calls: Sequence[Callable[[], Any]], start: int, n: int, flusher: CacheFlusher | None,
                  api: dict[str, Any], cycles_per_ms: float | None, host_per_rep_s: float) -> list[float]:
     import torch
 

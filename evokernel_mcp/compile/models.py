@@ -1,4 +1,4 @@
-"""Result models of compile_kernel (names fixed by shared/API.md; more fields may be added)."""
+"""Result models of compile_kernel (names fixed by docs/api.md; more fields may be added)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""MCP adapter: verify_vs_pytorch (plain function in evokernel_mcp/verify.py)."""
+"""MCP adapter: verify_vs_pytorch (plain function in evokernel_mcp/verify/api.py)."""
 
 from mcp.server.mcpserver import MCPServer
 

@@ -1,5 +1,6 @@
-"""Runtime: the job engine (jobs.py), one worker process per device (pool.py, worker.py), the
-server<->worker messages (protocol.py) and the registry of worker ops (ops.py).
+"""Runtime: the job engine (jobs.py, submit.py), one runner process per device (pool.py, runner.py), the
+server<->runner messages (protocol.py), the registry of runner ops (ops.py), and the sandboxed children
+that run agent code (sandbox.py, spares.py, child_proc.py, child.py, frames.py, courier.py).
 
-Candidate code never runs in the server process: it runs inside a worker, which the pool replaces
-after any hang, crash or GPU fault."""
+Agent code never runs in the server process nor in the runner: it runs in sandboxed children that serve
+one source each; the pool replaces a runner after any hang, crash or GPU fault."""

@@ -51,7 +51,7 @@ class Courier:
         self._out_at_plan = 0
         self._in = 0
         self._held: list[Any] = []  # exported VMM allocations the peer may still be copying
-        self._vmm: bool | None = None
+        self.vmm: bool | None = None  # CUDA tensors by VMM: None until first asked (a probe may set it)
         self.stats: dict[str, float] = {}
         self._arena: Any = None  # ours (a cuda_vmm.Mapping), its id, and whether the peer has it yet
         self._arena_id = 0
@@ -63,11 +63,11 @@ class Courier:
 
     # ---------------------------------------------------------------- sending
     def _use_vmm(self) -> bool:
-        if self._vmm is None:
+        if self.vmm is None:
             from evokernel_mcp.runtime import cuda_vmm
 
-            self._vmm = cuda_vmm.available()
-        return self._vmm
+            self.vmm = cuda_vmm.available()
+        return self.vmm
 
     def sent_fds(self) -> bool:
         """Whether the message being written (since plan()) sent any fd: a write that failed after that leaves

@@ -5,7 +5,7 @@ A message is one JSON line (at most MAX_HEADER bytes) followed by the raw bytes 
 Inside "msg", a tensor stands as {"__t__": i} (its index in "tensors"); a tuple as {"__tuple__": [...]}.
 The runner decodes what a child sends with limits it sets (bytes in all, dtypes allowed), so a
 child that lies, floods or sends garbage gets an error for its own job and nothing else: no code
-crosses, only numbers (the trust model in ARCHITECTURE.md).
+crosses, only numbers (the trust model in docs/security.md).
 With a courier (courier.py), a tensor of THRESHOLD bytes or more goes by file descriptor on a unix
 socket instead (a CUDA one device to device); its spec then says "via" ("vmm" | "memfd") and carries no
 bytes in the pipe.

@@ -105,7 +105,7 @@ class JobOutcome:
 
 @dataclass
 class JobContext:
-    """Handed to a job's fn: its id/device, a scratch dir, progress, and the worker pool.
+    """Handed to a job's fn: its id/device, a scratch dir, progress, and the runner pool.
     `pool` must be used from inside the job (it lives in the runtime loop)."""
 
     job_id: str
@@ -246,7 +246,7 @@ class JobManager:
             queue_position=qpos, progress=job.progress, error=job.error)
 
     async def cancel(self, job_id: str) -> JobStatus:
-        """Cancel a queued or running job (a running worker op is killed; the worker is replaced).
+        """Cancel a queued or running job (a running op is killed; its runner is replaced).
         Returns the status once the job has stopped (or after 15 s)."""
         job = self._get(job_id)
         if job.state not in FINAL:
@@ -288,7 +288,7 @@ class JobManager:
         return ids
 
     async def aclose(self) -> None:
-        """Cancel every job, stop the workers and the runtime loop."""
+        """Cancel every job, stop the runners and the runtime loop."""
         if self._portal is None:
             return
         portal, cm, pool = self._portal, self._portal_cm, self._pool

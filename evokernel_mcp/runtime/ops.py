@@ -1,7 +1,7 @@
-"""Registry of worker ops: name -> "module:function", resolved INSIDE the worker process.
+"""Registry of runner ops: name -> "module:function", resolved INSIDE the runner process.
 
 Each op is `fn(payload: dict, progress: Callable[[float, float, str], None]) -> dict` and runs in
-the job's scratch directory with fd 1/2 captured. It may raise: the worker turns the exception into
+the job's scratch directory with fd 1/2 captured. It may raise: the runner turns the exception into
 an `error` event (kind "exception", or "gpu_fault"/"oom" from the device's message).
 
 A caller may also pass a "module:function" string as the op name (for ops living in other areas,
@@ -35,7 +35,7 @@ def target_of(op: str) -> str:
         return OPS[op]
     if ":" in op and all(part.replace(".", "").replace("_", "").isalnum() for part in op.split(":", 1)):
         return op
-    raise ValueError(f"unknown worker op {op!r}; known: {', '.join(sorted(OPS))} (or pass 'module:function')")
+    raise ValueError(f"unknown runner op {op!r}; known: {', '.join(sorted(OPS))} (or pass 'module:function')")
 
 
 def resolve(op: str) -> OpFn:
@@ -44,7 +44,7 @@ def resolve(op: str) -> OpFn:
 
 
 def op_ping(payload: dict[str, Any], progress: Progress) -> dict[str, Any]:  # noqa: ARG001
-    """Round trip with no work: pid, cwd and the versions imported at worker start."""
+    """Round trip with no work: pid, cwd and the versions imported at runner start."""
     info: dict[str, Any] = {"pid": os.getpid(), "cwd": os.getcwd(), "python": sys.version.split()[0]}
     torch = sys.modules.get("torch")
     if torch is not None:

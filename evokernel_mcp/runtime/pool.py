@@ -3,12 +3,12 @@ runs in its sandboxed children); ops run one at a time per device.
 
 Devices: `EVOKERNEL_DEVICES` ("cpu" or "cuda:0,cuda:1" or "rocm:0") if set, else NVIDIA GPUs from
 /proc/driver/nvidia/gpus, AMD GPUs from the KFD topology, else one "cpu" device (torch CPU, Triton
-with TRITON_INTERPRET=1). A worker is pinned with CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES.
+with TRITON_INTERPRET=1). A runner is pinned with CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES.
 
-Failure handling (the only place it lives): an op that passes its time limit, a worker that dies
+Failure handling (the only place it lives): an op that passes its time limit, a runner that dies
 (segfault, os._exit, abort from a GPU memory fault), a fatal error event (CUDA/HIP error, OOM) or a
-cancelled call: the worker's process group is killed, the reply says what happened with the
-device's own message, and the next call starts a new worker. The server never mutates os.environ.
+cancelled call: the runner's process group is killed, the reply says what happened with the
+device's own message, and the next call starts a new runner. The server never mutates os.environ.
 
 All methods must be awaited in one event loop (the JobManager's runtime loop).
 """
@@ -134,7 +134,7 @@ class _Worker:
 
 
 class WorkerPool:
-    """One worker process per device. `call` runs an op on a device's worker and never raises for a
+    """One runner process per device. `call` runs an op on a device's runner and never raises for a
     candidate's misbehaviour: it returns a WorkerReply with ok=False and an ErrorInfo instead."""
 
     def __init__(self, devices: list[str] | None = None):
@@ -193,10 +193,10 @@ class WorkerPool:
         except BaseException as e:
             await w.kill()
             if isinstance(e, Exception):
-                raise RuntimeError(f"worker for {device} failed to start: {e!r}\n{w.log_tail()}") from e
+                raise RuntimeError(f"runner for {device} failed to start: {e!r}\n{w.log_tail()}") from e
             raise
         w.info = ev.get("info", {})
-        log.info("worker %s started for %s: %s", w.pid, device, w.info)
+        log.info("runner %s started for %s: %s", w.pid, device, w.info)
         return w
 
     async def ensure_worker(self, device: str) -> _Worker:
@@ -213,11 +213,11 @@ class WorkerPool:
 
     async def call(self, device: str, op: str, payload: dict, *, timeout_s: float,
                    on_progress: ProgressFn | None = None, scratch_dir: str | Path | None = None) -> WorkerReply:
-        """Run `op` (runtime/ops.py name or "module:function") with `payload` on `device`'s worker.
+        """Run `op` (runtime/ops.py name or "module:function") with `payload` on `device`'s runner.
 
-        timeout_s limits the op itself (not the worker's cold start). Returns a WorkerReply; errors of
-        kind timeout/crash/gpu_fault/oom mean the worker was killed and will be replaced. Cancelling
-        the caller kills the worker (its state mid-op is unknown) and re-raises the cancellation."""
+        timeout_s limits the op itself (not the runner's cold start). Returns a WorkerReply; errors of
+        kind timeout/crash/gpu_fault/oom mean the runner was killed and will be replaced. Cancelling
+        the caller kills the runner (its state mid-op is unknown) and re-raises the cancellation."""
         device = self.check_device(device)
         scratch = Path(scratch_dir) if scratch_dir else sub_state_dir("scratch") / secrets.token_hex(6)
         scratch.mkdir(parents=True, exist_ok=True)
@@ -228,7 +228,7 @@ class WorkerPool:
                 w = await self.ensure_worker(device)
             except RuntimeError as e:
                 return WorkerReply(ok=False, device=device, error=ErrorInfo(
-                    kind="internal", message=f"could not start the worker for {device}", detail=str(e)))
+                    kind="internal", message=f"could not start the runner for {device}", detail=str(e)))
             self._next_id += 1
             req = {"id": self._next_id, "op": op, "payload": payload, "scratch": str(scratch)}
             return await self._exchange(w, req, timeout_s, on_progress, scratch)
@@ -257,14 +257,15 @@ class WorkerPool:
             return WorkerReply(ok=False, stdout=out, stderr=err, worker_replaced=True, **base,
                                duration_s=time.perf_counter() - t0, error=ErrorInfo(
                                    kind="timeout", message=f"{req['op']} did not finish within {timeout_s:g} s; "
-                                   "the worker was killed and is replaced. Look for an endless loop or a deadlock (a kernel "
-                                   "waiting on a flag, a grid that never ends), or raise timeout_s for a big problem",
+                                   "the runner was killed and is replaced. Look for an endless loop or a deadlock (a "
+                                   "kernel waiting on a flag, a grid that never ends), or raise timeout_s for a big "
+                                   "problem",
                                    detail=protocol.tail(err, 2000) or None))
         except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, anyio.ClosedResourceError,
                 anyio.DelimiterNotFound, protocol.DecodeError, OSError) as e:
             return await self._lost(w, req, scratch, t0, base, e)
         except BaseException:
-            await self._drop(w.device)  # cancelled mid-op: the worker's state is unknown
+            await self._drop(w.device)  # cancelled mid-op: the runner's state is unknown
             raise
         out, err = ev.get("stdout", ""), ev.get("stderr", "")
         dur = ev.get("duration_s", time.perf_counter() - t0)
@@ -295,9 +296,9 @@ class WorkerPool:
         else:
             how = f"stopped speaking the protocol ({e!r})"
         kind = protocol.classify_text(device_msg) or "crash"
-        msg = f"the worker running {req['op']} {how}; it is replaced before the next job"
+        msg = f"the runner, running {req['op']}, {how}; it is replaced before the next job"
         if device_msg:
-            msg += ". Device/worker message: " + _key_line(device_msg)
+            msg += ". Device/runner message: " + _key_line(device_msg)
         return WorkerReply(ok=False, stdout=out, stderr=err, worker_replaced=True, duration_s=time.perf_counter() - t0,
                            error=ErrorInfo(kind=kind, message=msg, detail=device_msg or None), **base)
 

@@ -1,15 +1,15 @@
-"""Messages between the server (pool.py) and a worker process (worker.py): JSON lines.
+"""Messages between the server (pool.py) and a runner process (runner.py): JSON lines.
 
-Server -> worker (the worker's stdin), one request per line:
+Server -> runner (the runner's stdin), one request per line:
     {"id": int, "op": str, "payload": {...}, "scratch": "/path"}
-Worker -> server (a private dup of the worker's original stdout; fd 1 itself is re-pointed to
-stderr in the worker, so a candidate's print() can never forge a message), a closed set of events:
+Runner -> server (a private dup of the runner's original stdout; fd 1 itself is re-pointed to
+stderr in the runner, so nothing printed can ever forge a message), a closed set of events:
     {"event": "ready",    "pid": int, "device": str, "info": {...}}
     {"event": "progress", "id": int, "done": float, "total": float, "message": str}
     {"event": "result",   "id": int, "result": {...}, "stdout": str, "stderr": str}
     {"event": "error",    "id": int, "error": ErrorInfo, "fatal": bool, "stdout": str, "stderr": str}
-EOF, a line that is not JSON, or an unknown event means the worker is down: the in-flight call gets
-a failed reply (kind "crash") and the pool starts a new worker before the next call.
+EOF, a line that is not JSON, or an unknown event means the runner is down: the in-flight call gets
+a failed reply (kind "crash") and the pool starts a new runner before the next call.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ OUTPUT_TAIL_CHARS = 8000
 
 
 class WorkerReply(Model):
-    """What one op on a worker produced: a result dict, or an error (the candidate hung, crashed,
+    """What one op on a runner produced: a result dict, or an error (the candidate hung, crashed,
     faulted, raised). stdout/stderr are the candidate's captured output (tails, truncated)."""
 
     ok: bool
@@ -38,13 +38,13 @@ class WorkerReply(Model):
     stderr: str = ""
     device: str = Field(description="Pool device id the op ran on ('cpu', 'cuda:0', 'rocm:0').")
     worker_pid: int | None = None
-    worker_replaced: bool = Field(default=False, description="The worker was killed/lost after this op.")
+    worker_replaced: bool = Field(default=False, description="The runner was killed/lost after this op.")
     duration_s: float | None = Field(default=None, description="Wall time of the op inside the call, seconds.")
     worker_info: dict[str, Any] = Field(default_factory=dict, description="torch/triton versions, device name.")
 
 
 class DecodeError(Exception):
-    """A line from the worker is not a protocol event (the worker is considered down)."""
+    """A line from the runner is not a protocol event (the runner is considered down)."""
 
 
 def _clean(obj: Any) -> Any:
@@ -63,7 +63,7 @@ def encode(msg: dict[str, Any]) -> bytes:
 
 
 def decode_event(line: bytes) -> dict[str, Any]:
-    """One worker line -> event dict; DecodeError for anything outside the closed set."""
+    """One runner line -> event dict; DecodeError for anything outside the closed set."""
     try:
         msg = json.loads(line)
     except (ValueError, UnicodeDecodeError) as e:

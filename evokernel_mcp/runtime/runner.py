@@ -79,7 +79,7 @@ def _import_stack(device: str) -> dict[str, Any]:
             # bind the timer (events, elapsed_time, synchronize) before any candidate can patch torch
             from evokernel_mcp.benchmark import timing as _timing
 
-            _timing._bind_event_api()  # (the profiler for the activity clock starts in the first benchmark)
+            _timing.bind_event_api()  # (the profiler for the activity clock starts in the first benchmark)
         else:
             info["device_name"] = "cpu"
     except Exception as e:  # noqa: BLE001 - reported to the pool, not fatal for ping
@@ -109,7 +109,7 @@ def _error_event(req_id: int, e: BaseException) -> dict[str, Any]:
     text = f"{type(e).__name__}: {e}"
     kind = protocol.classify_text(text) or "exception"
     tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-    # After any device error the CUDA/HIP context may be poisoned (sticky): ask for a new worker.
+    # After any device error the CUDA/HIP context may be poisoned (sticky): ask for a new runner.
     fatal = kind in ("gpu_fault", "oom") or protocol.classify_text(tb) == "gpu_fault"
     return {"event": "error", "id": req_id, "fatal": fatal,
             "error": {"kind": kind, "message": protocol.tail(text, 2000), "detail": protocol.tail(tb, 6000)}}

@@ -1,4 +1,4 @@
-"""How a process that runs agent code is started and contained (the trust model in ARCHITECTURE.md).
+"""How a process that runs agent code is started and contained (the trust model in docs/security.md).
 
 Levels, best first (the first that works on this host is used; `doctor` and every result name it):
 - "bwrap+uid": bubblewrap (Debian `bubblewrap`): a read-only view of the system (/usr, /lib, /etc, the

@@ -55,8 +55,8 @@ def device_phases(value: str | None) -> int | None:
 
 
 # Spares' device phases (context, Triton's driver, CUPTI) in flight at once per device; no limit by default.
-# Measured on one H200 (bench/results/session13_*): a limit of 2 spread the phases out, and benchmarks' timed
-# sections met them more often (waits for spare starts 1.5-2.5 s a batch instead of 0.5-0.9 s).
+# Measured on one H200 (bench/results/untimed_queues_H200_2026-11-23.md): a limit of 2 spread the phases out,
+# and benchmarks' timed sections met them more often (waits for spare starts 1.5-2.5 s a batch instead of 0.5-0.9 s).
 DEVICE_PHASES = device_phases(os.environ.get("EVOKERNEL_DEVICE_PHASES"))
 REF_CACHE = int(os.environ.get("EVOKERNEL_REF_CACHE", "2"))
 TIGHT_FREE_FRACTION = 0.5  # below this free fraction of the device, other sources' reference processes go

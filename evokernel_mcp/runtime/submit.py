@@ -1,15 +1,15 @@
-"""run_worker_job: the one helper every GPU tool uses to run a worker op as a job with wait_s.
+"""run_worker_job: the one helper every GPU tool uses to run a runner op as a job with wait_s.
 
     outcome = await run_worker_job(kind="verify", op="verify", payload={...}, device=None,
                                    timeout_s=60, wait_s=50, ctx=ctx, build=to_verify_result)
 
-- The op runs on the device's worker under `timeout_s` (the worker's cold start is not counted).
+- The op runs on the device's runner under `timeout_s` (the runner's cold start is not counted).
 - `build(reply, job_ctx)` turns the WorkerReply into the job's result model (runs in the job, so
   job_result later returns the same model); default: the WorkerReply itself.
-- Progress from the worker is forwarded to the MCP request's `ctx.report_progress` while the call waits.
+- Progress from the runner is forwarded to the MCP request's `ctx.report_progress` while the call waits.
 - If the job is not finished after wait_s the outcome has a non-final state: return its job_id to the
   agent (job_status / job_result / cancel_job finish the story).
-- If the MCP request is cancelled while waiting, the job is cancelled too (its worker op is killed).
+- If the MCP request is cancelled while waiting, the job is cancelled too (its runner op is killed).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from evokernel_mcp.models import ErrorInfo, JobHandle, Model, Provenance
 from evokernel_mcp.runtime.jobs import JobContext, JobManager, JobOutcome, JobStatus, JobSummary
 from evokernel_mcp.runtime.protocol import WorkerReply
 
-# Time a job may spend beyond the op's own limit: queueing is not counted, a worker (re)start is.
+# Time a job may spend beyond the op's own limit: queueing is not counted, a runner (re)start is.
 START_ALLOWANCE_S = 240.0
 
 Build = Callable[[WorkerReply, JobContext], BaseModel]
@@ -154,7 +154,7 @@ async def job_result(
 async def cancel_job(
     job_id: Annotated[str, Field(description="Id returned by a long-running tool.")],
 ) -> JobStatus:
-    """Stop a queued or running job; a running worker op is killed and its worker replaced."""
+    """Stop a queued or running job; a running op is killed and its runner replaced."""
     return await _jobs(None).cancel(job_id)
 
 

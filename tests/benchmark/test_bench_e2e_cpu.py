@@ -1,4 +1,4 @@
-"""benchmark end to end on the CPU path (worker with TRITON_INTERPRET=1): a correct Triton candidate vs the
+"""benchmark end to end on the CPU path (runner with TRITON_INTERPRET=1): a correct Triton candidate vs the
 PyTorch reference, a wrong one flagged after timing, refusals, and the same through the MCP client."""
 
 from __future__ import annotations

@@ -85,4 +85,4 @@ def test_server_adds_launch_cost_to_both_activity_series_and_keeps_the_span():
     assert off.candidate.median_ms == pytest.approx(0.0100) and off.candidate_timing.launch_cost_ms is None
     events = {**raw, "candidate": {**_activity_run(0.01), "timer": "events"}}
     assert api.shape_result(events, task, H200, ceil, "vector", 0.95).candidate.median_ms == pytest.approx(0.01)
-    assert raw["candidate"]["times_ms"][0] == 0.0100  # the worker's raw times are not modified in place
+    assert raw["candidate"]["times_ms"][0] == 0.0100  # the runner's raw times are not modified in place

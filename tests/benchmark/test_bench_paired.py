@@ -1,4 +1,4 @@
-"""Interleaved timing and paired statistics on synthetic series (issue 12): no real timing here.
+"""Interleaved timing and paired statistics on synthetic series: no real timing here.
 
 The arms are fakes that advance a virtual clock, so run_interleaved's budget, block sizes and order are
 exercised deterministically, and the device's drift (a slow clock ramp plus a step change mid-run, as a

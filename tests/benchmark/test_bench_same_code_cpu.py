@@ -1,4 +1,4 @@
-"""Issue 12 in CI: the same code on both sides of benchmark (candidate == baseline source) must read "no
+"""In CI: the same code on both sides of benchmark (candidate == baseline source) must read "no
 difference": the paired interval holds 1 in at least 7 of 8 calls on the CPU path (interleaved arms, each in
 its own fresh sandboxed process, all on one CPU: cpus.arm_cpu). Fewer than 5 fails; 5 or 6 is reported as an
 expected failure (the CI VM's timing noise, see below)."""
@@ -52,9 +52,9 @@ def test_same_code_interval_holds_one_in_7_of_8_calls():
     # a bias between the arms (one arm's process set up differently) misses in most calls: that always fails
     assert sum(holds) >= 5, msg
     if sum(holds) < 7:
-        # the 2-vCPU CI VM's noise: on 2026-11-23 the session-7 code (d923c46) missed in 2 of 3 runs of this test
-        # and the session-8 code in 2 of 3 (5 or 6 holds of 8, intervals as low as [0.80, 0.93]); the GPU
-        # acceptance (56 of 57 calls on the H200, bench/results/session7_H200_2026-11-23.md) is measured there
+        # the 2-vCPU CI VM's noise: on 2026-11-23 the code at d923c46 missed in 2 of 3 runs of this test
+        # and a later version in 2 of 3 (5 or 6 holds of 8, intervals as low as [0.80, 0.93]); the GPU
+        # acceptance (56 of 57 calls on the H200, bench/RESULTS.md) is measured there
         pytest.xfail(msg)
 
 

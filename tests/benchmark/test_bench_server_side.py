@@ -1,4 +1,4 @@
-"""Server-side assembly of a benchmark result from raw worker times (no worker, no GPU), the host timing
+"""Server-side assembly of a benchmark result from raw runner times (no runner, no GPU), the host timing
 loop, and the refusal of impossible requests."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def test_flags_big_speedup_and_wrong_output():
     bad = {"passed": False, "mismatches": 12, "note": "first mismatch at [0, 1]"}
     sr = api.shape_result(_raw("full", 0.05, 1.0, check_fresh=bad), task, H200, None, "vector", 0.95)
     assert sr.valid is False and sr.invalid_reason == "wrong_output_after_timing"
-    assert sr.speedup is None and sr.candidate is None  # issue 12: no number a loop could read
+    assert sr.speedup is None and sr.candidate is None  # no number a search loop could read
     assert sr.raw_invalid["speedup"] > 10 and "raw_invalid" not in sr.model_dump()
     assert any("> 10x" in f for f in sr.flags)
     assert any("fresh inputs does NOT match" in f for f in sr.flags)

@@ -1,4 +1,4 @@
-"""Every number on every docs page cites its source in place (issue 7): [S<n>] defined in the page's Sources
+"""Every number on every docs page cites its source in place: [S<n>] defined in the page's Sources
 section, [measured: ...], a derivation that cites its inputs, or (unsourced). Runs the lint on the real
 resources/ pages, found on disk so that a new page cannot slip past, plus the forms the lint accepts.
 """

@@ -1,4 +1,4 @@
-"""shared/API.md is what clients script against: every tool, argument and result field named there must be
+"""docs/api.md is what clients script against: every tool, argument and result field named there must be
 in the tools' JSON schemas (more is allowed, never fewer or renamed)."""
 
 from __future__ import annotations

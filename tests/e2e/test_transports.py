@@ -96,7 +96,7 @@ def test_contract_tool_names_registered():
         async with Client(build_server()) as client:
             names = {t.name for t in (await client.list_tools()).tools}
         missing = CONTRACT_TOOLS - names
-        assert not missing, f"tools from shared/API.md not registered: {sorted(missing)}"
+        assert not missing, f"tools from docs/api.md not registered: {sorted(missing)}"
 
     anyio.run(main)
 

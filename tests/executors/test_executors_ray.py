@@ -1,4 +1,4 @@
-"""The acceptance test of issue 17 on the CPU path: 8 candidates of vector_add (at CI sizes) through the
+"""The batch executors' acceptance test on the CPU path: 8 candidates of vector_add (at CI sizes) through the
 cascade, one wrong on every size (fails verify_small), one wrong only past 1000 elements (fails verify),
 one hanging (its stage times out), one slow; first on the local pool through the MCP tool, then on the Ray
 executor against a local Ray instance (CPU resources only): the same ranked table. Then cancelling a Ray

@@ -1,4 +1,4 @@
-"""GPU faults (issue 11), on the H200: an illegal memory access, a device OOM and work left on a side stream
+"""GPU faults, on the H200: an illegal memory access, a device OOM and work left on a side stream
 must each fail their own job with the device's reason and leave the next jobs' verdicts right."""
 
 from __future__ import annotations

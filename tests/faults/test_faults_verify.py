@@ -1,4 +1,4 @@
-"""Fault suite (issue 11), CPU path, through the real MCP client: one test per kind of bad candidate.
+"""Fault suite, CPU path, through the real MCP client: one test per kind of bad candidate.
 
 Each test runs the fault, then asserts that the server still answers, that the fault's own verdict is
 not a pass, that the NEXT jobs get the right verdict (a correct candidate passes, a wrong one fails),
@@ -142,7 +142,7 @@ for _ in range(100):
 """ + WRONG_RUN,
     "memory_kept_in_a_module": """
 import torch
-HOG = torch.ones(64 << 20)  # 256 MiB that would stay in a shared worker
+HOG = torch.ones(64 << 20)  # 256 MiB that would stay in a shared runner
 """ + WRONG_RUN,
     "stdout_flood": """
 import sys

@@ -1,4 +1,4 @@
-"""The wrong outputs of issue 13, on the real level-1 files (sizes set by `overrides`): each must fail,
+"""Wrong outputs on the real level-1 files (sizes set by `overrides`): each must fail,
 and the correct candidate next to it must pass, so the bar is neither too loose nor too tight."""
 
 from __future__ import annotations

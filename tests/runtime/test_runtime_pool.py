@@ -1,5 +1,5 @@
-"""Job engine + worker pool on the CPU worker: wait_s/job ids, progress, FIFO per device, cancel, and
-the worker being replaced after a segfault; exceptions keep the worker."""
+"""Job engine + runner pool on the CPU runner: wait_s/job ids, progress, FIFO per device, cancel, and
+the runner being replaced after a segfault; exceptions keep the runner."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def test_segfault_is_a_crash_with_the_fault_message_and_next_job_runs(mgr):
     assert ping_pid(mgr) != pid
 
 
-def test_exception_keeps_the_worker(mgr):
+def test_exception_keeps_the_runner(mgr):
     pid = ping_pid(mgr)
     out = job(mgr, {"raise": "boom"})
     assert out.result.error.kind == "exception" and "boom" in out.result.error.message
@@ -93,7 +93,7 @@ def test_unknown_job_and_op(mgr):
     with pytest.raises(NotFound):
         mgr.status("job-000000000000")
     out = job(mgr, {}, op="no_such_op")
-    assert out.result.error.kind == "exception" and "unknown worker op" in out.result.error.message
+    assert out.result.error.kind == "exception" and "unknown runner op" in out.result.error.message
 
 
 def test_protocol_decoding_is_a_closed_set():

@@ -287,7 +287,7 @@ def test_at_most_device_phases_spares_touch_the_device_at_once(monkeypatch):
 
 def test_device_phases_are_unlimited_by_default_and_the_variable_sets_a_limit(monkeypatch):
     """Default off: on one H200 a limit of 2 spread spares' device phases over more of the benchmarks' timed
-    sections (bench/results/session13_*); EVOKERNEL_DEVICE_PHASES=N sets one, 0/off none."""
+    sections (bench/RESULTS.md, untimed children); EVOKERNEL_DEVICE_PHASES=N sets one, 0/off none."""
     for value, want in ((None, None), ("", None), ("off", None), ("0", None), ("3", 3), ("-1", 1), ("bogus", None)):
         assert spares.device_phases(value) == want, value
     monkeypatch.setattr(spares, "DEVICE_PHASES", None)

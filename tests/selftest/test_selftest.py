@@ -112,8 +112,8 @@ def test_replay_check_bundle_flags_a_file_our_parsers_cannot_read(replay_host):
 
 
 def test_a_bundle_captured_on_the_h200_parses_back():
-    """Issue 18: `selftest --capture` run on the GPU machine (2x H200, 2026-11-23, bench/results/
-    selftest_NVIDIA_H200_2026-11-23.txt), returned as a tarball and unpacked here unchanged: every file it
+    """`selftest --capture` run on the GPU machine (2x H200, 2026-11-23; its report is cited in
+    bench/RESULTS.md), returned as a tarball and unpacked here unchanged: every file it
     captured parses with our parsers, and what it could not capture is named."""
     man, checks = bundle.check_bundle(FIX / "selftest_bundle_h200")
     assert man.backend == "cuda" and man.gpus[0]["name"] == "NVIDIA H200" and man.gpus[0]["arch"] == "sm_90"

@@ -3,7 +3,7 @@
 The rule: a token is ~4 characters (shaping.CHARS_PER_TOKEN), and the budget is counted on
 structuredContent as a client shows it to the model (compact JSON). Results come from the tools
 themselves on this host (docs, tasks, devices, jobs) and from outputs recorded on an NVIDIA H200
-(bench/results/, tests/fixtures/cuda/) pushed through the same shaping as a live call.
+(tests/fixtures/h200/, tests/fixtures/cuda/) pushed through the same shaping as a live call.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from evokernel_mcp.surface import shaping, verdict
 from evokernel_mcp.surface.server import EvoServer
 
 REPO = Path(__file__).resolve().parents[2]
-RESULTS = REPO / "bench" / "results"
+H200 = REPO / "tests" / "fixtures" / "h200"
 CUDA = REPO / "tests" / "fixtures" / "cuda"
 BUDGET = shaping.BUDGET_TOKENS * shaping.CHARS_PER_TOKEN
 
@@ -64,8 +64,8 @@ def test_live_default_results_within_budget():
 
 
 def test_recorded_h200_benchmark_ceilings_devices_within_budget():
-    conv = json.loads((RESULTS / "conv3d_baseline_H200_2026-11-22.json").read_text())
-    dev = json.loads((RESULTS / "query_rocminfo_nvidia-h200_2026-11-22.json").read_text())["report"]
+    conv = json.loads((H200 / "conv3d_baseline_H200_2026-11-22.json").read_text())
+    dev = json.loads((H200 / "query_rocminfo_nvidia-h200_2026-11-22.json").read_text())["report"]
     for tool, data in (("benchmark", conv["benchmark"]), ("measure_ceilings", conv["ceilings"]),
                        ("query_rocminfo", dev)):
         sc = _shaped(tool, data)

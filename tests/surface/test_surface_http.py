@@ -1,4 +1,4 @@
-"""Authenticated streamable HTTP (issue 11, HTTP part), against the real server as a subprocess bound to
+"""Authenticated streamable HTTP, against the real server as a subprocess bound to
 127.0.0.1: refuse a non-loopback bind without a token, 401 without/with a wrong token, the token in no log,
 Host/Origin checked on every address, 10 concurrent clients x 20 mixed calls with no mixed-up result."""
 

@@ -39,7 +39,7 @@ def test_misspelled_argument_names_the_right_one_for_every_tool():
         assert err["next_call"].startswith(f"{tool}("), err
 
 
-def test_issue_examples():
+def test_misspelt_names_and_values_get_a_suggestion():
     async def main():
         async with Client(build_server()) as c:
             a = await c.call_tool("compile_kernel", {"source": "x", "language": "triton", "kernel": "k",

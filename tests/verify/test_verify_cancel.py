@@ -1,4 +1,4 @@
-"""Cancelling the MCP request that waits on a job kills the job (issue 4), and the next verify still works."""
+"""Cancelling the MCP request that waits on a job kills the job, and the next verify still works."""
 
 from __future__ import annotations
 

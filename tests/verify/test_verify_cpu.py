@@ -1,4 +1,4 @@
-"""verify_vs_pytorch end to end on the CPU worker (torch CPU + TRITON_INTERPRET=1): correct Triton
+"""verify_vs_pytorch end to end on the CPU runner (torch CPU + TRITON_INTERPRET=1): correct Triton
 candidates pass, wrong ones fail with evidence, crashing ones are reported and the next verify runs."""
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ def verify(candidate: str, task: str | None = "vector_add", **kw):
     kw.setdefault("shapes", ["small"])
     kw.setdefault("seeds", 2)
     kw.setdefault("wait_s", 120)
-    kw.setdefault("probe", False)  # the signed probe case has its own tests (test_verify_issue13, tests/kernelbench)
+    # the signed probe case has its own tests (test_verify_harness_errors_and_overrides, tests/kernelbench)
+    kw.setdefault("probe", False)
     return anyio.run(lambda: verify_vs_pytorch(src(candidate), task=task, **kw))
 
 

@@ -1,5 +1,5 @@
 """The verify suite on a real GPU (CUDA or ROCm), plus a kernel that writes far out of bounds: the
-server must survive it, report a GPU fault/crash, and replace the worker."""
+server must survive it, report a GPU fault/crash, and replace the runner."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def test_hang_raise_exit_then_next_verify_succeeds_on_gpu():
     assert verify(ok, "vector_add", shapes=["small"], seeds=1).passed is True
 
 
-def test_out_of_bounds_write_is_survived_and_worker_replaced():
+def test_out_of_bounds_write_is_survived_and_runner_replaced():
     r = verify(OOB, "vector_add", shapes=["medium"], seeds=1, timeout_s=60)
     assert r.passed is False and r.error is not None and r.error.kind in ("gpu_fault", "crash"), r
     print("OOB error reported:", r.error.kind, r.error.message[:300])

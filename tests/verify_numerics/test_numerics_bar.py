@@ -1,4 +1,4 @@
-"""The correctness bar (verify/bar.py) on the cases issue 13 names, reproduced on CPU at reduced size."""
+"""The correctness bar (verify/bar.py) on the cases that once passed wrongly, reproduced on CPU at reduced size."""
 
 from __future__ import annotations
 

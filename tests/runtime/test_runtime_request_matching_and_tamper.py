@@ -1,0 +1,140 @@
+"""The runtime: events are matched to their request, a candidate that patches torch
+or the harness fails and its runner child is replaced, capture files are read by their tail only."""
+
+from __future__ import annotations
+
+import tracemalloc
+from pathlib import Path
+
+import anyio
+import pytest
+
+from evokernel_mcp.runtime import guard, protocol
+from evokernel_mcp.runtime.jobs import JobManager
+from evokernel_mcp.runtime.pool import _read_capture
+from evokernel_mcp.runtime.submit import run_worker_job
+from evokernel_mcp.tasks import load_task
+from evokernel_mcp.verify import build_payload
+
+CANDS = Path(__file__).resolve().parent.parent / "verify" / "candidates"
+
+# A stand-in runner: says ready, then answers each request first with an event for another request (a
+# stale or forged line, e.g. written by a candidate to the protocol pipe), then with the right one.
+FAKE_WORKER = r'''
+import json, sys
+print(json.dumps({"event": "ready", "pid": 1, "device": "cpu", "info": {}}), flush=True)
+for line in sys.stdin:
+    req = json.loads(line)
+    print(json.dumps({"event": "result", "id": 999999, "result": {"forged": True}}), flush=True)
+    print(json.dumps({"event": "result", "id": req["id"], "result": {"real": True}}), flush=True)
+'''
+
+# Makes the reference agree with it (softmax -> zeros) by patching torch at import.
+PATCHER = '''
+import torch
+torch.softmax = lambda x, dim=-1, **kw: torch.zeros_like(x)
+
+def run(x):
+    return torch.zeros_like(x)
+'''
+
+
+@pytest.fixture(scope="module")
+def mgr():
+    m = JobManager(devices=["cpu"])
+    yield m
+    anyio.run(m.aclose)
+
+
+def _verify(mgr, task: str, candidate: str):
+    payload = build_payload(load_task(task), candidate, ["small"], 1, None, False)
+    return anyio.run(lambda: run_worker_job(kind="verify", op="verify", payload=payload, timeout_s=60, wait_s=120,
+                                            jobs=mgr)).result
+
+
+def test_event_for_another_request_is_never_taken_as_the_result():
+    import subprocess
+    import sys
+
+    from evokernel_mcp.runtime.pool import WorkerPool, _Worker
+
+    async def main():
+        pool = WorkerPool(["cpu"])
+        proc = await anyio.open_process([sys.executable, "-c", FAKE_WORKER], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+        w = _Worker("cpu", proc, Path("/nonexistent.log"))
+        assert (await w.next_event())["event"] == "ready"
+        pool._workers["cpu"] = w
+        try:
+            return await pool._exchange(w, {"id": 5, "op": "ping", "payload": {}}, 10, None, Path("/nonexistent"))
+        finally:
+            await pool.aclose()
+            await w.kill()
+
+    reply = anyio.run(main)
+    assert not reply.ok and reply.result is None and reply.error.kind == "crash" and reply.worker_replaced
+    assert "999999" in reply.error.message
+
+
+def test_candidate_patching_torch_fails_and_does_not_poison_the_next_job(mgr):
+    bad = _verify(mgr, "softmax", PATCHER)  # the patch lives and dies in the candidate's own process
+    assert bad.ok and bad.result["cases"] and bad.result["cases"][0]["passed"] is False, bad.result
+    good = _verify(mgr, "softmax", (CANDS / "softmax_triton.py").read_text())
+    assert good.ok and good.result["cases"][0]["passed"] is True, good.result
+
+
+def test_guard_sees_flags_and_harness_functions_and_ignores_new_names():
+    import torch
+
+    import evokernel_mcp.verify.compare as vc
+
+    before = guard.snapshot()
+    orig_compare, threads = vc.compare, torch.get_num_threads()
+    try:
+        vc.compare = lambda *a, **k: {"passed": True}
+        torch.set_num_threads(max(1, threads - 1) if threads > 1 else 2)
+        torch.brand_new_helper = lambda: None
+        changed = guard.changes(before)
+    finally:
+        vc.compare = orig_compare
+        torch.set_num_threads(threads)
+        del torch.brand_new_helper
+    assert "evokernel_mcp.verify.compare.compare" in changed
+    assert any(c.startswith("torch setting num_threads") for c in changed)
+    assert not any("brand_new_helper" in c for c in changed)
+    assert guard.changes(before) == []
+
+
+def test_capture_is_read_by_its_tail_only(tmp_path):
+    big = "x" * (24 << 20) + "\nthe last line\n"
+    (tmp_path / "stdout.txt").write_text(big)
+    tracemalloc.start()
+    try:
+        out, err = _read_capture(tmp_path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert out.endswith("the last line\n") and err == ""
+    assert len(out) < protocol.OUTPUT_TAIL_CHARS + 100 and "cut" in out
+    assert peak < 4 << 20, f"read {peak} bytes into memory for an 8000-char tail"
+
+
+def test_read_tail_small_file_is_verbatim(tmp_path):
+    p = tmp_path / "f.txt"
+    p.write_text("héllo\n")
+    assert protocol.read_tail(p) == "héllo\n"
+    assert protocol.read_tail(tmp_path / "missing.txt") == ""
+
+
+def test_guard_watches_the_profiler_behind_the_activity_clock():
+    import torch.profiler
+
+    before = guard.snapshot()
+    orig = torch.profiler.profile.__enter__
+    try:
+        torch.profiler.profile.__enter__ = lambda self: self  # a candidate faking the kernel timestamps
+        changed = guard.changes(before)
+    finally:
+        torch.profiler.profile.__enter__ = orig
+    assert "torch.profiler.profile.__enter__" in changed
+    assert guard.changes(before) == []
