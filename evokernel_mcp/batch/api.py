@@ -222,7 +222,8 @@ async def evaluate_batch(
     """Verify, benchmark and rank many candidates; each stops at its first failed stage.
 
     Per candidate: compile (with `compile`) -> verify on the first shape set (or shrunk sizes) -> verify
-    on all -> benchmark against PyTorch on the last shape set. Candidates run concurrently, one per device
+    on all chosen (default: the device's, every set on a GPU, the small ones on the CPU path) -> benchmark
+    against PyTorch on the last of them. Candidates run concurrently, one per device
     (this host's GPUs, or a Ray cluster's with `serve --executor ray`). Returns ranked[] {name, valid,
     failed_stage, reason, median_ms, speedup, speedup_ci, result_id}, valid first by speedup. Runs as one
     job with progress per finished candidate; if not done within wait_s, returns job_id."""

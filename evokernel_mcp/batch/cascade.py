@@ -4,7 +4,8 @@ Per candidate, in order, stopping at the first failed stage:
   compile       compile_kernel on its source (only with a compile spec; runs in the server, like the tool)
   verify_small  verify on the first shape set (or, for a KernelBench reference with one shape set, on
                 sizes shrunk by overrides.scaled_overrides), one seed, stop at the first failing case
-  verify        verify on every chosen shape set, 3 seeds, stop at the first failing case
+  verify        verify on every chosen shape set (without `shapes`: the default of the slot's device,
+                shape_defaults.py), 3 seeds, stop at the first failing case
   benchmark     the benchmark op on the largest chosen shape set, interleaved against the PyTorch
                 baseline; the verdict (valid / invalid_reason) is the benchmark's own
 verify_small and verify run as ONE executor stage (runner op verify_steps): the candidate loads once, in one
@@ -24,7 +25,8 @@ from evokernel_mcp.batch.models import STAGE_ORDER, BatchCandidate, BatchRow, Co
 from evokernel_mcp.benchmark.timing import TimingOptions
 from evokernel_mcp.errors import BadInput, EvoError
 from evokernel_mcp.executors.base import Executor, Stage
-from evokernel_mcp.tasks import ShapeChoice, Task, check_candidate_source, choose_shapes
+from evokernel_mcp.shape_defaults import ShapeChoice, choose_shapes
+from evokernel_mcp.tasks import Task, check_candidate_source
 
 SMALL_SEEDS = 1
 VERIFY_SEEDS = 3
@@ -94,8 +96,8 @@ def make_plan(task: Task, *, stages: list[str] | None, shapes: list[str] | None,
         applied = apply_overrides(task.reference_source, overrides)[1]
         task = _with_overrides(task, overrides)
     plan = Plan(task=task, stages=[], verify_shapes=[], compile=compile, overrides=applied, timeout_s=timeout_s,
-                compute_unit=task.compute_unit or "matrix", requested_shapes=list(shapes) if shapes is not None else None,
-                wanted=wanted, timing=TimingOptions(min_reps=20, max_time_s=max_time_s, subtract_overhead=True))
+                compute_unit=task.compute_unit or "matrix", wanted=wanted,
+                requested_shapes=list(shapes) if shapes is not None else None, timing=TimingOptions(min_reps=20, max_time_s=max_time_s, subtract_overhead=True))
     _choose(plan, choose_shapes(task, shapes, device))  # BadInput for shapes=[] or an unknown name
     return plan
 

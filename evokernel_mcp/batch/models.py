@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from evokernel_mcp.models import ErrorInfo, Model, Provenance
-from evokernel_mcp.tasks import SkippedShape
+from evokernel_mcp.shape_defaults import SkippedShape
 
 StageName = Literal["compile", "verify_small", "verify", "benchmark"]
 STAGE_ORDER: tuple[str, ...] = ("compile", "verify_small", "verify", "benchmark")

@@ -20,7 +20,9 @@ from evokernel_mcp.benchmark.timing import TimingOptions
 from evokernel_mcp.errors import BadInput, EvoError
 from evokernel_mcp.models import ErrorInfo, Provenance
 from evokernel_mcp.runtime.protocol import WorkerReply
-from evokernel_mcp.tasks import ShapeChoice, SkippedShape, Task, choose_shapes
+from evokernel_mcp.benchmark.outcome import shapes_outcome, verdict_reason
+from evokernel_mcp.shape_defaults import ShapeChoice, choose_shapes
+from evokernel_mcp.tasks import Task
 
 log = logging.getLogger(__name__)
 SPEEDUP_FLAG_X = 10.0
@@ -204,36 +206,6 @@ def _provenance(info: dict[str, Any], method: str | None, ceil: Ceilings | None,
     return prov
 
 
-def _shapes_outcome(results: list[ShapeResult], err: ErrorInfo | None, err_shape: str | None,
-                    choice: ShapeChoice | None) -> tuple[list[SkippedShape], ErrorInfo | None]:
-    """(shape sets not timed, with why; the error left at the top). A shape set too big for the free memory
-    after an invalid one (a wrong answer) is a skipped shape set: the invalid timing is the verdict."""
-    if choice is None:
-        return [], err
-    done = {r.shape for r in results}
-    skipped = list(choice.skipped)
-    for name in [s for s in choice.shapes if s not in done]:
-        why = (f"{err.kind}: {err.message}"[:600] if err is not None and name == err_shape
-               else f"not reached: the benchmark ended earlier ({err.kind})" if err is not None else "not reached")
-        skipped.append(SkippedShape(shape=name, reason=why))
-    if err is not None and err.kind == "too_big" and any(r.valid is False for r in results):
-        err = None
-    return skipped, err
-
-
-def verdict_reason(res: BenchmarkResult) -> str | None:
-    """One line: why the result is not valid (the first invalid shape set, even if an error came later), else
-    the error; None when every shape set timed is valid."""
-    bad = next((r for r in res.results if r.valid is False), None)
-    if bad is not None:
-        return f"{bad.invalid_reason or 'invalid'} at shape {bad.shape}: {bad.invalid_detail or ''}".strip()[:600]
-    if res.error is not None:
-        return f"{res.error.kind}: {res.error.message}"[:600]
-    if res.state in ("failed", "cancelled"):
-        return res.message or res.state
-    return None
-
-
 def result_from_reply(reply: WorkerReply, task: Task, unit: str, confidence: float,
                       launch_cost: bool = True, choice: ShapeChoice | None = None) -> BenchmarkResult:
     """BenchmarkResult of a finished worker op (ok or not); `choice`: the shape sets it was given."""
@@ -261,7 +233,7 @@ def result_from_reply(reply: WorkerReply, task: Task, unit: str, confidence: flo
         versions["driver"] = ceil.driver
     raws = r.get("shapes", [])
     method = (add_launch_cost(raws[0]["candidate"], ceil, launch_cost) or {}).get("method") if raws else None
-    skipped, err = _shapes_outcome(results, err, (r.get("error") or {}).get("shape"), choice)
+    skipped, err = shapes_outcome(results, err, (r.get("error") or {}).get("shape"), choice)
     res = BenchmarkResult(
         results=results, device=f"{reply.device}: {info.get('name')}", clocks=clocks, versions=versions,
         state="done" if err is None else "failed", error=err, stdout=r.get("stdout", reply.stdout) or None,

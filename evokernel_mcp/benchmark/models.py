@@ -8,7 +8,7 @@ from pydantic import Field
 
 from evokernel_mcp.benchmark.verdict import InvalidReason
 from evokernel_mcp.models import ErrorInfo, Model, Provenance
-from evokernel_mcp.tasks import SkippedShape
+from evokernel_mcp.shape_defaults import SkippedShape
 
 
 class TimingStats(Model):

@@ -19,10 +19,8 @@ from evokernel_mcp.errors import BadInput
 from evokernel_mcp.models import ErrorInfo, Model, Provenance
 from evokernel_mcp.runtime import protocol
 from evokernel_mcp.journal import RESULT_ID_DESCRIPTION, ExperimentArg, record_call, set_result_id
-from evokernel_mcp.tasks import (
-    ShapeChoice, SkippedShape, Task, check_candidate_source, choose_shapes, load_task, task_from_reference,
-    with_overrides,
-)
+from evokernel_mcp.shape_defaults import ShapeChoice, SkippedShape, choose_shapes
+from evokernel_mcp.tasks import Task, check_candidate_source, load_task, task_from_reference, with_overrides
 from evokernel_mcp.verify.compare import DEFAULT_TOLERANCES
 
 Preset = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]

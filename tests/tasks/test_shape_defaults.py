@@ -13,10 +13,8 @@ from evokernel_mcp.benchmark.timing import TimingOptions
 from evokernel_mcp.errors import BadInput
 from evokernel_mcp.models import ErrorInfo
 from evokernel_mcp.runtime.protocol import WorkerReply
-from evokernel_mcp.tasks import (
-    CPU_DEFAULT_MAX_BYTES, CPU_DEFAULT_MAX_FLOPS, choose_shapes, is_gpu_device, load_task, task_from_reference,
-    task_names,
-)
+from evokernel_mcp.shape_defaults import CPU_DEFAULT_MAX_BYTES, CPU_DEFAULT_MAX_FLOPS, choose_shapes, is_gpu_device
+from evokernel_mcp.tasks import load_task, task_from_reference, task_names
 from evokernel_mcp.verify import api as verify_api
 
 GOOD = "def run(x, y):\n    return x + y\n"
