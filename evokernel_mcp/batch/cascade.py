@@ -54,7 +54,7 @@ class Plan:
     choice: ShapeChoice | None = None  # how verify_shapes were chosen, and the shape sets left out
 
     def for_device(self, device: str | None) -> "Plan":
-        """This plan with the shape sets of `device`'s default (tasks.choose_shapes) when none were named."""
+        """This plan with the shape sets of `device`'s default (shape_defaults.choose_shapes) when none were named."""
         if self.requested_shapes is not None or device is None:
             return self
         plan = dataclasses.replace(self)
@@ -97,7 +97,8 @@ def make_plan(task: Task, *, stages: list[str] | None, shapes: list[str] | None,
         task = _with_overrides(task, overrides)
     plan = Plan(task=task, stages=[], verify_shapes=[], compile=compile, overrides=applied, timeout_s=timeout_s,
                 compute_unit=task.compute_unit or "matrix", wanted=wanted,
-                requested_shapes=list(shapes) if shapes is not None else None, timing=TimingOptions(min_reps=20, max_time_s=max_time_s, subtract_overhead=True))
+                requested_shapes=list(shapes) if shapes is not None else None,
+                timing=TimingOptions(min_reps=20, max_time_s=max_time_s, subtract_overhead=True))
     _choose(plan, choose_shapes(task, shapes, device))  # BadInput for shapes=[] or an unknown name
     return plan
 

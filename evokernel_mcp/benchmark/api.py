@@ -293,7 +293,7 @@ def _journal(res: BenchmarkResult, experiment: str | None, task: str, candidate:
 
 def build_payload(t: Task, candidate: str, baseline: str, shapes: list[str] | None, opt: TimingOptions,
                   seed: int, device: str | None = None) -> dict[str, Any]:
-    """The runner op's payload. Without `shapes`, the shape sets are `device`'s default (tasks.choose_shapes);
+    """The runner op's payload. Without `shapes`, the shape sets are `device`'s default (shape_defaults.choose_shapes);
     payload["choice"] says which and why."""
     _check_source(candidate, "candidate")
     if baseline != "pytorch":

@@ -142,7 +142,7 @@ def build_payload(task: Task, candidate: str, shapes: list[str] | None, seeds: i
                   device: str | None = None) -> dict[str, Any]:
     """The runner op's payload. The task's reference source carries any overrides already (with_overrides);
     the applied ones travel as payload["overrides"] too (benchmark reads the same key). Without `shapes`, the
-    shape sets are `device`'s default (tasks.choose_shapes); payload["choice"] says which and why."""
+    shape sets are `device`'s default (shape_defaults.choose_shapes); payload["choice"] says which and why."""
     check_candidate_source(candidate)
     choice = choose_shapes(task, shapes, device)
     order = choice.shapes  # cascade: small -> full
