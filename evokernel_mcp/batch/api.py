@@ -83,6 +83,16 @@ async def run_batch(jctx: JobContext, ex: Executor, plan: cascade.Plan, cands: l
     """Inside the job: one loop per slot takes the next candidate and runs its cascade there."""
     t0 = time.monotonic()
     slots = await ex.slots()
+    plans: dict[str, cascade.Plan] = {}
+
+    def plan_of(slot: str) -> cascade.Plan:  # without `shapes`: the default of the slot's device
+        if slot not in plans:
+            plans[slot] = plan.for_device(slot_device(ex, slot))
+        return plans[slot]
+
+    first = plan_of(slots[0]) if slots else plan
+    rules = list(dict.fromkeys(f"{slot_device(ex, s)}: {(plan_of(s).choice or first.verify_choice()).rule}"
+                               for s in slots))
     todo = list(enumerate(cands))
     todo.reverse()
     done: list[cascade.Outcome] = []
@@ -93,13 +103,14 @@ async def run_batch(jctx: JobContext, ex: Executor, plan: cascade.Plan, cands: l
             if slot not in await ex.slots():
                 return  # the slot was lost (its Ray actor's host went away and it could not be replaced)
             i, cand = todo.pop()
+            p = plan_of(slot)
             try:
-                o = await cascade.run_candidate(ex, slot, i, cand, plan)
+                o = await cascade.run_candidate(ex, slot, i, cand, p)
             except Exception as e:  # noqa: BLE001 - a harness bug on one candidate must not sink the batch
                 log.exception("evaluate_batch: candidate %s failed in the harness", cand.name)
                 o = cascade.Outcome(index=i, name=cand.name, device=slot).fail(
-                    plan.stages[0], f"internal: {type(e).__name__}: {e} (a harness error; report it)")
-            await anyio.to_thread.run_sync(_record, o, cand, plan, jctx.job_id, experiment, task, reference)
+                    p.stages[0], f"internal: {type(e).__name__}: {e} (a harness error; report it)")
+            await anyio.to_thread.run_sync(_record, o, cand, p, jctx.job_id, experiment, task, reference)
             done.append(o)
             if token in _pending:
                 left, ids = _pending[token]
@@ -114,14 +125,23 @@ async def run_batch(jctx: JobContext, ex: Executor, plan: cascade.Plan, cands: l
         done.append(cascade.Outcome(index=i, name=cand.name).fail(plan.stages[0], "not_run: no executor slot left"))
     ranked = cascade.rank(done)
     return BatchResult(
-        ranked=[o.row() for o in ranked], task=plan.task.name, stages=plan.stages,
-        small_shapes=plan.small_shapes or None, small_overrides=plan.small_overrides,
-        verify_shapes=plan.verify_shapes, benchmark_shape=plan.bench_shape if "benchmark" in plan.stages else None,
-        overrides=plan.overrides, counts=cascade.counts(done), executor=ex.describe(), slots=len(slots),
+        ranked=[o.row() for o in ranked], task=first.task.name, stages=first.stages,
+        small_shapes=first.small_shapes or None, small_overrides=first.small_overrides,
+        verify_shapes=first.verify_shapes, benchmark_shape=first.bench_shape if "benchmark" in first.stages else None,
+        shapes_skipped=first.verify_choice().skipped, shape_rule="; ".join(rules) or None,
+        overrides=first.overrides, counts=cascade.counts(done), executor=ex.describe(), slots=len(slots),
         wall_s=round(time.monotonic() - t0, 3),
         provenance=[Provenance(field="ranked", source="measured", detail=f"{ex.describe()}; each stage is the runner "
                                "op of verify_vs_pytorch / benchmark (same payloads and verdicts), one candidate per "
                                "device at a time; rows link their full results (result_id)")])
+
+
+def slot_device(ex: Executor, slot: str) -> str:
+    """The device behind an executor slot: the slot itself for the local pool ('cpu', 'cuda:0'), the device
+    a Ray actor reported ('cuda:0' of 'cuda:0@host') for a Ray slot."""
+    hosts = getattr(ex, "hosts", None)
+    where = hosts.get(slot) if isinstance(hosts, dict) else None
+    return str(where).split("@")[0] if where else slot
 
 
 def _load_plan(task: str | None, reference: str | None, stages, shapes, overrides, compile, timeout_s, max_time_s):
@@ -183,8 +203,9 @@ async def evaluate_batch(
     stages: Annotated[list[StageName] | None, Field(
         description="Subset of compile, verify_small, verify, benchmark (run in that order); default all "
         "(compile only with compile).")] = None,
-    shapes: Annotated[list[str] | None, Field(description="Shape sets to verify (default all); verify_small uses the "
-                                              "first, benchmark the last.")] = None,
+    shapes: Annotated[list[str] | None, Field(description="Shape sets to verify (default: the device's, all on a GPU, "
+                                              "the small ones on the CPU path); verify_small uses the first, "
+                                              "benchmark the last.")] = None,
     overrides: Annotated[dict[str, Any] | None, Field(description="KernelBench reference constant -> value, applied "
                                                       "before get_inputs (e.g. {'batch_size': 8}).")] = None,
     compile: Annotated[CompileSpec | None, Field(description="compile_kernel's arguments but source "
@@ -201,7 +222,8 @@ async def evaluate_batch(
     """Verify, benchmark and rank many candidates; each stops at its first failed stage.
 
     Per candidate: compile (with `compile`) -> verify on the first shape set (or shrunk sizes) -> verify
-    on all -> benchmark against PyTorch on the last shape set. Candidates run concurrently, one per device
+    on all chosen (default: the device's, every set on a GPU, the small ones on the CPU path) -> benchmark
+    against PyTorch on the last of them. Candidates run concurrently, one per device
     (this host's GPUs, or a Ray cluster's with `serve --executor ray`). Returns ranked[] {name, valid,
     failed_stage, reason, median_ms, speedup, speedup_ci, result_id}, valid first by speedup. Runs as one
     job with progress per finished candidate; if not done within wait_s, returns job_id."""

@@ -4,7 +4,8 @@ Per candidate, in order, stopping at the first failed stage:
   compile       compile_kernel on its source (only with a compile spec; runs in the server, like the tool)
   verify_small  verify on the first shape set (or, for a KernelBench reference with one shape set, on
                 sizes shrunk by overrides.scaled_overrides), one seed, stop at the first failing case
-  verify        verify on every chosen shape set, 3 seeds, stop at the first failing case
+  verify        verify on every chosen shape set (without `shapes`: the default of the slot's device,
+                shape_defaults.py), 3 seeds, stop at the first failing case
   benchmark     the benchmark op on the largest chosen shape set, interleaved against the PyTorch
                 baseline; the verdict (valid / invalid_reason) is the benchmark's own
 verify_small and verify run as ONE executor stage (runner op verify_steps): the candidate loads once, in one
@@ -15,6 +16,7 @@ and verdicts as verify_vs_pytorch and benchmark, so a candidate's row means what
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +25,7 @@ from evokernel_mcp.batch.models import STAGE_ORDER, BatchCandidate, BatchRow, Co
 from evokernel_mcp.benchmark.timing import TimingOptions
 from evokernel_mcp.errors import BadInput, EvoError
 from evokernel_mcp.executors.base import Executor, Stage
+from evokernel_mcp.shape_defaults import ShapeChoice, choose_shapes
 from evokernel_mcp.tasks import Task, check_candidate_source
 
 SMALL_SEEDS = 1
@@ -46,6 +49,20 @@ class Plan:
     timeout_s: float = 300.0
     timing: TimingOptions = field(default_factory=TimingOptions)
     compute_unit: str = "matrix"
+    requested_shapes: list[str] | None = None  # `shapes` as given: None = each device's default
+    wanted: list[str] = field(default_factory=list)  # the stages asked for
+    choice: ShapeChoice | None = None  # how verify_shapes were chosen, and the shape sets left out
+
+    def for_device(self, device: str | None) -> "Plan":
+        """This plan with the shape sets of `device`'s default (shape_defaults.choose_shapes) when none were named."""
+        if self.requested_shapes is not None or device is None:
+            return self
+        plan = dataclasses.replace(self)
+        _choose(plan, choose_shapes(self.task, None, device))
+        return plan
+
+    def verify_choice(self) -> ShapeChoice:
+        return self.choice or ShapeChoice(shapes=self.verify_shapes, rule="as requested (shapes)")
 
 
 def _with_overrides(task: Task, values: dict[str, Any]) -> Task:
@@ -60,9 +77,10 @@ def _with_overrides(task: Task, values: dict[str, Any]) -> Task:
 
 
 def make_plan(task: Task, *, stages: list[str] | None, shapes: list[str] | None, overrides: dict[str, Any] | None,
-              compile: CompileSpec | None, timeout_s: float, max_time_s: float) -> Plan:
-    """Validate the batch's arguments into a Plan (BadInput for what cannot run)."""
-    from evokernel_mcp.overrides import apply_overrides, scaled_overrides
+              compile: CompileSpec | None, timeout_s: float, max_time_s: float, device: str | None = None) -> Plan:
+    """Validate the batch's arguments into a Plan (BadInput for what cannot run). Without `shapes`, the shape
+    sets are `device`'s default (every one when None; Plan.for_device picks them per device later)."""
+    from evokernel_mcp.overrides import apply_overrides
 
     if stages is not None and not stages:
         raise BadInput("stages=[] runs nothing; omit it for the whole cascade or name some of "
@@ -77,16 +95,23 @@ def make_plan(task: Task, *, stages: list[str] | None, shapes: list[str] | None,
                            f"shape sets instead ({', '.join(task.shape_names())}): choose them with shapes")
         applied = apply_overrides(task.reference_source, overrides)[1]
         task = _with_overrides(task, overrides)
-    if shapes is not None and not shapes:
-        raise BadInput(f"shapes=[] names no shape set; omit it for all ({', '.join(task.shape_names())})")
-    names = shapes or task.shape_names()
-    for n in names:
-        task.shape_set(n)  # BadInput for an unknown name
-    order = [s for s in task.shape_names() if s in names]
-    plan = Plan(task=task, stages=[], verify_shapes=order, bench_shape=order[-1], compile=compile, overrides=applied,
-                timeout_s=timeout_s, compute_unit=task.compute_unit or "matrix",
+    plan = Plan(task=task, stages=[], verify_shapes=[], compile=compile, overrides=applied, timeout_s=timeout_s,
+                compute_unit=task.compute_unit or "matrix", wanted=wanted,
+                requested_shapes=list(shapes) if shapes is not None else None,
                 timing=TimingOptions(min_reps=20, max_time_s=max_time_s, subtract_overhead=True))
-    if "verify_small" in wanted:
+    _choose(plan, choose_shapes(task, shapes, device))  # BadInput for shapes=[] or an unknown name
+    return plan
+
+
+def _choose(plan: Plan, choice: ShapeChoice) -> None:
+    """Set the plan's shape sets (verify: all chosen; verify_small: the first, or shrunk sizes; benchmark: the
+    last) and its stages from `choice`. BadInput when nothing is left to run."""
+    from evokernel_mcp.overrides import scaled_overrides
+
+    task, order = plan.task, choice.shapes
+    plan.choice, plan.verify_shapes, plan.bench_shape = choice, order, order[-1]
+    plan.small_task, plan.small_shapes, plan.small_overrides = None, [], None
+    if "verify_small" in plan.wanted:
         if len(order) > 1:
             plan.small_task, plan.small_shapes = task, order[:1]
         elif task.kind == "kernelbench":
@@ -94,11 +119,13 @@ def make_plan(task: Task, *, stages: list[str] | None, shapes: list[str] | None,
             if small:
                 plan.small_task = _with_overrides(task, small)
                 plan.small_shapes, plan.small_overrides = order, small
-    plan.stages = [s for s in STAGE_ORDER if s in wanted and (s != "verify_small" or plan.small_task is not None)]
+        if plan.small_task is None and "verify" not in plan.wanted:  # alone, it is worth running on one set
+            plan.small_task, plan.small_shapes = task, order[:1]
+    plan.stages = [s for s in STAGE_ORDER if s in plan.wanted
+                   and (s != "verify_small" or plan.small_task is not None)]
     if not plan.stages:
         raise BadInput("nothing to run: verify_small needs two shape sets or a KernelBench reference whose sizes "
                        "can shrink; add verify or benchmark to stages")
-    return plan
 
 
 @dataclass
@@ -129,10 +156,7 @@ class Outcome:
 
 
 def _verify_reason(res) -> str:
-    from evokernel_mcp.journal.extract import verify_summary
-
-    summary, _verdict, cls, _dev = verify_summary(res.model_dump(mode="json"))
-    return f"{cls or 'failed'}: {summary.get('failure_detail') or res.message or 'verify did not pass'}"
+    return res.reason or f"failed: {res.message or 'verify did not pass'}"
 
 
 def _bench_reason(res) -> str | None:
@@ -158,11 +182,17 @@ def _verify_payload(src: str, plan: Plan, small: bool) -> dict[str, Any]:
     return payload
 
 
+def _choice(plan: Plan, small: bool) -> ShapeChoice:
+    if small:
+        return ShapeChoice(shapes=plan.small_shapes, rule="verify_small: the first shape set (or shrunk sizes)")
+    return plan.verify_choice()
+
+
 async def _verify(ex: Executor, slot: str, src: str, plan: Plan, small: bool):
     from evokernel_mcp.verify.api import result_from_reply
 
     reply = await ex.run(slot, Stage("verify", _verify_payload(src, plan, small), timeout_s=plan.timeout_s))
-    return result_from_reply(reply, plan.task.name)
+    return result_from_reply(reply, plan.task.name, _choice(plan, small), True)
 
 
 async def _verify_both(ex: Executor, slot: str, src: str, plan: Plan) -> list[tuple[str, Any]]:
@@ -176,9 +206,11 @@ async def _verify_both(ex: Executor, slot: str, src: str, plan: Plan) -> list[tu
     reply = await ex.run(slot, Stage("verify_steps", payload, timeout_s=plan.timeout_s))
     done = (reply.result or {}).get("steps") if reply.ok and isinstance(reply.result, dict) else None
     if not done:  # the stage itself failed (the runner, a time limit): verify_small carries the reason
-        return [("verify_small", result_from_reply(reply.model_copy(update={"result": None}), plan.task.name))]
-    return [(name, result_from_reply(reply.model_copy(update={"result": r}), plan.task.name))
-            for name, r in zip(("verify_small", "verify"), done)]
+        return [("verify_small", result_from_reply(reply.model_copy(update={"result": None}), plan.task.name,
+                                                   _choice(plan, True), True))]
+    return [(name, result_from_reply(reply.model_copy(update={"result": r}), plan.task.name, _choice(plan, small),
+                                     True))
+            for (name, small), r in zip((("verify_small", True), ("verify", False)), done)]
 
 
 async def _benchmark(ex: Executor, slot: str, src: str, plan: Plan):

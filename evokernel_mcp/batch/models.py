@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from evokernel_mcp.models import ErrorInfo, Model, Provenance
+from evokernel_mcp.shape_defaults import SkippedShape
 
 StageName = Literal["compile", "verify_small", "verify", "benchmark"]
 STAGE_ORDER: tuple[str, ...] = ("compile", "verify_small", "verify", "benchmark")
@@ -56,6 +57,9 @@ class BatchResult(Model):
                                                    "(KernelBench reference with one shape set).")
     verify_shapes: list[str] = Field(default_factory=list)
     benchmark_shape: str | None = None
+    shapes_skipped: list[SkippedShape] = Field(default_factory=list, description="Shape sets not run by default "
+                                               "on the batch's devices, each with why.")
+    shape_rule: str | None = Field(default=None, description="How the shape sets were chosen, per device.")
     overrides: dict[str, Any] | None = Field(default=None, description="Size overrides applied to the reference.")
     counts: dict[str, int] = Field(default_factory=dict, description="valid, and failed per stage.")
     executor: str | None = None

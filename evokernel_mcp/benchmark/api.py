@@ -21,6 +21,8 @@ from evokernel_mcp.benchmark.timing import TimingOptions
 from evokernel_mcp.errors import BadInput, EvoError
 from evokernel_mcp.models import ErrorInfo, Provenance
 from evokernel_mcp.runtime.protocol import WorkerReply
+from evokernel_mcp.benchmark.outcome import shapes_outcome, verdict_reason
+from evokernel_mcp.shape_defaults import ShapeChoice, choose_shapes
 from evokernel_mcp.tasks import Task
 
 log = logging.getLogger(__name__)
@@ -207,8 +209,8 @@ def _provenance(info: dict[str, Any], method: str | None, ceil: Ceilings | None,
 
 
 def result_from_reply(reply: WorkerReply, task: Task, unit: str, confidence: float,
-                      launch_cost: bool = True) -> BenchmarkResult:
-    """BenchmarkResult of a finished runner op (ok or not)."""
+                      launch_cost: bool = True, choice: ShapeChoice | None = None) -> BenchmarkResult:
+    """BenchmarkResult of a finished runner op (ok or not); `choice`: the shape sets it was given."""
     r = reply.result or {}
     info = r.get("device_info") or {"name": reply.worker_info.get("device_name")}
     err = reply.error or (ErrorInfo(**{k: v for k, v in r["error"].items() if k in ("kind", "message", "detail")})
@@ -233,18 +235,28 @@ def result_from_reply(reply: WorkerReply, task: Task, unit: str, confidence: flo
         versions["driver"] = ceil.driver
     raws = r.get("shapes", [])
     method = (add_launch_cost(raws[0]["candidate"], ceil, launch_cost) or {}).get("method") if raws else None
-    return BenchmarkResult(
+    skipped, err = shapes_outcome(results, err, (r.get("error") or {}).get("shape"), choice)
+    res = BenchmarkResult(
         results=results, device=f"{reply.device}: {info.get('name')}", clocks=clocks, versions=versions,
         state="done" if err is None else "failed", error=err, stdout=r.get("stdout", reply.stdout) or None,
         stderr=r.get("stderr", reply.stderr) or None, timing_method=method,
-        isolation=(r.get("isolation") or {}).get("level"),
+        isolation=(r.get("isolation") or {}).get("level"), shapes_run=[x.shape for x in results],
+        shapes_skipped=skipped, shape_rule=choice.rule if choice else None,
         provenance=_provenance(info, method, ceil, unit, dtype, task))
+    res.reason = verdict_reason(res)
+    return res
 
 
 def _load(task: str | None, reference: str | None) -> Task:
     from evokernel_mcp.verify.api import _load as load
 
     return load(task, reference)
+
+
+def job_device(device: str | None) -> str:
+    from evokernel_mcp.verify.api import job_device as pick
+
+    return pick(device)
 
 
 def _check_source(source: str, what: str) -> None:
@@ -282,18 +294,15 @@ def _journal(res: BenchmarkResult, experiment: str | None, task: str, candidate:
 
 
 def build_payload(t: Task, candidate: str, baseline: str, shapes: list[str] | None, opt: TimingOptions,
-                  seed: int) -> dict[str, Any]:
+                  seed: int, device: str | None = None) -> dict[str, Any]:
+    """The runner op's payload. Without `shapes`, the shape sets are `device`'s default (shape_defaults.choose_shapes);
+    payload["choice"] says which and why."""
     _check_source(candidate, "candidate")
     if baseline != "pytorch":
         _check_source(baseline, "baseline")
-    names = shapes or t.shape_names()
-    if not names:
-        raise BadInput("shapes is empty: name at least one shape set (see get_task)")
-    for n in names:
-        t.shape_set(n)
-    order = [s for s in t.shape_names() if s in names]
-    return {"task": t.model_dump(), "candidate": candidate, "baseline": baseline, "shapes": order,
-            "options": dataclasses.asdict(opt), "seed": seed, "ceilings": True}
+    choice = choose_shapes(t, shapes, device)
+    return {"task": t.model_dump(), "candidate": candidate, "baseline": baseline, "shapes": choice.shapes,
+            "options": dataclasses.asdict(opt), "seed": seed, "ceilings": True, "choice": choice.model_dump()}
 
 
 async def benchmark(
@@ -304,7 +313,8 @@ async def benchmark(
     reference: Annotated[str | None, Field(description="KernelBench-form reference source (instead of task).")] = None,
     baseline: Annotated[str, Field(
         description="'pytorch' (the reference) or a second candidate's source.")] = "pytorch",
-    shapes: Annotated[list[str] | None, Field(description="Shape-set names; default all (small -> full).")] = None,
+    shapes: Annotated[list[str] | None, Field(description="Shape-set names, small -> full; default: the device's (all "
+                                              "on a GPU, the small ones on the CPU path).")] = None,
     cold_cache: Annotated[bool, Field(description="Flush L2 (+ Infinity Cache) before every timed launch.")] = True,
     min_reps: Annotated[int, Field(ge=1, le=100000, description="Timed repetitions at least.")] = 20,
     max_time_s: Annotated[float, Field(gt=0, le=120, description="Stop adding repetitions after this many "
@@ -362,11 +372,12 @@ async def benchmark(
     compute_unit = compute_unit or t.compute_unit or "matrix"
     if overrides:
         t = _with_overrides(t, overrides)
-    payload = build_payload(t, candidate, baseline, shapes, opt, seed)
+    payload = build_payload(t, candidate, baseline, shapes, opt, seed, job_device(device))
     payload.update(budget_s=max(1.0, timeout_s - 5.0), control=control, confirm=confirm)
+    choice = ShapeChoice(**payload["choice"])
 
     def build(reply, _j):
-        res = result_from_reply(reply, t, compute_unit, opt.confidence, add_launch_cost)
+        res = result_from_reply(reply, t, compute_unit, opt.confidence, add_launch_cost, choice)
         if overrides:
             res.overrides_applied = dict(overrides)
         return _journal(res, experiment, task or t.name, candidate, baseline, shapes)
@@ -376,8 +387,12 @@ async def benchmark(
     if outcome.state == "done" and outcome.result is not None:
         return outcome.result  # type: ignore[return-value]
     if outcome.finished:
-        return BenchmarkResult(state=outcome.state, device=outcome.device, error=outcome.error)
+        res = BenchmarkResult(state=outcome.state, device=outcome.device, error=outcome.error,
+                              shapes_skipped=choice.skipped, shape_rule=choice.rule)
+        res.reason = verdict_reason(res)
+        return res
     return BenchmarkResult(state=outcome.state, device=outcome.device, job_id=outcome.job_id,
+                           shapes_skipped=choice.skipped, shape_rule=choice.rule,
                            message=f"Not finished within wait_s={wait_s:g} s. Call job_result('{outcome.job_id}', "
                            "wait_s) to fetch the result, job_status to look, cancel_job to stop it.")
 

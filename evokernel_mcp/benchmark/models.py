@@ -8,6 +8,7 @@ from pydantic import Field
 
 from evokernel_mcp.benchmark.verdict import InvalidReason
 from evokernel_mcp.models import ErrorInfo, Model, Provenance
+from evokernel_mcp.shape_defaults import SkippedShape
 
 
 class TimingStats(Model):
@@ -195,6 +196,13 @@ class BenchmarkResult(Model):
                                   "or process).")
     overrides_applied: dict[str, Any] | None = Field(default=None, description="KernelBench constants set.")
     result_id: str | None = Field(default=None, description="Journal entry id (with experiment).")
+    reason: str | None = Field(default=None, description="Why it is not a valid result, in one line: the first "
+                               "invalid shape set's reason (a wrong answer wins over a later error), else the error.")
+    shapes_run: list[str] = Field(default_factory=list, description="Shape sets timed.")
+    shapes_skipped: list[SkippedShape] = Field(default_factory=list, description="Shape sets not timed, each with "
+                                               "why (not a default on this device, too_big, not reached).")
+    shape_rule: str | None = Field(default=None, description="How the shape sets were chosen (shapes, or the "
+                                   "device's default).")
     provenance: list[Provenance] = Field(default_factory=list)
 
 

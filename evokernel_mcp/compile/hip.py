@@ -39,11 +39,18 @@ _CUID = "-cuid=evokernel"  # fixed, so the output (and the cache) is determinist
 
 
 class _Budget:
+    """The compile's time limit, shared by its steps (compile, assemble, link) and honoured exactly: a step
+    gets what is left, and one that would start with nothing left is a timeout without running."""
+
     def __init__(self, timeout_s: float):
+        self.timeout_s = timeout_s
         self.deadline = time.monotonic() + timeout_s
 
-    def left(self) -> float:
-        return max(0.5, self.deadline - time.monotonic())
+    def left(self, tool: str) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise ToolTimeout(tool, self.timeout_s)
+        return left
 
 
 def _fail(toolchain: ToolchainInfo, message: str, log_text: str = "",
@@ -100,7 +107,7 @@ def _run(argv: list[str], budget: _Budget, tool: str, cwd: Path):
 
     # agent source: the compiler runs sandboxed; it reads the offline ROCm root (HIP headers) we built
     wrapped, env, _level = sandbox.tool_argv(argv, cwd, ro_binds=[str(sub_state_dir("hip_rocm_root"))])
-    res = run_sync(wrapped, timeout_s=budget.left(), cwd=cwd, env=env, tool=tool)
+    res = run_sync(wrapped, timeout_s=budget.left(tool), cwd=cwd, env=env, tool=tool)
     return res, f"$ {' '.join(argv)}\n[exit {res.returncode}, {res.duration_s:.2f} s]\n{tail(res.stderr)}\n"
 
 
@@ -194,7 +201,8 @@ def _compile_offline_split(clang: str, tc: ToolchainInfo, src: Path, target: str
             str(asm_path), str(hsaco)]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
                                                                      os.environ.get("PYTHONPATH")])))
-    cg = run_sync(argv, timeout_s=budget.left(), cwd=workdir, env=env, tool="triton LLVM codegen")
+    tool = "triton LLVM codegen"
+    cg = run_sync(argv, timeout_s=budget.left(tool), cwd=workdir, env=env, tool=tool)
     log_text += f"$ {' '.join(argv)}\n[exit {cg.returncode}, {cg.duration_s:.2f} s]\n{tail(cg.stderr)}\n{cg.stdout}"
     info = _last_json(cg.stdout)
     llvm_ver = (info or {}).get("llvm") or "?"

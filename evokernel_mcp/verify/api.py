@@ -19,6 +19,7 @@ from evokernel_mcp.errors import BadInput
 from evokernel_mcp.models import ErrorInfo, Model, Provenance
 from evokernel_mcp.runtime import protocol
 from evokernel_mcp.journal import RESULT_ID_DESCRIPTION, ExperimentArg, record_call, set_result_id
+from evokernel_mcp.shape_defaults import ShapeChoice, SkippedShape, choose_shapes
 from evokernel_mcp.tasks import Task, check_candidate_source, load_task, task_from_reference, with_overrides
 from evokernel_mcp.verify.compare import DEFAULT_TOLERANCES
 
@@ -103,6 +104,14 @@ class VerifyResult(Model):
     overrides_applied: dict[str, Any] = Field(default_factory=dict, description="Module-level constants of the "
                                               "reference set by `overrides`.")
     result_id: str | None = Field(default=None, description=RESULT_ID_DESCRIPTION)
+    reason: str | None = Field(default=None, description="Why it did not pass, in one line: the first failing "
+                               "case's class and evidence (a wrong answer wins over a later error), else the "
+                               "error's kind and message.")
+    shapes_run: list[str] = Field(default_factory=list, description="Shape sets with at least one case run.")
+    shapes_skipped: list[SkippedShape] = Field(default_factory=list, description="Shape sets not run, each with "
+                                               "why (not a default on this device, too_big, not reached).")
+    shape_rule: str | None = Field(default=None, description="How the shape sets were chosen (shapes, or the "
+                                   "device's default).")
     provenance: list[Provenance] = Field(default_factory=list)
 
 
@@ -129,16 +138,14 @@ def _load(task: str | None, reference: str | None) -> Task:
 
 
 def build_payload(task: Task, candidate: str, shapes: list[str] | None, seeds: int | list[int],
-                  tolerance: ToleranceArg | None, stop_on_first_failure: bool, probe: bool = True) -> dict[str, Any]:
+                  tolerance: ToleranceArg | None, stop_on_first_failure: bool, probe: bool = True,
+                  device: str | None = None) -> dict[str, Any]:
     """The runner op's payload. The task's reference source carries any overrides already (with_overrides);
-    the applied ones travel as payload["overrides"] too (benchmark reads the same key)."""
+    the applied ones travel as payload["overrides"] too (benchmark reads the same key). Without `shapes`, the
+    shape sets are `device`'s default (shape_defaults.choose_shapes); payload["choice"] says which and why."""
     check_candidate_source(candidate)
-    if shapes is not None and not shapes:
-        raise BadInput(f"shapes=[] names no shape set; omit it for all ({', '.join(task.shape_names())}) or name some")
-    names = shapes or task.shape_names()
-    for n in names:
-        task.shape_set(n)  # BadInput for unknown names
-    order = [s for s in task.shape_names() if s in names]  # cascade: small -> full
+    choice = choose_shapes(task, shapes, device)
+    order = choice.shapes  # cascade: small -> full
     n_seeds = seeds if isinstance(seeds, int) else len(seeds)
     if not 1 <= n_seeds <= MAX_SEEDS:  # checked before list(range(seeds)): a huge count must not eat the server
         raise BadInput(f"seeds = {n_seeds if isinstance(seeds, int) else f'a list of {n_seeds}'}: give a count from "
@@ -148,7 +155,15 @@ def build_payload(task: Task, candidate: str, shapes: list[str] | None, seeds: i
         raise BadInput(f"seeds must be integers from 0 to {MAX_SEED_VALUE}")
     return {"task": task.model_dump(), "candidate": candidate, "shapes": order, "seeds": seed_list,
             "tolerance": resolve_tolerance(tolerance), "stop_on_first_failure": stop_on_first_failure,
-            "probe": bool(probe), "overrides": dict(task.overrides_applied)}
+            "probe": bool(probe), "overrides": dict(task.overrides_applied), "choice": choice.model_dump()}
+
+
+def job_device(device: str | None) -> str:
+    """The pool device a job asking for `device` runs on (None: the pool's first), as the job manager picks it;
+    BadInput for a device the server does not have."""
+    from evokernel_mcp.runtime.submit import _jobs
+
+    return _jobs(None).pool.check_device(device)
 
 
 def _error(r: dict[str, Any], reply: protocol.WorkerReply) -> VerifyError | None:
@@ -161,26 +176,69 @@ def _error(r: dict[str, Any], reply: protocol.WorkerReply) -> VerifyError | None
     return VerifyError(kind=kind, message=str(e.get("message") or ""), detail=e.get("detail"))
 
 
-def result_from_reply(reply: protocol.WorkerReply, task_name: str) -> VerifyResult:
-    """Build the VerifyResult of a finished runner op (ok or not)."""
+def _shapes_outcome(cases: list[VerifyCase], err: VerifyError | None, choice: ShapeChoice | None,
+                    stopped_early: bool) -> tuple[list[str], list[SkippedShape], VerifyError | None]:
+    """(shape sets run, shape sets skipped with why, the error left at the top). A case too big for the free
+    memory after a wrong answer is a skipped shape set: the wrong answer is the verdict, not the size."""
+    run = list(dict.fromkeys(c.shape for c in cases))
+    if choice is None:
+        return run, [], err
+    skipped = list(choice.skipped)
+    rest = [s for s in choice.shapes if s not in run]
+    if rest and err is not None:
+        skipped.append(SkippedShape(shape=rest[0], reason=f"{err.kind}: {err.message}"[:600]))
+        rest = rest[1:]
+    why = ("not reached: stopped at the first failing case (stop_on_first_failure)" if stopped_early and err is None
+           else f"not reached: the check ended earlier ({err.kind})" if err is not None else "not reached")
+    skipped += [SkippedShape(shape=s, reason=why) for s in rest]
+    if err is not None and err.kind == "too_big" and any(not c.passed for c in cases):
+        err = None
+    order = {s: i for i, s in enumerate(choice.shapes + [k.shape for k in choice.skipped])}
+    skipped.sort(key=lambda k: order.get(k.shape, len(order)))
+    return run, skipped, err
+
+
+def verdict_reason(res: VerifyResult) -> str | None:
+    """One line: why it did not pass. The first failing case's class and evidence when a case failed (even
+    if an error came later), else the error's kind and message; None when it passed or is still running."""
+    from evokernel_mcp.journal.extract import verify_summary
+
+    if res.passed or res.passed is None and res.state not in ("failed", "cancelled"):
+        return None
+    bad = next((c for c in res.cases if not c.passed), None)
+    if bad is not None:
+        summary, _v, cls, _d = verify_summary({**res.model_dump(mode="json"), "error": None, "state": "done"})
+        at = f"; first mismatch at index {bad.first_mismatch_index}" if bad.first_mismatch_index is not None else ""
+        return f"{cls}: {summary.get('failure_detail')}{at}"[:600]
+    if res.error is not None:
+        return f"{res.error.kind}: {res.error.message}"[:600]
+    return res.message or ("no case ran" if not res.cases else None)
+
+
+def result_from_reply(reply: protocol.WorkerReply, task_name: str, choice: ShapeChoice | None = None,
+                      stop_on_first_failure: bool = False) -> VerifyResult:
+    """Build the VerifyResult of a finished runner op (ok or not); `choice`: the shape sets it was given."""
     r = reply.result or {}
     iso = r.get("isolation") or {}
     err = _error(r, reply)
     fields = set(VerifyCase.model_fields)
     cases = [VerifyCase(**{k: v for k, v in c.items() if k in fields}) for c in r.get("cases", [])]
+    run, skipped, err = _shapes_outcome(cases, err, choice, stop_on_first_failure)
     passed = bool(cases) and err is None and all(c.passed for c in cases)
     dev = reply.device
     bars = sorted({c.reference for c in cases if c.reference})
     prov = [Provenance(field="cases", source="measured", detail=f"runner on {dev} "
                        f"({reply.worker_info.get('device_name', '?')}), reference {'/'.join(bars) or '?'} "
                        f"(bar per case: cases[].bar); candidate in a fresh process, isolation {iso.get('level', '?')}")]
-    return VerifyResult(
+    res = VerifyResult(
         passed=passed, cases=cases, task=task_name, device=dev, device_name=reply.worker_info.get("device_name"),
         reference_precision=r.get("reference_precision"), error=err, stdout=r.get("stdout", reply.stdout),
         stderr=r.get("stderr", reply.stderr), isolation=iso.get("level"),
         overrides_applied=r.get("overrides_applied") or {},
         versions={k: v for k, v in reply.worker_info.items() if k in ("torch", "triton", "hip", "cuda", "python")},
-        provenance=prov)
+        shapes_run=run, shapes_skipped=skipped, shape_rule=choice.rule if choice else None, provenance=prov)
+    res.reason = verdict_reason(res)
+    return res
 
 
 def _journal(res: VerifyResult, experiment: str | None, task: str | None, candidate: str,
@@ -198,7 +256,8 @@ async def verify_vs_pytorch(
                                     "class ModelNew(nn.Module).")],
     task: Annotated[str | None, Field(description="Shipped task name (list_tasks), task folder, or KernelBench .py path.")] = None,
     reference: Annotated[str | None, Field(description="KernelBench-form reference source (instead of task).")] = None,
-    shapes: Annotated[list[str] | None, Field(description="Shape-set names; default all, run small -> full.")] = None,
+    shapes: Annotated[list[str] | None, Field(description="Shape-set names, run small -> full; default: the device's "
+                                              "(all on a GPU, the small ones on the CPU path).")] = None,
     seeds: Annotated[int | list[int], Field(description="Number of seeds (0..n-1) or explicit seeds; at most 1000.")] = 3,
     tolerance: Annotated[ToleranceArg | None, Field(description="Tighten the per-dtype default (never looser).")] = None,
     overrides: Annotated[dict[str, Any] | None, Field(description="KernelBench module-level constants to set before "
@@ -226,13 +285,15 @@ async def verify_vs_pytorch(
     if overrides:
         t = await anyio.to_thread.run_sync(with_overrides, t, overrides)
     payload = await anyio.to_thread.run_sync(build_payload, t, candidate, shapes, seeds, tolerance,
-                                             stop_on_first_failure, probe)
+                                             stop_on_first_failure, probe, job_device(device))
     payload["budget_s"] = max(1.0, timeout_s - 5.0)
+    choice = ShapeChoice(**payload["choice"])
     args = {"task": task, "reference": reference, "shapes": shapes, "seeds": seeds, "overrides": overrides,
             "probe": probe, "tolerance": tolerance.model_dump() if tolerance else None, "device": device}
 
     def build(reply, _j):
-        return _journal(result_from_reply(reply, t.name), experiment, task, candidate, args)
+        return _journal(result_from_reply(reply, t.name, choice, stop_on_first_failure), experiment, task,
+                        candidate, args)
 
     outcome = await run_worker_job(kind="verify", op="verify", payload=payload, device=device, timeout_s=timeout_s,
                                    wait_s=wait_s, ctx=ctx, build=build)
@@ -241,9 +302,11 @@ async def verify_vs_pytorch(
     if outcome.finished:
         err = VerifyError(**outcome.error.model_dump()) if outcome.error is not None else None
         res = VerifyResult(passed=False, state=outcome.state, task=t.name, device=outcome.device, error=err,
-                           overrides_applied=t.overrides_applied)
+                           overrides_applied=t.overrides_applied, shapes_skipped=choice.skipped,
+                           shape_rule=choice.rule)
+        res.reason = verdict_reason(res)
         return _journal(res, experiment, task, candidate, args)
     return VerifyResult(passed=None, state=outcome.state, task=t.name, device=outcome.device, job_id=outcome.job_id,
-                        overrides_applied=t.overrides_applied,
+                        overrides_applied=t.overrides_applied, shapes_skipped=choice.skipped, shape_rule=choice.rule,
                         message=f"Not finished within wait_s={wait_s:g} s. Call job_result('{outcome.job_id}', wait_s) "
                         "to fetch the result, job_status to look, cancel_job to stop it.")

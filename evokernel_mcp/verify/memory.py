@@ -135,7 +135,8 @@ def _refusal(est: CaseEstimate, where: str, free: int, workspace: int, hint: dic
     parts = [f"inputs {_gb(est.input_bytes)}", f"input clones {_gb(est.clone_bytes)}",
              f"outputs x{OUTPUT_COPIES} {_gb(est.output_bytes)}", f"comparison blocks {_gb(workspace)}"]
     total = est.base_bytes + workspace
-    fix = f"pass overrides={hint!r}" if hint else "pass overrides={...} with smaller size constants (e.g. batch_size)"
+    fix = (f"name a smaller shape set in shapes (get_task lists them), or for a KernelBench reference pass "
+           f"{f'overrides={hint!r}' if hint else 'overrides={...} with smaller size constants (e.g. batch_size)'}")
     dropped = f" (the float64 reference, {_gb(est.ref_hi_bytes)} more, is already left out)" if est.ref_hi_bytes else ""
     return (f"this case does not fit: {' + '.join(parts)} = {_gb(total)} > {HEADROOM:.0%} of free {where} memory "
             f"{_gb(free)}{dropped}; {fix}, or run it on a machine with more {where} memory")
@@ -155,7 +156,8 @@ def plan_case(est: CaseEstimate, free_device: int | None, free_host: int, *, chu
     budget = int(HEADROOM * free)
     if free_device is not None and est.input_bytes > HEADROOM * free_host:
         msg = (f"this case does not fit: inputs {_gb(est.input_bytes)} are generated on the host, > {HEADROOM:.0%} "
-               f"of free host memory {_gb(free_host)}; pass "
+               f"of free host memory {_gb(free_host)}; name a smaller shape set in shapes (get_task lists them), or "
+               f"for a KernelBench reference pass "
                f"{'overrides=' + repr(suggested_overrides) if suggested_overrides else 'smaller sizes in overrides'}")
         return Plan(ref_hi=False, chunk_elems=chunk_elems, refuse=msg, where=where,
                     needed_bytes=est.input_bytes, budget_bytes=int(HEADROOM * free_host))

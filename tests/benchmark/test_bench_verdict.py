@@ -171,11 +171,22 @@ def test_settled_check_plain_pending_and_subclass():
     ok = settle.settled_check(lambda a: a * 2, [x])
     assert ok["plain_tensor"] and ok["pending"] is False
 
+    go, written = threading.Event(), threading.Event()
+
     def background(a):  # returns at once, a thread writes the answer later
         out = torch.zeros_like(a)
-        threading.Thread(target=lambda: (time.sleep(0.01), out.copy_(a * 2)), name="finisher").start()
+
+        def finish():
+            go.wait(60)
+            out.copy_(a * 2)
+            written.set()
+        threading.Thread(target=finish, name="finisher").start()
         return out
-    bad = settle.settled_check(background, [x])
+
+    def sync():  # the late write lands while the check waits, however slowly the thread is scheduled
+        go.set()
+        written.wait(60)
+    bad = settle.settled_check(background, [x], sync=sync)
     assert bad["pending"] is True and "changed after the call returned" in bad["detail"]
 
     class Lazy(torch.Tensor):

@@ -148,9 +148,34 @@ def test_mfma_builtin_for_gfx950(tmp_path):
     assert summarize_amdgcn(out.asm, "mfma_k").classes["mfma"] == len(re.findall(r"^\s*v_mfma", body, re.M)) > 0
 
 
-def test_timeout_is_a_diagnostic_not_an_exception(tmp_path):
-    out = compile_hip(SPILL_KERNEL, "spill", "gfx942", flags=[], workdir=tmp_path, timeout_s=0.01)
+def test_timeout_is_a_diagnostic_not_an_exception(tmp_path, monkeypatch):
+    """A stand-in compiler that never finishes (it answers --version, then sleeps) is killed at the budget,
+    and the timeout comes back as a diagnostic: nothing here depends on how fast the real compiler is."""
+    never = tmp_path / "bin" / "hipcc"
+    never.parent.mkdir()
+    never.write_text('#!/bin/sh\n[ "$1" = --version ] && { echo "stand-in hipcc version 0"; exit 0; }\n'
+                     "exec sleep 600\n")
+    never.chmod(0o755)
+    monkeypatch.setenv("HIPCC", str(never))
+    out = compile_hip(SPILL_KERNEL, "spill", "gfx942", flags=[], workdir=tmp_path / "w", timeout_s=1)
+    assert not out.ok and out.toolchain.name == "hipcc"
+    assert any("did not finish within 1 s" in d.message and "compile timeout" in d.message
+               for d in out.diagnostics), out.diagnostics
+
+
+def test_an_exhausted_budget_is_a_timeout_without_running_the_compiler(tmp_path, monkeypatch):
+    """The budget is honoured exactly: with nothing left, no step starts (the stand-in would record it)."""
+    ran = tmp_path / "ran"
+    spy = tmp_path / "bin" / "hipcc"
+    spy.parent.mkdir()
+    spy.write_text(f'#!/bin/sh\n[ "$1" = --version ] && {{ echo "stand-in hipcc version 0"; exit 0; }}\n'
+                   f"touch {ran}\n")
+    spy.chmod(0o755)
+    monkeypatch.setenv("HIPCC", str(spy))
+    monkeypatch.setenv("EVOKERNEL_SANDBOX", "process")  # the spy writes beside itself
+    out = compile_hip(SPILL_KERNEL, "spill", "gfx942", flags=[], workdir=tmp_path / "w", timeout_s=1e-9)
     assert not out.ok and any("did not finish" in d.message for d in out.diagnostics)
+    assert not ran.exists()
 
 
 def test_unknown_target_and_missing_kernel(tmp_path):

@@ -208,6 +208,41 @@ def test_candidates_run_concurrently_one_per_slot_and_stop_at_their_first_failur
     assert not api._pending  # the batch's queue entry is gone once it finished
 
 
+class _Recording(FakeExecutor):
+    """Records the shape sets each stage was given, per slot."""
+
+    def __init__(self, slots, hosts=None):
+        super().__init__(slots=slots)
+        self.shapes: dict[str, list] = {}
+        if hosts is not None:
+            self.hosts = hosts  # as the Ray executor reports its actors: slot -> "device@host"
+
+    async def run(self, slot, stage, on_progress=None):
+        steps = stage.payload.get("steps") or [stage.payload]
+        self.shapes.setdefault(slot, []).extend(list(p["shapes"]) for p in steps)
+        return await super().run(slot, stage, on_progress)
+
+
+@pytest.mark.parametrize("slots,hosts,want", [
+    (("cpu",), None, [["small"]]),  # the CPU path: its small shape sets
+    (("cuda:0",), None, [["small"], ["small", "medium", "full"]]),  # a GPU: all of them
+    (("ray:0",), {"ray:0": "cuda:0@node-3"}, [["small"], ["small", "medium", "full"]]),
+    (("ray:0",), {"ray:0": "cpu@node-3"}, [["small"]]),
+])
+def test_default_shapes_follow_the_device_of_each_slot(mgr, slots, hosts, want):
+    ex = _Recording(slots, hosts)
+    plan = _plan(task=load_task("softmax"), stages=["verify_small", "verify"])
+
+    async def main():
+        job = await api.submit_batch(plan, _cands(1), jobs=mgr, executor=ex)
+        return await mgr.wait(job, 120)
+
+    res = anyio.run(main).result
+    assert ex.shapes[slots[0]] == want and res.ranked[0].valid
+    assert res.verify_shapes == want[-1] and ("CPU path" in res.shape_rule) is (want == [["small"]])
+    assert [s.shape for s in res.shapes_skipped] == ([] if len(want) > 1 else ["medium", "full"])
+
+
 def test_cancel_stops_the_stages_in_flight_and_starts_no_more(mgr):
     ex = FakeExecutor(block=True)
     plan = _plan(stages=["verify"], shapes=["small"])

@@ -46,7 +46,8 @@ def runner_pids() -> list[int]:
 
 
 def _settled(probe, settle_s: float):
-    """probe() once it is empty, or what it still finds after settle_s (what a killed job left must go)."""
+    """probe() once it is empty, or what it still finds after settle_s (what a killed job left must go). settle_s
+    is a hang guard, not a speed requirement: a clean host returns at once, a loaded one may take seconds."""
     import time
 
     deadline = time.monotonic() + settle_s
@@ -55,7 +56,7 @@ def _settled(probe, settle_s: float):
     return found
 
 
-def stray_processes(settle_s: float = 3.0) -> list[str]:
+def stray_processes(settle_s: float = 30.0) -> list[str]:
     """Descendants of the runner that are not our own sandboxed children (spares, cached references), and
     that stay so past settle_s: a killed child's orphans die, and are collected by the runner, within it."""
     return _settled(_strays_now, settle_s)
@@ -79,7 +80,7 @@ def _strays_now() -> list[str]:
     return strays
 
 
-def zombies_of_runner(settle_s: float = 3.0) -> list[int]:
+def zombies_of_runner(settle_s: float = 30.0) -> list[int]:
     """Zombies whose parent is the runner and that stay so past settle_s (the runner collects the orphans
     of killed children every half second)."""
     return _settled(_zombies_now, settle_s)

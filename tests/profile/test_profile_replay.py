@@ -138,7 +138,7 @@ def test_replay_mcp_client_thread_trace_and_errors(replay, tmp_path, monkeypatch
     async def go():
         async with Client(build_server()) as client:
             r = await client.call_tool("thread_trace", {"candidate": CAND, "reference": REF, "device": "cpu",
-                                                        "top_n": 5})
+                                                        "top_n": 5, "wait_s": 600})  # the result, however loaded
             assert not r.is_error, r.content
             sc = r.structured_content
             assert sc["kernel"] == "_gemm_afp4_wfp4_kernel" and sc["hot_instructions"][0]["class"] == "barrier"

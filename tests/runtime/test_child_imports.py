@@ -54,7 +54,7 @@ def test_renice_tree_reaches_every_thread_of_the_process(tmp_path):
             with open(f"/proc/{p.pid}/task/{tid}/stat") as f:
                 return int(f.read().rsplit(")", 1)[1].split()[16])
 
-        deadline = time.time() + 5
+        deadline = time.time() + 60  # a hang guard, not a speed requirement
         while time.time() < deadline and any(nice(t) != 12 for t in tids):
             time.sleep(0.05)
         assert [nice(t) for t in tids] == [12, 12]

@@ -86,7 +86,7 @@ def test_handle_progress_list_and_cancel_when_caller_goes_away():
 
     async def main():
         async with Client(_server(), mode="legacy") as c:
-            r = await c.call_tool("slow_tool", {"seconds": 30, "wait_s": 1.0}, progress_callback=progress)
+            r = await c.call_tool("slow_tool", {"seconds": 30, "wait_s": 3.0}, progress_callback=progress)
             sc = r.structured_content
             listed = (await c.call_tool("list_jobs", {})).structured_content["jobs"]
             again = await c.call_tool("job_result", {"job_id": sc["job"]["job_id"], "wait_s": 0.3})
@@ -114,7 +114,7 @@ def test_detached_job_outlives_its_caller_and_is_listed_for_all_callers():
     job = anyio.run(first)
     assert job["detached"] is True
     time.sleep(0.5)
-    assert _state(job["job_id"]) == "running"
+    assert _state(job["job_id"]) in ("running", "done")  # not cancelled with its caller (done: a slow host)
 
     async def second():
         async with Client(_server(), mode="legacy") as c:
@@ -137,8 +137,11 @@ def test_request_cancelled_cancels_the_job():
                 await c.call_tool("slow_tool", {"seconds": 30, "wait_s": 40})
             jobs = (await c.call_tool("list_jobs", {})).structured_content["jobs"]
             job_ids.extend(j["job_id"] for j in jobs)
-            await anyio.sleep(0.5)
-            return (await c.call_tool("list_jobs", {})).structured_content["jobs"]
+            with anyio.fail_after(60):  # a hang guard: the 30 s job ends 'done' if the cancel never comes
+                while (jobs := (await c.call_tool("list_jobs", {})).structured_content["jobs"]) \
+                        and jobs[0]["state"] in ("queued", "running"):
+                    await anyio.sleep(0.05)
+            return jobs
     jobs = anyio.run(main)
     assert job_ids and jobs[0]["state"] == "cancelled", jobs
 
@@ -163,7 +166,7 @@ def test_stateless_requests_share_the_clients_jobs():
             cancelled = (await c.call_tool("cancel_job", {"job_id": job_id})).structured_content
             return job_id, listed, cancelled
     job_id, listed, cancelled = anyio.run(main)
-    assert [j["job_id"] for j in listed] == [job_id] and listed[0]["state"] == "running"
+    assert [j["job_id"] for j in listed] == [job_id] and listed[0]["state"] in ("queued", "running")
     assert cancelled["state"] == "cancelled"
 
 

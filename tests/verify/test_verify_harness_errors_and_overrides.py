@@ -71,6 +71,7 @@ def test_inputs_of_four_tebibytes_are_refused_with_the_sizes():
     r = verify(huge + "\nclass ModelNew(Model):\n    pass\n", reference=huge, probe=False)
     assert r.passed is False and r.error.kind == "too_big", r.error
     assert "does not fit" in r.error.message and "GB" in r.error.message and "overrides" in r.error.message
+    assert "shapes" in r.error.message and r.reason.startswith("too_big: ")
 
 
 @pytest.mark.parametrize("body,words", [

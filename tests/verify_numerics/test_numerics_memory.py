@@ -52,7 +52,7 @@ def test_refusal_names_the_sizes_and_the_fix():
     plan = plan_case(est, free_device=None, free_host=16 * GB, suggested_overrides={"batch_size": 16})
     assert plan.refuse is not None and not plan.ref_hi
     for text in ("inputs 6.4 GB", "input clones 12.9 GB", "outputs x3 19.3 GB", "free host memory 16.0 GB",
-                 "float64 reference, 25.8 GB", "overrides={'batch_size': 16}"):
+                 "float64 reference, 25.8 GB", "overrides={'batch_size': 16}", "smaller shape set in shapes"):
         assert text in plan.refuse, (text, plan.refuse)
     assert plan_case(est, free_device=141 * GB, free_host=64 * GB).refuse is None
 
@@ -61,6 +61,7 @@ def test_device_plan_refuses_when_host_cannot_generate_the_inputs():
     est = estimate_case([_spec((4096, 393216))], [_spec((4096,))], ref_hi=True, clones=2)
     plan = plan_case(est, free_device=141 * GB, free_host=4 * GB)
     assert plan.refuse is not None and "host" in plan.refuse and "6.4 GB" in plan.refuse
+    assert "shapes" in plan.refuse and "overrides" in plan.refuse
 
 
 class _Net(torch.nn.Module):
