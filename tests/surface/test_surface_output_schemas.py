@@ -19,7 +19,7 @@ from evokernel_mcp.surface.server import EvoServer
 
 WIRE_BUDGET_CHARS = 40_000
 REPO = Path(__file__).resolve().parents[2]
-RESULTS = REPO / "bench" / "results"
+RESULTS = REPO / "tests" / "fixtures" / "h200"  # recorded on the H200 (SOURCES.md)
 
 
 def _listing_and_full():
