@@ -62,6 +62,12 @@ def drain_events() -> list[str]:
     return out
 
 
+# What a child may say went wrong in its op (child.py _error; the kinds of ErrorInfo); "timeout", "crash",
+# "internal" and "cancelled" are the runner's to say, and a kind outside the list is a protocol violation.
+CHILD_KINDS = ("exception", "oom", "gpu_fault", "bad_candidate", "compile_error", "harness", "too_big",
+               "missing_module")
+
+
 class ChildFailed(Exception):
     """A child did not answer properly: it crashed, hung, faulted, lied about its frames, or its op raised."""
 
@@ -235,9 +241,13 @@ class Child:
                   "; moved " + ", ".join(big) if big else "")
         if reply.get("ok") is True:
             return reply.get("result")
-        err = reply.get("error") if isinstance(reply.get("error"), dict) else {}
-        raise ChildFailed(str(err.get("kind") or "exception")[:40], str(err.get("message") or "failed")[:4000],
-                          str(err.get("detail") or "")[:8000] or None)
+        err = reply.get("error")
+        if reply.get("ok") is not False or not isinstance(err, dict):
+            self.kill()
+            raise ChildFailed("bad_candidate", f"protocol violation during {msg.get('op')}: a reply that is neither "
+                              "a result nor an error")
+        kind = err.get("kind") if err.get("kind") in CHILD_KINDS else "bad_candidate"
+        raise ChildFailed(kind, str(err.get("message") or "failed")[:4000], str(err.get("detail") or "")[:8000] or None)
 
     def _tails(self) -> str | None:
         parts = [self._capture_tail(i, 3000) for i in (1, 2)]  # stderr, then the boot log

@@ -24,6 +24,10 @@ class UnsafeFile(Exception):
     """The file is not a plain regular file within its cap (a link, a FIFO, a device, too big, a bad name)."""
 
 
+class Missing(UnsafeFile):
+    """There is no file of that name."""
+
+
 def plain_name(name: object) -> str:
     """`name` if it names an entry of one directory (no '/', not '.' or '..', no NUL), else UnsafeFile."""
     if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\0" in name \
@@ -48,6 +52,8 @@ def open_regular(name: str, dir_fd: int | None = None) -> int:
         plain_name(name)
     try:
         fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError as e:
+        raise Missing(f"{str(name)[-120:]}: no such file") from e
     except OSError as e:
         raise UnsafeFile(f"{str(name)[-120:]}: cannot be opened as a plain file ({e.strerror})") from e
     try:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import re
 import resource
 import shutil
 import signal
@@ -68,9 +69,60 @@ def bwrap_path() -> str | None:
     return exe if exe and os.access(exe, os.X_OK) else None
 
 
+# The runner's environment (pool.py starts it; it runs no agent code, but a child could name its
+# /proc/<pid>/environ where pids are shared): these names and prefixes, never a secret (below).
+RUNNER_ALLOW = ("HOME", "USER", "LOGNAME", "TMPDIR", "XDG_CACHE_HOME", "PYTHONPATH", "PYTHONHASHSEED",
+                "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "CC", "CXX", "NVCC", "HIPCC", "CUOBJDUMP", "NCU",
+                "ROCPROFV3", "CLANG19", "LLVM_CONFIG")
+RUNNER_PREFIXES = ("EVOKERNEL_", "TRITON_", "CUDA_", "HIP_", "HSA_", "ROCR_", "ROCM_", "ROCPROF", "NVIDIA_",
+                   "PYTORCH_", "TORCH_", "OMP_", "MKL_", "KMP_", "GPU_", "AMD_", "MIOPEN_", "NCCL_", "LC_",
+                   "LANG", "TZ", "PATH", "MALLOC_")
+# Never passed on, whatever the lists above say: the server's HTTP token and its file, names that look like a
+# credential, and every name the user lists in EVOKERNEL_SECRET_ENV (comma separated).
+SECRET_ENV = ("EVOKERNEL_HTTP_TOKEN", "EVOKERNEL_HTTP_TOKEN_FILE", "EVOKERNEL_SECRET_ENV")
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|API_?KEY|PRIVATE|AUTH", re.I)
+# Files no sandbox may read, besides the state dir: EVOKERNEL_SECRET_FILES (os.pathsep separated; the runner
+# gets the server's list this way) and what the server registers (hide_file: --token-file).
+_HIDDEN_FILES: list[str] = []
+
+
+def is_secret_name(name: str) -> bool:
+    marked = {n.strip() for n in os.environ.get("EVOKERNEL_SECRET_ENV", "").split(",") if n.strip()}
+    return name in SECRET_ENV or name in marked or bool(_SECRET_NAME.search(name))
+
+
+def hide_file(path: str | os.PathLike) -> None:
+    """A file (the server's --token-file) that no sandbox of this process or of its runners may see."""
+    p = os.path.realpath(os.fspath(path))
+    if p not in _HIDDEN_FILES:
+        _HIDDEN_FILES.append(p)
+
+
+def hidden_files() -> list[str]:
+    given = [p for p in os.environ.get("EVOKERNEL_SECRET_FILES", "").split(os.pathsep) if p]
+    token = os.environ.get("EVOKERNEL_HTTP_TOKEN_FILE")
+    out: list[str] = []
+    for p in [*given, *([token] if token else []), *_HIDDEN_FILES]:
+        q = os.path.realpath(p)  # where the bytes are: a link to it shows nothing once that path is hidden
+        if q not in out:
+            out.append(q)
+    return out
+
+
+def runner_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The runner's environment: the allow-list above from ours, no secret, and the files to hide named."""
+    env = {k: v for k, v in os.environ.items()
+           if (k in RUNNER_ALLOW or k in ENV_ALLOW or k.startswith(RUNNER_PREFIXES)) and not is_secret_name(k)}
+    hidden = hidden_files()
+    if hidden:
+        env["EVOKERNEL_SECRET_FILES"] = os.pathsep.join(hidden)
+    env.update(extra or {})
+    return env
+
+
 def base_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The allow-listed environment: no tokens, keys or server settings ever reach agent code."""
-    env = {k: os.environ[k] for k in ENV_ALLOW if k in os.environ}
+    env = {k: os.environ[k] for k in ENV_ALLOW if k in os.environ and not is_secret_name(k)}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     env["PYTHONPATH"] = python_path()
     env["PYTHONUNBUFFERED"] = "1"
@@ -102,12 +154,9 @@ def python_roots() -> list[str]:
 
 
 def _secret_paths() -> list[str]:
-    """Files and dirs agent code must never see even read-only: the state dir, the server's token file."""
-    out = [str(state_dir())]
-    for var in ("EVOKERNEL_HTTP_TOKEN_FILE",):
-        if os.environ.get(var):
-            out.append(os.environ[var])
-    return out
+    """Files and dirs agent code must never see even read-only: the state dir, the server's token file and
+    every file named in EVOKERNEL_SECRET_FILES."""
+    return [str(state_dir()), *hidden_files()]
 
 
 def _under(path: str, root: str) -> bool:
@@ -161,14 +210,16 @@ def bwrap_argv(spec: Spec, exe: str, drop_uid: bool) -> list[str]:
             args += ["--perms", "0755", "--tmpfs", secret]
             mounts = {m: k for m, k in mounts.items() if not _under(m, secret)}
             mounts[secret] = "dir"
-        elif os.path.isfile(secret):
-            args += ["--ro-bind", "/dev/null", secret]
     for kind, p in [("--ro-bind", b) for b in spec.ro_binds] + [("--bind", b) for b in [str(spec.scratch)]
                                                                   + spec.rw_binds]:
         if os.path.exists(p):
             _dirs_for(p, mounts, args)
             args += [kind, p, p]
             mounts[p] = "bind"
+    for secret in _secret_paths():  # a secret file inside anything bound (last: no later bind shows it again)
+        owners = [m for m in mounts if _under(secret, m)]
+        if os.path.isfile(secret) and owners and mounts[max(owners, key=len)] == "bind":
+            args += ["--ro-bind", "/dev/null", secret]
     args += ["--chdir", str(spec.scratch), "--clearenv"]
     for k, v in spec.env.items():
         args += ["--setenv", k, v]
