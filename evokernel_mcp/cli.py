@@ -234,7 +234,7 @@ def _serve(ns: argparse.Namespace) -> int:
 
         build_server().run("stdio")
         return 0
-    from evokernel_mcp.runtime.sandbox import hide_file
+    from evokernel_mcp.runtime.envs import hide_file
     from evokernel_mcp.surface.http import ConfigError, HttpConfig, read_token, run_http
 
     if ns.token_file:  # no sandbox (here or in a runner) may read it, wherever it lies

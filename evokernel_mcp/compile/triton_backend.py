@@ -24,7 +24,7 @@ from evokernel_mcp.compile.models import BackendOutput
 from evokernel_mcp.compile.options import CompileOptions, is_amd
 from evokernel_mcp.errors import ToolTimeout
 from evokernel_mcp.models import Diagnostic, Model, ToolchainInfo
-from evokernel_mcp.paths import REPO_DIR, sub_state_dir
+from evokernel_mcp.paths import sub_state_dir
 from evokernel_mcp.runtime import safefs, sandbox
 from evokernel_mcp.subproc import run_async, tail
 

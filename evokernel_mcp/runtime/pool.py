@@ -72,10 +72,10 @@ def host_gpus() -> list[str]:
 
 
 def worker_env(device: str) -> dict[str, str]:
-    """The runner's environment: an allow-list of ours (sandbox.runner_env), never the server's secrets (its
+    """The runner's environment: an allow-list of ours (envs.runner_env), never the server's secrets (its
     HTTP token, names marked in EVOKERNEL_SECRET_ENV, anything that looks like a credential), which a child
     could otherwise read from the runner's /proc/<pid>/environ."""
-    from evokernel_mcp.runtime.sandbox import runner_env
+    from evokernel_mcp.runtime.envs import runner_env
 
     env = runner_env()
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_DIR), env.get("PYTHONPATH", "")) if p)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import re
 import resource
 import shutil
 import signal
@@ -32,15 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evokernel_mcp.paths import REPO_DIR, state_dir
+from evokernel_mcp.runtime.envs import ENV_ALLOW, hidden_files, is_secret_name
 
 log = logging.getLogger(__name__)
 
 NOBODY = 65534
 FSIZE_BYTES = int(os.environ.get("EVOKERNEL_SANDBOX_FSIZE", str(256 * 1024 * 1024)))
 NPROC = int(os.environ.get("EVOKERNEL_SANDBOX_NPROC", "4096"))
-ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "TZ", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "ROCM_PATH",
-             "HIP_PATH", "HSA_OVERRIDE_GFX_VERSION", "TRITON_HIP_LLD_PATH", "TRITON_PTXAS_PATH",
-             "OMP_NUM_THREADS", "OMP_WAIT_POLICY")  # a GPU host's thread settings (a CPU child's are the harness's)
 GPU_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset", "/dev/kfd",
              "/dev/dri")
 SYSTEM_RO = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/opt", "/sys")
@@ -67,57 +64,6 @@ def bwrap_path() -> str | None:
     if os.environ.get("EVOKERNEL_SANDBOX", "").lower() == "process":
         return None
     return exe if exe and os.access(exe, os.X_OK) else None
-
-
-# The runner's environment (pool.py starts it; it runs no agent code, but a child could name its
-# /proc/<pid>/environ where pids are shared): these names and prefixes, never a secret (below).
-RUNNER_ALLOW = ("HOME", "USER", "LOGNAME", "TMPDIR", "XDG_CACHE_HOME", "PYTHONPATH", "PYTHONHASHSEED",
-                "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "CC", "CXX", "NVCC", "HIPCC", "CUOBJDUMP", "NCU",
-                "ROCPROFV3", "CLANG19", "LLVM_CONFIG")
-RUNNER_PREFIXES = ("EVOKERNEL_", "TRITON_", "CUDA_", "HIP_", "HSA_", "ROCR_", "ROCM_", "ROCPROF", "NVIDIA_",
-                   "PYTORCH_", "TORCH_", "OMP_", "MKL_", "KMP_", "GPU_", "AMD_", "MIOPEN_", "NCCL_", "LC_",
-                   "LANG", "TZ", "PATH", "MALLOC_")
-# Never passed on, whatever the lists above say: the server's HTTP token and its file, names that look like a
-# credential, and every name the user lists in EVOKERNEL_SECRET_ENV (comma separated).
-SECRET_ENV = ("EVOKERNEL_HTTP_TOKEN", "EVOKERNEL_HTTP_TOKEN_FILE", "EVOKERNEL_SECRET_ENV")
-_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|API_?KEY|PRIVATE|AUTH", re.I)
-# Files no sandbox may read, besides the state dir: EVOKERNEL_SECRET_FILES (os.pathsep separated; the runner
-# gets the server's list this way) and what the server registers (hide_file: --token-file).
-_HIDDEN_FILES: list[str] = []
-
-
-def is_secret_name(name: str) -> bool:
-    marked = {n.strip() for n in os.environ.get("EVOKERNEL_SECRET_ENV", "").split(",") if n.strip()}
-    return name in SECRET_ENV or name in marked or bool(_SECRET_NAME.search(name))
-
-
-def hide_file(path: str | os.PathLike) -> None:
-    """A file (the server's --token-file) that no sandbox of this process or of its runners may see."""
-    p = os.path.realpath(os.fspath(path))
-    if p not in _HIDDEN_FILES:
-        _HIDDEN_FILES.append(p)
-
-
-def hidden_files() -> list[str]:
-    given = [p for p in os.environ.get("EVOKERNEL_SECRET_FILES", "").split(os.pathsep) if p]
-    token = os.environ.get("EVOKERNEL_HTTP_TOKEN_FILE")
-    out: list[str] = []
-    for p in [*given, *([token] if token else []), *_HIDDEN_FILES]:
-        q = os.path.realpath(p)  # where the bytes are: a link to it shows nothing once that path is hidden
-        if q not in out:
-            out.append(q)
-    return out
-
-
-def runner_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The runner's environment: the allow-list above from ours, no secret, and the files to hide named."""
-    env = {k: v for k, v in os.environ.items()
-           if (k in RUNNER_ALLOW or k in ENV_ALLOW or k.startswith(RUNNER_PREFIXES)) and not is_secret_name(k)}
-    hidden = hidden_files()
-    if hidden:
-        env["EVOKERNEL_SECRET_FILES"] = os.pathsep.join(hidden)
-    env.update(extra or {})
-    return env
 
 
 def base_env(extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -26,7 +26,7 @@ def planted(tmp_path_factory):
     """Secrets the server holds, planted before its runner starts: an environment variable, the HTTP token (as
     a variable and as a 0644 token file inside a directory every sandbox binds: the repo), a root-only file."""
     from evokernel_mcp.paths import REPO_DIR
-    from evokernel_mcp.runtime import sandbox
+    from evokernel_mcp.runtime import envs
 
     token_file = REPO_DIR / ".evk-test-token"
     token_file.write_text(TOKEN)
@@ -36,11 +36,11 @@ def planted(tmp_path_factory):
     secret_file.chmod(0o600)
     os.environ["ZZ_PLANTED_VALUE"] = ENV_SECRET
     os.environ["EVOKERNEL_HTTP_TOKEN"] = TOKEN
-    sandbox.hide_file(token_file)  # as `serve --token-file` does
+    envs.hide_file(token_file)  # as `serve --token-file` does
     yield {"token_file": token_file, "secret_file": secret_file}
     os.environ.pop("ZZ_PLANTED_VALUE", None)
     os.environ.pop("EVOKERNEL_HTTP_TOKEN", None)
-    sandbox._HIDDEN_FILES.remove(os.path.realpath(token_file))
+    envs._HIDDEN_FILES.remove(os.path.realpath(token_file))
     token_file.unlink(missing_ok=True)
 
 

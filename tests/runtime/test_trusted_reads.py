@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from evokernel_mcp.runtime import frames, safefs, sandbox
+from evokernel_mcp.runtime import envs, frames, safefs, sandbox
 from evokernel_mcp.runtime.protocol import read_tail
 
 
@@ -92,8 +92,8 @@ def test_the_runner_gets_an_allow_listed_environment_without_secrets(monkeypatch
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     token = tmp_path / "token"
     token.write_text("tok")
-    monkeypatch.setattr(sandbox, "_HIDDEN_FILES", [])
-    sandbox.hide_file(token)
+    monkeypatch.setattr(envs, "_HIDDEN_FILES", [])
+    envs.hide_file(token)
     from evokernel_mcp.runtime.pool import worker_env
 
     env = worker_env("cpu")
@@ -112,8 +112,8 @@ def test_a_secret_file_inside_any_bind_is_hidden_even_behind_a_later_bind(monkey
     bound.mkdir()
     token = bound / "token"
     token.write_text("tok")
-    monkeypatch.setattr(sandbox, "_HIDDEN_FILES", [])
-    sandbox.hide_file(token)
+    monkeypatch.setattr(envs, "_HIDDEN_FILES", [])
+    envs.hide_file(token)
     spec = sandbox.Spec(argv=["/bin/true"], scratch=tmp_path / "scratch", ro_binds=[str(bound)])
     args = sandbox.bwrap_argv(spec, "/usr/bin/bwrap", drop_uid=False)
     last_bind = max(i for i, a in enumerate(args) if a == str(bound) and args[i - 1] == "--ro-bind")
