@@ -26,9 +26,12 @@ from pathlib import Path
 from evokernel_mcp.errors import BadInput
 
 _DIRECTIVES = {"include", "include_next", "import", "embed"}
-_FORBIDDEN_IDS = {"__has_embed": "__has_embed", "__has_include_next": "__has_include_next", "incbin": "an assembler .incbin"}
-_TOKEN = re.compile(r"^(?P<kind>\w+) '(?P<spell>.*?)'\t(?P<flags>[^\t]*)\tLoc=<(?P<loc>[^>]*)>$", re.M | re.S)
-_INCBIN = re.compile(r"\.?incbin", re.I)
+_FORBIDDEN_IDS = {"__has_embed": "__has_embed", "__has_include_next": "__has_include_next",
+                  "incbin": "an assembler .incbin"}
+# one token of -dump-raw-tokens: kind 'spelling'<TAB>[flags]<TAB>Loc=<file:line:col> (a spelling may span lines)
+_TOKEN = re.compile(r"^(?P<kind>\w+) '(?P<spell>.*?)'\t(?P<flags>[^\t]*)\tLoc=<(?P<loc>[^>]*)>$",
+                    re.MULTILINE | re.DOTALL)
+_INCBIN = re.compile(r"\.?incbin", re.IGNORECASE)
 _FALLBACK_INCLUDE = re.compile(r'^\s*(?:#|%:|\?\?=)\s*(include|include_next|import)\b\s*(.*)$')
 LEX_TIMEOUT_S = 30.0
 
@@ -120,7 +123,7 @@ def _check_header(name: str, header: str, line: int | None) -> None:
 def _check_text(source: str) -> None:
     """Without clang-19: directives at the start of a line, after splices are joined."""
     text = source.replace("\\\r\n", "").replace("\\\n", "")
-    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.DOTALL)
     for i, row in enumerate(text.splitlines(), 1):
         if re.match(r"^\s*(?:#|%:|\?\?=)\s*embed\b", row):
             raise _refuse(i, "#embed is not allowed (it would copy a file's bytes into the build)")
@@ -128,8 +131,9 @@ def _check_text(source: str) -> None:
         if not m:
             continue
         arg = m.group(2).strip()
-        if not (arg.startswith('"') or arg.startswith("<")):
-            raise _refuse(i, f"computed #{m.group(1)} is not allowed; write the header name in quotes or angle brackets")
+        if not arg.startswith(('"', "<")):
+            raise _refuse(i, f"computed #{m.group(1)} is not allowed; write the header name in quotes or angle "
+                          "brackets")
         _check_header(m.group(1), arg[1:].split('"' if arg.startswith('"') else ">", 1)[0], i)
     for ident, what in _FORBIDDEN_IDS.items():
         if ident in text:
@@ -150,7 +154,7 @@ def dependencies(source: str, language: str, flags: list[str]) -> list[str] | No
     """The files clang-19's preprocessor opens for the source (-M -MG: a header it cannot find is listed by its
     spelled name), run in the sandbox; None without clang-19 or when the preprocessor fails."""
     from evokernel_mcp.paths import sub_state_dir
-    from evokernel_mcp.runtime import sandbox, safefs
+    from evokernel_mcp.runtime import safefs, sandbox
     from evokernel_mcp.subproc import run_sync
 
     clang = _clang()

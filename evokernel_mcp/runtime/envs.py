@@ -28,7 +28,7 @@ RUNNER_PREFIXES = ("EVOKERNEL_", "TRITON_", "CUDA_", "HIP_", "HSA_", "ROCR_", "R
 # Never passed on, whatever the lists above say: the server's HTTP token and its file, names that look like a
 # credential, and every name the user lists in EVOKERNEL_SECRET_ENV (comma separated).
 SECRET_ENV = ("EVOKERNEL_HTTP_TOKEN", "EVOKERNEL_HTTP_TOKEN_FILE", "EVOKERNEL_SECRET_ENV")
-_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|API_?KEY|PRIVATE|AUTH", re.I)
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|API_?KEY|PRIVATE|AUTH", re.IGNORECASE)
 # Files no sandbox may read, besides the state dir: EVOKERNEL_SECRET_FILES (os.pathsep separated; the runner
 # gets the server's list this way) and what the server registers (hide_file: --token-file).
 _HIDDEN_FILES: list[str] = []
