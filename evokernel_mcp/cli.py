@@ -246,8 +246,11 @@ def _serve(ns: argparse.Namespace) -> int:
 
         build_server().run("stdio")
         return 0
+    from evokernel_mcp.runtime.envs import hide_file
     from evokernel_mcp.surface.http import ConfigError, HttpConfig, read_token, run_http
 
+    if ns.token_file:  # no sandbox (here or in a runner) may read it, wherever it lies
+        hide_file(os.path.expanduser(ns.token_file))
     try:
         cfg = HttpConfig(host=ns.host, port=ns.port, token=read_token(ns.token_file),
                          allowed_hosts=list(ns.allowed_host or []))

@@ -102,9 +102,10 @@ async def _run_backend(source: str, language: str, kernel: str, target: str, sig
                        constexprs: dict | None, opts: CompileOptions, workdir: Path,
                        specialization: dict[str, str] | None = None) -> BackendOutput:
     if language in ("hip", "cuda"):
-        from evokernel_mcp.compile.source_guard import check_includes
+        from evokernel_mcp.compile.source_guard import check_dependencies, check_includes
 
-        check_includes(source)
+        await anyio.to_thread.run_sync(check_includes, source)  # clang-19's lexer, then its preprocessor
+        await anyio.to_thread.run_sync(check_dependencies, source, language, list(opts.flags))
     if language == "triton":
         from evokernel_mcp.compile.triton_backend import compile_triton
 

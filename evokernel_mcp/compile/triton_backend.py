@@ -13,22 +13,40 @@ import json
 import os
 import re
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
+
+from pydantic import Field, ValidationError
 
 from evokernel_mcp.compile.cuda_backend import cubin_res_usage, cubin_sass, resources_from_logs
 from evokernel_mcp.compile.models import BackendOutput
 from evokernel_mcp.compile.options import CompileOptions, is_amd
 from evokernel_mcp.errors import ToolTimeout
-from evokernel_mcp.models import Diagnostic, ToolchainInfo
-from evokernel_mcp.paths import REPO_DIR
-from evokernel_mcp.runtime import sandbox
+from evokernel_mcp.models import Diagnostic, Model, ToolchainInfo
+from evokernel_mcp.paths import sub_state_dir
+from evokernel_mcp.runtime import safefs, sandbox
 from evokernel_mcp.subproc import run_async, tail
 
 MODULE_FILE = "user_kernel.py"
+RESULT_FILE = "result.json"
+MAX_RESULT_BYTES = 8 << 20  # diagnostics, metadata and a log tail of 20k characters: far below
+MAX_STAGE_BYTES = 256 << 20
 _STAGE_FILES = ("ttir", "ttgir", "llir", "amdgcn", "ptx")
 _MLIR_DIAG = re.compile(rf"{re.escape(MODULE_FILE)}:(?P<line>\d+):(?P<col>\d+): (?P<sev>error|warning|note|remark): "
                         r"(?P<msg>.*)$")
+
+
+class ChildResult(Model):
+    """What triton_child.py writes to result.json. The user's module runs in that process and may rewrite the
+    file at exit: every field is checked here, and stage files are read only as kernel.<ext> in the workdir."""
+
+    ok: bool
+    diagnostics: list[Diagnostic] = Field(default_factory=list, max_length=1000)
+    files: dict[str, str] = Field(default_factory=dict, max_length=32)
+    metadata: dict[str, Any] = Field(default_factory=dict, max_length=64)
+    log: str = Field(default="", max_length=1 << 20)
+    versions: dict[str, str] = Field(default_factory=dict, max_length=16)
 
 
 @functools.lru_cache(maxsize=1)
@@ -94,43 +112,72 @@ async def compile_triton(source: str, kernel: str, target: str, *, signature: di
         return BackendOutput(ok=False, toolchain=toolchain, log=e.stderr_tail, diagnostics=[Diagnostic(
             message=f"triton.compile did not finish within {options.timeout_s:g} s and was killed (timeout); "
                     "reduce tile sizes/unrolling or raise options.timeout_s.")])
-    result_file = workdir / "result.json"
     link = sandbox.refuse_links(workdir)
     if link:
         return BackendOutput(ok=False, toolchain=toolchain, diagnostics=[Diagnostic(
             message=f"the compile left a symbolic link ({link}); refused")])
-    if not result_file.is_file():
+    try:
+        raw = safefs.read_under(workdir, RESULT_FILE, MAX_RESULT_BYTES)
+    except safefs.Missing:
         diags = mlir_diagnostics(res.stderr) or [Diagnostic(
             message=f"the Triton compiler crashed (exit code {res.returncode}): {tail(res.stderr, 1500)}")]
         return BackendOutput(ok=False, toolchain=toolchain, diagnostics=diags, log=res.stderr)
-    data = json.loads(result_file.read_text(encoding="utf-8"))
-    toolchain = _toolchain(data.get("versions") or {}, target)
-    diags = [Diagnostic(**d) for d in data["diagnostics"]] + mlir_diagnostics(res.stderr)
-    log_text = (data.get("log") or "") + res.stderr
-    if not data["ok"]:
+    except safefs.UnsafeFile as e:  # a result that is not a plain file: the user module's doing
+        return _refused(toolchain, f"{RESULT_FILE}: {e}")
+    try:
+        data = ChildResult.model_validate_json(raw)
+    except ValidationError as e:
+        return _refused(toolchain, f"{RESULT_FILE} does not hold the compile child's result ({e.error_count()} "
+                        "problems)")
+    toolchain = _toolchain(data.versions, target)
+    diags = data.diagnostics + mlir_diagnostics(res.stderr)
+    log_text = data.log + res.stderr
+    if not data.ok:
         return BackendOutput(ok=False, toolchain=toolchain, diagnostics=diags, log=log_text)
-    return await _success(data, workdir, target, toolchain, diags, log_text, source)
+    try:
+        return await _success(data, workdir, target, toolchain, diags, log_text, source)
+    except safefs.UnsafeFile as e:
+        return _refused(toolchain, str(e))
 
 
-async def _success(data: dict, workdir: Path, target: str, toolchain: ToolchainInfo, diags: list[Diagnostic],
-                   log_text: str, source: str) -> BackendOutput:
+def _refused(toolchain: ToolchainInfo, why: str) -> BackendOutput:
+    """The compile's workdir holds something the compile child does not write (the user's module, which runs
+    there, can write anything): nothing of it is read or returned."""
+    return BackendOutput(ok=False, toolchain=toolchain, diagnostics=[Diagnostic(
+        message=f"the compile's output was tampered with: {why}; refused (nothing of it is returned)")])
+
+
+def _stage(workdir: Path, data: ChildResult, ext: str, cap: int = MAX_STAGE_BYTES) -> bytes:
+    """A stage file the child named: only `kernel.<ext>` directly in the workdir, as a regular file within cap."""
+    name = data.files.get(ext)
+    if name != f"kernel.{ext}":
+        raise safefs.UnsafeFile(f"stage file {str(name)[:80]!r} for {ext!r} is not kernel.{ext}")
+    return safefs.read_under(workdir, name, cap)
+
+
+async def _success(data: ChildResult, workdir: Path, target: str, toolchain: ToolchainInfo,
+                   diags: list[Diagnostic], log_text: str, source: str) -> BackendOutput:
     files = {"source.py": source, "compile.log": log_text}
     for ext in _STAGE_FILES:
-        if ext in data["files"]:
-            files[f"kernel.{ext}"] = (workdir / data["files"][ext]).read_text(encoding="utf-8")
-    md = data["metadata"]
-    name = md.get("name") or "kernel"
+        if ext in data.files:
+            files[f"kernel.{ext}"] = _stage(workdir, data, ext).decode("utf-8", errors="replace")
+    md = data.metadata
+    name = str(md.get("name") or "kernel")
     facts: dict[str, int | str] = {f"triton_{k}": v for k, v in md.items()
                                    if k in ("shared", "num_warps", "warp_size") and isinstance(v, int)}
     if is_amd(target):
-        binary = (workdir / data["files"]["hsaco"]).read_bytes()
+        binary = _stage(workdir, data, "hsaco")
         return BackendOutput(ok=True, toolchain=toolchain, diagnostics=diags, asm=files.get("kernel.amdgcn"),
                              binary=binary, files=files, resource_usage={name: facts}, log=log_text)
-    cubin = workdir / data["files"]["cubin"]
-    sass, why = await cubin_sass(cubin)
+    binary = _stage(workdir, data, "cubin")
+    with tempfile.TemporaryDirectory(prefix="cubin_", dir=sub_state_dir("compile_work")) as own:
+        cubin = Path(own) / "kernel.cubin"  # our copy, in a dir no sandbox can write: what cuobjdump reads
+        cubin.write_bytes(binary)
+        sass, why = await cubin_sass(cubin)
+        usage = await cubin_res_usage(cubin)
     if sass is None:
         diags.append(Diagnostic(severity="note", message=why or "no SASS"))
-    resources = resources_from_logs(data.get("log") or "", await cubin_res_usage(cubin))
+    resources = resources_from_logs(data.log, usage)
     resources.setdefault(name, {}).update(facts)
     return BackendOutput(ok=True, toolchain=toolchain, diagnostics=diags, asm=files.get("kernel.ptx"), sass=sass,
-                         binary=cubin.read_bytes(), files=files, resource_usage=resources, log=log_text)
+                         binary=binary, files=files, resource_usage=resources, log=log_text)

@@ -4,7 +4,8 @@ inside the sandbox (sandbox.py). It imports torch and triton and creates the dev
 serves only that source until it is killed: no process ever runs code from two sources.
 
 Protocol (frames.py): requests on stdin, replies on a private dup of the original stdout; fd 1 and 2
-point at capped files in the scratch dir (stdout.txt, stderr.txt) from the start, so nothing the agent
+point at capped files in the scratch dir (stdout.txt, stderr.txt; the runner made them and reads them
+through its own descriptors, whatever the agent later puts at those names) from the start, so nothing the agent
 prints can reach the protocol except by writing to it on purpose, which only spoils its own job.
 Replies: {"ok": true, "result": ...} or {"ok": false, "error": {kind, message, detail}}.
 The ops (verify/sides.py, benchmark/sides.py) are harness code that calls into the loaded module.
@@ -238,15 +239,15 @@ def main() -> None:
     ap.add_argument("--fd-sock", type=int, default=None, help="unix socket for tensors sent by fd")
     ap.add_argument("--warm-profiler", action="store_true", help="start and stop a profiler session while a spare")
     ap.add_argument("--gpu-gate", action="store_true", help="wait for the runner's go before touching the device")
+    ap.add_argument("--capture-fds", required=True, help="OUT,ERR: fds of the capture files the runner opened")
     args = ap.parse_args()
     from evokernel_mcp.runtime.sandbox import not_dumpable
 
     not_dumpable()
     proto = os.fdopen(os.dup(1), "wb", buffering=1 << 20)
-    for fd, name in ((1, "stdout.txt"), (2, "stderr.txt")):
-        f = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.dup2(f, fd)
-        os.close(f)
+    for fd, given in zip((1, 2), (int(x) for x in args.capture_fds.split(","))):
+        os.dup2(given, fd)  # the capture files the runner made and reads through its own descriptors
+        os.close(given)
     faulthandler.enable(file=sys.stderr, all_threads=True)
     courier = None
     if args.fd_sock is not None:

@@ -23,8 +23,8 @@ from collections import deque
 from typing import Any
 
 from evokernel_mcp.paths import sub_state_dir
-from evokernel_mcp.runtime import courier, cpus, frames, kernel_cache, pycache, sandbox
-from evokernel_mcp.runtime.protocol import classify_text, read_tail
+from evokernel_mcp.runtime import courier, cpus, frames, kernel_cache, pycache, safefs, sandbox
+from evokernel_mcp.runtime.protocol import OUTPUT_TAIL_CHARS, classify_text
 
 log = logging.getLogger(__name__)
 TRACE_OPS_S = float(os.environ.get("EVOKERNEL_TRACE_OPS_S", "1.0"))  # ops at least this long go in the events
@@ -60,6 +60,12 @@ def drain_events() -> list[str]:
     while EVENTS:
         out.append(EVENTS.popleft())
     return out
+
+
+# What a child may say went wrong in its op (child.py _error; the kinds of ErrorInfo); "timeout", "crash",
+# "internal" and "cancelled" are the runner's to say, and a kind outside the list is a protocol violation.
+CHILD_KINDS = ("exception", "oom", "gpu_fault", "bad_candidate", "compile_error", "harness", "too_big",
+               "missing_module")
 
 
 class ChildFailed(Exception):
@@ -115,15 +121,20 @@ class Child:
                                   *(["--warm-profiler"] if self.warm else []),
                                   *(["--gpu-gate"] if self.gated else [])],
                             scratch=self.scratch, env=env, devices=kind != "cpu", ro_binds=pycache.child_binds(level))
-        self._boot = open(self.scratch / ".boot.log", "wb")  # noqa: SIM115 - closed in kill()
+        # the capture files are made here, before any agent code runs, and read through these descriptors only:
+        # the scratch dir is the sandbox's, so a name there may be a link, a FIFO or a device by the time we read
+        self._captures = _capture_files(self.scratch, sandbox.scratch_owner(level))
+        out_fd, err_fd, boot_fd = (f.fileno() for f in self._captures)
+        spec.argv += ["--capture-fds", f"{out_fd},{err_fd}"]
         try:
             self.proc = subprocess.Popen(sandbox.argv_for(spec, level), stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=self._boot, cwd=str(self.scratch),
+                                         stdout=subprocess.PIPE, stderr=boot_fd, cwd=str(self.scratch),
                                          start_new_session=True, env=env, bufsize=0,
                                          preexec_fn=sandbox.preexec(level, None, SPARE_NICE, self._boot_cpus),
-                                         pass_fds=(theirs.fileno(),))
+                                         pass_fds=(theirs.fileno(), out_fd, err_fd))
         except BaseException:
             ours.close()
+            self._close_captures()
             raise
         finally:
             theirs.close()
@@ -230,18 +241,30 @@ class Child:
                   "; moved " + ", ".join(big) if big else "")
         if reply.get("ok") is True:
             return reply.get("result")
-        err = reply.get("error") if isinstance(reply.get("error"), dict) else {}
-        raise ChildFailed(str(err.get("kind") or "exception")[:40], str(err.get("message") or "failed")[:4000],
-                          str(err.get("detail") or "")[:8000] or None)
+        err = reply.get("error")
+        if reply.get("ok") is not False or not isinstance(err, dict):
+            self.kill()
+            raise ChildFailed("bad_candidate", f"protocol violation during {msg.get('op')}: a reply that is neither "
+                              "a result nor an error")
+        kind = err.get("kind") if err.get("kind") in CHILD_KINDS else "bad_candidate"
+        raise ChildFailed(kind, str(err.get("message") or "failed")[:4000], str(err.get("detail") or "")[:8000] or None)
 
     def _tails(self) -> str | None:
-        parts = [read_tail(self.scratch / n, 3000) for n in ("stderr.txt", ".boot.log")]
+        parts = [self._capture_tail(i, 3000) for i in (1, 2)]  # stderr, then the boot log
         text = "\n".join(p for p in parts if p.strip())
         return text or None
 
     def output(self) -> tuple[str, str]:
-        """The candidate's captured stdout/stderr (tails)."""
-        return read_tail(self.scratch / "stdout.txt"), read_tail(self.scratch / "stderr.txt")
+        """The candidate's captured stdout/stderr (tails), read through the descriptors opened before its start."""
+        return self._capture_tail(0), self._capture_tail(1)
+
+    def _capture_tail(self, i: int, n: int = OUTPUT_TAIL_CHARS) -> str:
+        f = self._captures[i]
+        return "" if f.closed else safefs.tail_fd(f.fileno(), n)
+
+    def _close_captures(self) -> None:
+        for f in self._captures:
+            f.close()
 
     def kill(self, close: bool = True) -> None:
         """Kill the process and everything it started; close the pipes unless a reader is still on them."""
@@ -268,7 +291,6 @@ class Child:
                 s.close()
             except (OSError, ValueError):
                 pass
-        self._boot.close()
 
     def unnice(self) -> None:
         """Back to nice 0 and every CPU for the job that took it (the whole sandboxed tree, every thread);
@@ -290,22 +312,21 @@ class Child:
         note("profiler warmed in a cold spare: %s", took)
 
     def load_source(self, source: str, request: dict[str, Any], *, timeout_s: float) -> Any:
-        """Load agent source (a candidate, a baseline): its own Triton cache of earlier jobs first
-        (kernel_cache.py: per source, never shared with other sources), kept again when discarded."""
-        self._cache = (source, kernel_cache.restore(source, self.scratch, sandbox.scratch_owner(self.level)))
+        """Load agent source (a candidate, a baseline) into this process. Nothing of an earlier job comes
+        with it: no file a process that ran agent code wrote is kept (kernel_cache.py says why)."""
+        del source  # (kept in the signature: callers name what they load)
         return self.request(request, timeout_s=timeout_s, max_bytes=0)
 
     def discard(self) -> None:
-        """Kill and remove its scratch dir: nothing the job wrote persists (except, for its own source's
-        later jobs, Triton's compile cache: kernel_cache.py)."""
+        """Kill and remove its scratch dir: nothing the job wrote persists."""
         self.stop()()
 
     def stop(self):
         """The first half of discard(), for the job's clock: SIGKILL to the process and everything it started,
         its pipes and fd socket closed (our mappings of its memory released). Returns the second half, to run
         anywhere (spares.retire: a background thread): wait for the processes to be gone (a CUDA context's
-        teardown takes tenths of a second, longer on a busy host), save its source's Triton cache, remove
-        the scratch dir."""
+        teardown takes tenths of a second, longer on a busy host), close its capture files, remove the
+        scratch dir."""
         was_dead = self.dead
         if not was_dead:
             self.dead = True
@@ -315,9 +336,30 @@ class Child:
         def finish() -> None:
             if not was_dead:
                 self._reap()  # (kill_tree again: a fork that raced the first signal)
-            cached = getattr(self, "_cache", None)
-            if cached is not None:
-                self._cache = None
-                kernel_cache.save(cached[0], self.scratch, cached[1])
+            self._close_captures()
             shutil.rmtree(self.scratch, ignore_errors=True)
         return finish
+
+
+CAPTURE_NAMES = ("stdout.txt", "stderr.txt", ".boot.log")
+
+
+def _capture_files(scratch, owner: int | None) -> list[io.FileIO]:
+    """stdout.txt, stderr.txt and .boot.log created new in the fresh scratch dir (never following a link, never
+    an existing file), read-write, owned by the sandbox's uid when it has one (its tools may reopen
+    /proc/self/fd/1); the runner reads them through these descriptors only."""
+    dfd = safefs.open_dir(scratch)
+    out: list[io.FileIO] = []
+    try:
+        for name in CAPTURE_NAMES:
+            fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+            out.append(io.FileIO(fd, "r+", closefd=True))
+            if owner is not None:
+                os.fchown(fd, owner, owner)
+    except BaseException:
+        for f in out:
+            f.close()
+        raise
+    finally:
+        os.close(dfd)
+    return out

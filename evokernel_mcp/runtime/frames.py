@@ -15,12 +15,18 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import IO, Any
 
 from evokernel_mcp.runtime.courier import Courier, CourierError
 from evokernel_mcp.runtime.devmem import release_cached
+from evokernel_mcp.runtime.protocol import classify_text
 
 MAX_HEADER = 16 * 1024 * 1024
+MAX_DEPTH = 64  # nesting of the header (a result is a dict of lists of tuples: a handful of levels)
+MAX_TENSORS = 1 << 16
+MAX_DIMS = 16
+MAX_DIM = 1 << 48  # elements in one dimension, and in a whole tensor
 DTYPES = ("float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "int64", "int32",
           "int16", "int8", "uint8", "bool", "complex64", "complex128")
 CHUNK = 8 * 1024 * 1024
@@ -150,24 +156,69 @@ def read(stream: IO[bytes], *, max_bytes: int, device: str | None = None,
         raise EOFError("stream closed")
     if len(line) > MAX_HEADER or not line.endswith(b"\n"):
         raise FrameError(f"header line over {MAX_HEADER} bytes or cut")
-    try:
-        head = json.loads(line)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise FrameError(f"header is not JSON: {line[:120]!r}") from e
-    if not isinstance(head, dict) or not isinstance(head.get("tensors", []), list):
-        raise FrameError("header must be an object with a tensors list")
+    head = _header(line)
     specs, total = head.get("tensors", []), 0
+    if len(specs) > MAX_TENSORS:
+        raise FrameError(f"{len(specs)} tensors in one message, more than {MAX_TENSORS}")
     for s in specs:
-        if not isinstance(s, dict) or not isinstance(s.get("shape"), list) or \
-                not all(isinstance(d, int) and d >= 0 for d in s["shape"]) or not isinstance(s.get("nbytes"), int):
+        if not isinstance(s, dict) or not isinstance(s.get("shape"), list) or len(s["shape"]) > MAX_DIMS or \
+                not all(type(d) is int and 0 <= d <= MAX_DIM for d in s["shape"]) or type(s.get("nbytes")) is not int:
             raise FrameError(f"bad tensor spec {str(s)[:200]}")
         dt = _dtype(s.get("dtype"))
         numel = math.prod(s["shape"])
-        if s["nbytes"] != numel * torch.empty((), dtype=dt).element_size():
-            raise FrameError(f"tensor spec {s} does not add up")
+        if numel > MAX_DIM or s["nbytes"] != numel * torch.empty((), dtype=dt).element_size():
+            raise FrameError(f"tensor spec {str(s)[:200]} does not add up")
         total += s["nbytes"]
     if total > max_bytes:
         raise FrameError(f"message carries {total} bytes of tensors, more than the {max_bytes} allowed")
+    try:
+        tensors = _tensors(stream, specs, device, courier)
+        if courier is not None:
+            courier.settle()
+        return _unpack(head.get("msg"), tensors)
+    except (RuntimeError, TypeError, ValueError, OverflowError, KeyError, AttributeError) as e:
+        if classify_text(str(e)) and not isinstance(e, RecursionError):
+            raise  # the device's own trouble (out of memory, a fault) stays what it is
+        # whatever else the specs led torch to do with the bytes is the sender's fault
+        raise FrameError(f"message does not decode: {type(e).__name__}: {str(e)[:300]}") from e
+
+
+def _header(line: bytes) -> dict[str, Any]:
+    """The JSON header, nested at most MAX_DEPTH deep (checked on the bytes before json parses them, so a
+    header nested 200,000 deep costs a scan, not a recursion)."""
+    if _depth(line) > MAX_DEPTH:
+        raise FrameError(f"header nested more than {MAX_DEPTH} deep")
+    try:
+        head = json.loads(line)
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise FrameError(f"header is not JSON: {line[:120]!r}") from e
+    if not isinstance(head, dict) or not isinstance(head.get("tensors", []), list):
+        raise FrameError("header must be an object with a tensors list")
+    return head
+
+
+_BRACKETS = re.compile(rb'[\[\]{}]|"(?:[^"\\]|\\.)*"')
+
+
+def _depth(line: bytes) -> int:
+    """The deepest nesting of [ and { in a JSON text, brackets inside strings not counted."""
+    depth = deepest = 0
+    for m in _BRACKETS.finditer(line):
+        c = m.group()
+        if c in (b"[", b"{"):
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > MAX_DEPTH:
+                    break
+        elif c in (b"]", b"}"):
+            depth -= 1
+    return deepest
+
+
+def _tensors(stream: IO[bytes], specs: list, device: str | None, courier: Courier | None) -> list:
+    import torch
+
     tensors = []
     for s in specs:
         dt = _dtype(s["dtype"])
@@ -183,6 +234,4 @@ def read(stream: IO[bytes], *, max_bytes: int, device: str | None = None,
         else:
             t = torch.frombuffer(_read_exact(stream, s["nbytes"]), dtype=dt).reshape(s["shape"])
         tensors.append(t.to(device) if device else t)
-    if courier is not None:
-        courier.settle()
-    return _unpack(head.get("msg"), tensors)
+    return tensors

@@ -1,46 +1,36 @@
-"""Triton's compile cache, kept per candidate SOURCE across that source's jobs.
+"""Triton's driver module, built once per install and given to every later spare; nothing else is kept.
 
-Every job runs its candidate in a fresh process with a fresh scratch dir, so a Triton candidate paid
-its whole JIT compile (the kernel, and the launcher module Triton builds with the C compiler) on every
-verify and benchmark: ~0.5 s of a ~1 s warm verify on the H200. This module lets the NEXT job of the
-SAME source start with what the last one compiled:
+A spare's Triton builds its driver module (cuda_utils / hip_utils, with the C compiler: seconds on a busy host)
+before any agent code reaches the process. save_driver() keeps the first spare's copy, taken right after it said
+ready, so that is our code's output alone; restore_driver() puts it into each later spare's TRITON_CACHE_DIR
+(scratch/.triton) before that spare starts. The copy reads the scratch dir from descriptors (no link followed,
+regular files only, plain names, at most MAX_FILES files and MAX_BYTES).
 
-- restore(): before the source loads, the runner copies the entries saved for sha256(source) into the
-  child's TRITON_CACHE_DIR (scratch/.triton), pointing Triton's group files (which list absolute paths)
-  at the new place. Entries the spare made before any agent code ran (Triton's driver module) are left
-  as they are.
-- save(): when the child is discarded (every process of the job is dead by then, so nothing changes
-  under us), the runner copies the entries the job added back under sha256(source).
-
-The trust argument: the files are written by agent code, so they are only ever given back to jobs of
-byte-identical source, that is to the same code. A source can therefore only affect its own later jobs,
-which it could already do by behaving differently in them; it can never reach another source's job
-(a different source has a different key). The copy reads agent-written files defensively: regular
-files only (no symlinks, no hard links), plain names, at most MAX_FILES files and MAX_BYTES per source;
-anything else is skipped. At most MAX_SOURCES sources are kept (least recently used go first).
-Spares also start with the Triton driver module the first spare built (restore_driver / save_driver):
-those files are saved before any agent code reached that process, so they are our code's output alone.
-EVOKERNEL_KERNEL_CACHE=0 turns it off.
+What a job compiles is NOT kept, not even for the same source's later jobs. Every file in a Triton cache dir
+that a process running agent code could write is agent-chosen bytes: a Triton cache kept per source would be a
+channel from one job to the next (a verify job storing its outputs for the benchmark job that follows, under
+a name that looks like a cubin), and a directory walk through a link it planted would copy other agents'
+files, the journal or root-only host files into it. A harness cannot tell a cubin Triton wrote from one the
+candidate wrote without compiling again, which is the cost the cache would save. So a candidate's kernels
+compile in every job (about half a second per Triton verify on an H200).
+EVOKERNEL_KERNEL_CACHE=0 turns the driver copy off too.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import logging
 import os
 import re
 import shutil
-import stat
 from pathlib import Path
 
 from evokernel_mcp.paths import sub_state_dir
+from evokernel_mcp.runtime import safefs
 
 log = logging.getLogger(__name__)
 
 MAX_FILES = 256
 MAX_BYTES = 64 << 20
-MAX_SOURCES = 256
 NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
 SUBDIR = ".triton"
 DRIVER = "_driver"
@@ -50,55 +40,8 @@ def enabled() -> bool:
     return os.environ.get("EVOKERNEL_KERNEL_CACHE", "1") != "0"
 
 
-def key(source: str) -> str:
-    return hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()
-
-
 def _root() -> Path:
     return sub_state_dir("kernel-cache")
-
-
-def _entries(cache: Path) -> set[str]:
-    try:
-        return {e.name for e in os.scandir(cache) if e.is_dir(follow_symlinks=False)}
-    except OSError:
-        return set()
-
-
-@contextlib.contextmanager
-def _locked(exclusive: bool):
-    """Saves (and prunes) one at a time, restores never beside one: a retired child's save runs in the
-    background (spares.retire) while the next job of the same source, here or in another runner, restores."""
-    import fcntl
-
-    with open(_root() / ".lock", "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        yield
-
-
-def restore(source: str, scratch: Path, owner: int | None = None) -> set[str]:
-    """Copy the saved entries of this source into scratch/.triton (chowned to `owner` when given); returns
-    the entry names present before the job (what save() must not copy back)."""
-    before = _entries(scratch / SUBDIR)
-    src = _root() / key(source)
-    if enabled() and src.is_dir():
-        with _locked(False):
-            _copy_in(src, scratch / SUBDIR, owner)
-        with contextlib.suppress(OSError):
-            os.utime(src)  # recently used
-    return before
-
-
-def save(source: str, scratch: Path, before: set[str]) -> int:
-    """Copy the entries the job added to scratch/.triton under this source's key; returns files copied.
-    Call only after every process of the job is dead."""
-    new = sorted(_entries(scratch / SUBDIR) - before)
-    if not enabled() or not new:
-        return 0
-    with _locked(True):
-        files = _copy_out(scratch / SUBDIR, new, _root() / key(source))
-        _prune()
-    return files
 
 
 def restore_driver(scratch: Path, owner: int | None = None) -> None:
@@ -118,7 +61,7 @@ def save_driver(scratch: Path) -> None:
     tmp = _root() / f".{DRIVER}.{os.getpid()}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        if _copy_out(scratch / SUBDIR, sorted(_entries(scratch / SUBDIR)), tmp):
+        if _copy_out(scratch, tmp):
             os.rename(tmp, dest)
     except OSError as e:  # another spare got there first, or a disk problem: no harm
         log.debug("kernel cache: driver not saved: %s", e)
@@ -145,30 +88,52 @@ def _copy_in(src: Path, cache: Path, owner: int | None) -> None:
         log.warning("kernel cache: restore failed: %s", e)
 
 
-def _copy_out(cache: Path, names: list[str], dest: Path) -> int:
-    """The regular, plainly named files of cache/<name> for each name, copied to dest/<name>/ (each file
-    written aside and renamed into place) within MAX_FILES and MAX_BYTES; returns files copied."""
+def _copy_out(scratch: Path, dest: Path) -> int:
+    """The regular, plainly named, singly linked files of scratch/.triton/<entry>/, copied to dest/<entry>/
+    within MAX_FILES and MAX_BYTES; returns files copied. Walked from descriptors (safefs.py): a link where
+    a directory or a file should be is skipped, never followed."""
     files = total = 0
     try:
-        for name in names:
-            if not NAME.match(name):
+        root = safefs.open_dir(scratch)
+        try:
+            cache = safefs.open_dir(SUBDIR, root)
+        finally:
+            os.close(root)
+    except safefs.UnsafeFile:
+        return 0
+    try:
+        for name in filter(NAME.match, safefs.list_dir(cache)):
+            try:
+                entry = safefs.open_dir(name, cache)
+            except safefs.UnsafeFile:
                 continue
-            for f in os.scandir(cache / name):
-                st = _regular(f.path)
-                if st is None or not NAME.match(f.name):
-                    continue
-                if files + 1 > MAX_FILES or total + st.st_size > MAX_BYTES:
-                    log.warning("kernel cache: %s over its limits; the rest not kept", dest.name[:12])
-                    return files
-                (dest / name).mkdir(parents=True, exist_ok=True)
-                tmp = dest / name / f".{f.name}.tmp{os.getpid()}"
-                fd = os.open(f.path, os.O_RDONLY | os.O_NOFOLLOW)
-                with os.fdopen(fd, "rb") as r, open(tmp, "wb") as w:
-                    shutil.copyfileobj(r, w, 1 << 20)
-                os.replace(tmp, dest / name / f.name)
-                files, total = files + 1, total + st.st_size
+            try:
+                for fname in filter(NAME.match, safefs.list_dir(entry)):
+                    try:
+                        fd = safefs.open_regular(fname, entry)
+                    except safefs.UnsafeFile:
+                        continue
+                    try:
+                        st = os.fstat(fd)
+                        if st.st_nlink != 1:
+                            continue
+                        if files + 1 > MAX_FILES or total + st.st_size > MAX_BYTES:
+                            log.warning("kernel cache: over its limits; the rest not kept")
+                            return files
+                        data = safefs.read_fd(fd, MAX_BYTES - total)
+                    except safefs.UnsafeFile:
+                        continue
+                    finally:
+                        os.close(fd)
+                    (dest / name).mkdir(parents=True, exist_ok=True)
+                    (dest / name / fname).write_bytes(data)
+                    files, total = files + 1, total + len(data)
+            finally:
+                os.close(entry)
     except OSError as e:
         log.warning("kernel cache: save failed: %s", e)
+    finally:
+        os.close(cache)
     return files
 
 
@@ -185,21 +150,3 @@ def _relocate_groups(entry: Path) -> None:
             grp.write_text(json.dumps({"child_paths": moved}))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             grp.unlink(missing_ok=True)
-
-
-def _regular(path: str) -> os.stat_result | None:
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    return st if stat.S_ISREG(st.st_mode) and st.st_nlink == 1 else None
-
-
-def _prune() -> None:
-    try:
-        dirs = sorted((p for p in _root().iterdir() if not p.name.startswith(("_", "."))),
-                      key=lambda p: p.stat().st_mtime, reverse=True)
-    except OSError:
-        return
-    for old in dirs[MAX_SOURCES:]:
-        shutil.rmtree(old, ignore_errors=True)

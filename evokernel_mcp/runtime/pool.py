@@ -72,7 +72,12 @@ def host_gpus() -> list[str]:
 
 
 def worker_env(device: str) -> dict[str, str]:
-    env = dict(os.environ)
+    """The runner's environment: an allow-list of ours (envs.runner_env), never the server's secrets (its
+    HTTP token, names marked in EVOKERNEL_SECRET_ENV, anything that looks like a credential), which a child
+    could otherwise read from the runner's /proc/<pid>/environ."""
+    from evokernel_mcp.runtime.envs import runner_env
+
+    env = runner_env()
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_DIR), env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
     kind, _, index = device.partition(":")

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from evokernel_mcp.models import ErrorInfo, Model
+from evokernel_mcp.runtime import safefs
 
 EVENTS = ("ready", "progress", "result", "error")
 OUTPUT_TAIL_CHARS = 8000
@@ -86,18 +87,9 @@ def tail(text: str, n: int = OUTPUT_TAIL_CHARS) -> str:
 
 def read_tail(path: str | os.PathLike, n: int = OUTPUT_TAIL_CHARS) -> str:
     """The last n characters of a capture file, reading only its end: a candidate that prints gigabytes
-    before it hangs must not make the reader (the server, on a timeout) load them all. '' if unreadable."""
-    try:
-        with open(path, "rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(0, size - 4 * n))  # up to 4 bytes per UTF-8 character
-            text = f.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-    cut = size - 4 * n if size > 4 * n else 0
-    if len(text) <= n and not cut:
-        return text
-    return f"...[{cut + max(0, len(text) - n)} bytes cut]...\n" + text[-n:]
+    before it hangs must not make the reader (the server, on a timeout) load them all. The file is opened
+    without following a link or blocking, and only a regular file is read (safefs.py); '' otherwise."""
+    return safefs.tail_file(path, n)
 
 
 ErrorKind = Literal["timeout", "crash", "exception", "gpu_fault", "oom", "cancelled", "internal"]

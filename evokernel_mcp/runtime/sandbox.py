@@ -31,15 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evokernel_mcp.paths import REPO_DIR, state_dir
+from evokernel_mcp.runtime.envs import ENV_ALLOW, hidden_files, is_secret_name
 
 log = logging.getLogger(__name__)
 
 NOBODY = 65534
 FSIZE_BYTES = int(os.environ.get("EVOKERNEL_SANDBOX_FSIZE", str(256 * 1024 * 1024)))
 NPROC = int(os.environ.get("EVOKERNEL_SANDBOX_NPROC", "4096"))
-ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "TZ", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "ROCM_PATH",
-             "HIP_PATH", "HSA_OVERRIDE_GFX_VERSION", "TRITON_HIP_LLD_PATH", "TRITON_PTXAS_PATH",
-             "OMP_NUM_THREADS", "OMP_WAIT_POLICY")  # a GPU host's thread settings (a CPU child's are the harness's)
 GPU_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset", "/dev/kfd",
              "/dev/dri")
 SYSTEM_RO = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/opt", "/sys")
@@ -70,7 +68,7 @@ def bwrap_path() -> str | None:
 
 def base_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The allow-listed environment: no tokens, keys or server settings ever reach agent code."""
-    env = {k: os.environ[k] for k in ENV_ALLOW if k in os.environ}
+    env = {k: os.environ[k] for k in ENV_ALLOW if k in os.environ and not is_secret_name(k)}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     env["PYTHONPATH"] = python_path()
     env["PYTHONUNBUFFERED"] = "1"
@@ -102,12 +100,9 @@ def python_roots() -> list[str]:
 
 
 def _secret_paths() -> list[str]:
-    """Files and dirs agent code must never see even read-only: the state dir, the server's token file."""
-    out = [str(state_dir())]
-    for var in ("EVOKERNEL_HTTP_TOKEN_FILE",):
-        if os.environ.get(var):
-            out.append(os.environ[var])
-    return out
+    """Files and dirs agent code must never see even read-only: the state dir, the server's token file and
+    every file named in EVOKERNEL_SECRET_FILES."""
+    return [str(state_dir()), *hidden_files()]
 
 
 def _under(path: str, root: str) -> bool:
@@ -161,14 +156,16 @@ def bwrap_argv(spec: Spec, exe: str, drop_uid: bool) -> list[str]:
             args += ["--perms", "0755", "--tmpfs", secret]
             mounts = {m: k for m, k in mounts.items() if not _under(m, secret)}
             mounts[secret] = "dir"
-        elif os.path.isfile(secret):
-            args += ["--ro-bind", "/dev/null", secret]
     for kind, p in [("--ro-bind", b) for b in spec.ro_binds] + [("--bind", b) for b in [str(spec.scratch)]
                                                                   + spec.rw_binds]:
         if os.path.exists(p):
             _dirs_for(p, mounts, args)
             args += [kind, p, p]
             mounts[p] = "bind"
+    for secret in _secret_paths():  # a secret file inside anything bound (last: no later bind shows it again)
+        owners = [m for m in mounts if _under(secret, m)]
+        if os.path.isfile(secret) and owners and mounts[max(owners, key=len)] == "bind":
+            args += ["--ro-bind", "/dev/null", secret]
     args += ["--chdir", str(spec.scratch), "--clearenv"]
     for k, v in spec.env.items():
         args += ["--setenv", k, v]

@@ -14,11 +14,14 @@ from evokernel_mcp.runtime import sandbox
 def test_child_start_imports_no_mcp_sdk_and_warms_both_harness_sides(tmp_path):
     env = sandbox.base_env({"HOME": str(tmp_path)})
     # as the runner starts it (-m), with stdin at EOF: it starts, says ready, reads EOF and exits
-    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "evokernel_mcp.runtime.child", "--device", "cpu"],
-                       cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
+    with open(tmp_path / "stdout.txt", "wb") as out, open(tmp_path / "stderr.txt", "wb") as err:
+        fds = (out.fileno(), err.fileno())
+        p = subprocess.run([sys.executable, "-X", "importtime", "-m", "evokernel_mcp.runtime.child", "--device", "cpu",
+                            "--capture-fds", ",".join(map(str, fds))], pass_fds=fds,
+                           cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     assert b'"event"' in p.stdout and b"ready" in p.stdout  # the protocol's ready frame (its private stdout)
-    # the child points fd 2 at stderr.txt in its cwd early on: importtime lines land in both places
+    # the child points fd 2 at the capture file it was given early on: importtime lines land in both places
     text = p.stderr.decode() + (tmp_path / "stderr.txt").read_text()
     modules = {line.rsplit("|", 1)[1].strip() for line in text.splitlines() if line.startswith("import time:")}
     assert "torch" in modules and "evokernel_mcp.candidate" in modules  # the log is complete enough to judge

@@ -84,13 +84,9 @@ def test_flagship_conv3d_reference_runs_at_full_size():
     assert r.passed is True and [c.shape for c in r.cases if not c.probe] == ["small", "medium", "full"], r
 
 
-def test_a_triton_sources_compile_cache_serves_its_own_later_jobs_only():
-    """runtime/kernel_cache.py on a real compile: the first job compiles (its cubin is kept under its source's
-    key), the next job of the same source loads that cubin without compiling (the candidate reports whether
-    the cubin in its cache dir was written during its call), and a wrong source sharing the kernel gets
-    none of it and still fails."""
-    from evokernel_mcp.runtime import kernel_cache
-
+def test_a_triton_sources_compile_cache_does_not_reach_its_later_jobs():
+    """runtime/kernel_cache.py on a real compile: what a job's process wrote to its Triton cache (its cubin, or
+    anything dressed as one) is gone for the next job of the same source, which compiles again."""
     probe = """
 import glob as _glob
 import os as _os
@@ -106,13 +102,7 @@ def run(x, y):
     return out
 """
     src = "# kernel cache check\n" + (CANDS / "vadd_triton.py").read_text() + probe
-    kept = kernel_cache._root() / kernel_cache.key(src)
     first = verify(src, "vector_add", shapes=["small"], seeds=1)
     assert first.passed is True and "KCACHE miss" in first.stdout, first.stdout
-    assert any(p.suffix in (".cubin", ".hsaco") for p in kept.rglob("*")), sorted(kept.rglob("*"))
     second = verify(src, "vector_add", shapes=["small"], seeds=1)
-    assert second.passed is True and "KCACHE hit" in second.stdout and "miss" not in second.stdout, second.stdout
-    wrong = src.replace("return out\n", "return out * 1.001\n", 1)
-    assert wrong != src
-    third = verify(wrong, "vector_add", shapes=["small"], seeds=1)
-    assert third.passed is False and "KCACHE miss" in third.stdout, third.stdout
+    assert second.passed is True and "KCACHE miss" in second.stdout and "hit" not in second.stdout, second.stdout
