@@ -170,9 +170,9 @@ def worker_ceilings(payload: dict[str, Any], progress) -> dict[str, Any]:
     import torch
 
     if torch.cuda.is_available():  # the launch cost is measured on the activity clock
-        from evokernel_mcp.benchmark.timing import prepare_activity_clock
+        from evokernel_mcp.benchmark.timing import prime_activity
 
-        prepare_activity_clock()
+        prime_activity()
     c = ensure(bool(payload.get("refresh")), progress, copy_bytes=payload.get("copy_bytes"),
                matmul_n=payload.get("matmul_n"))
     progress(1, 1, "done")

@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from evokernel_mcp import executables
 from evokernel_mcp.compile.diagnostics import parse_clang_diagnostics
 from evokernel_mcp.compile.hip_offline import (
     device_lib_args, frontend_target, offline_rocm_root, resolve_clang19, resolve_lld19)
@@ -55,7 +56,7 @@ def _fail(toolchain: ToolchainInfo, message: str, log_text: str = "",
 
 
 def _rocm_compiler() -> str | None:
-    return resolve_executable("hipcc", env_var="HIPCC") or resolve_executable("amdclang++")
+    return executables.find("hipcc")
 
 
 def compile_hip(source: str, kernel: str, target: str, *, flags: list[str], workdir: Path,

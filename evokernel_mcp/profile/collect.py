@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from evokernel_mcp import artifacts
+from evokernel_mcp import artifacts, settings
 from evokernel_mcp.errors import ParseError
 from evokernel_mcp.models import Provenance
 from evokernel_mcp.profile import ncu, rocm_pipeline, rocprof_safe, rocprofv3
@@ -63,12 +63,12 @@ def _pmc_dispatches(raw: list[CounterDispatch], spec: DeviceSpec, max_dispatches
 
 
 def table_spec(arch: str, vendor: str, device_name: str | None = None) -> DeviceSpec:
-    """Peaks and unit counts from the arch table for the product named by EVOKERNEL_PRODUCT, else by the live
-    device name (ncu's device__attribute_display_name, rocprofv3's agent Product_Name), else the arch's
-    default product."""
+    """Peaks and unit counts from the arch table for the product named by the product setting
+    (EVOKERNEL_PRODUCT), else by the live device name (ncu's device__attribute_display_name, rocprofv3's agent
+    Product_Name), else the arch's default product."""
     from evokernel_mcp.arch import table
 
-    forced = os.environ.get("EVOKERNEL_PRODUCT")
+    forced = settings.get().product
     prod = table.product_for(arch, forced or device_name)  # a product key or a device name
 
     def pf(key):
@@ -87,10 +87,10 @@ def table_spec(arch: str, vendor: str, device_name: str | None = None) -> Device
 
 
 def _names_a_product(arch: str, device_name: str | None) -> bool:
-    """True when the live name picks a product of the table (and EVOKERNEL_PRODUCT does not override it)."""
+    """True when the live name picks a product of the table (and the product setting does not override it)."""
     from evokernel_mcp.arch import table
 
-    return bool(device_name) and not os.environ.get("EVOKERNEL_PRODUCT") and \
+    return bool(device_name) and not settings.get().product and \
         table.match_product(arch, device_name) is not None
 
 

@@ -20,7 +20,6 @@ files only (no symlinks, no hard links), plain names, at most MAX_FILES files an
 anything else is skipped. At most MAX_SOURCES sources are kept (least recently used go first).
 Spares also start with the Triton driver module the first spare built (restore_driver / save_driver):
 those files are saved before any agent code reached that process, so they are our code's output alone.
-EVOKERNEL_KERNEL_CACHE=0 turns it off.
 """
 
 from __future__ import annotations
@@ -44,10 +43,6 @@ MAX_SOURCES = 256
 NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
 SUBDIR = ".triton"
 DRIVER = "_driver"
-
-
-def enabled() -> bool:
-    return os.environ.get("EVOKERNEL_KERNEL_CACHE", "1") != "0"
 
 
 def key(source: str) -> str:
@@ -81,7 +76,7 @@ def restore(source: str, scratch: Path, owner: int | None = None) -> set[str]:
     the entry names present before the job (what save() must not copy back)."""
     before = _entries(scratch / SUBDIR)
     src = _root() / key(source)
-    if enabled() and src.is_dir():
+    if src.is_dir():
         with _locked(False):
             _copy_in(src, scratch / SUBDIR, owner)
         with contextlib.suppress(OSError):
@@ -93,7 +88,7 @@ def save(source: str, scratch: Path, before: set[str]) -> int:
     """Copy the entries the job added to scratch/.triton under this source's key; returns files copied.
     Call only after every process of the job is dead."""
     new = sorted(_entries(scratch / SUBDIR) - before)
-    if not enabled() or not new:
+    if not new:
         return 0
     with _locked(True):
         files = _copy_out(scratch / SUBDIR, new, _root() / key(source))
@@ -104,7 +99,7 @@ def save(source: str, scratch: Path, before: set[str]) -> int:
 def restore_driver(scratch: Path, owner: int | None = None) -> None:
     """Before a spare starts: the Triton driver module an earlier spare built (see save_driver), so that
     each spare does not run the C compiler again (seconds on a busy host)."""
-    if enabled() and (_root() / DRIVER).is_dir():
+    if (_root() / DRIVER).is_dir():
         _copy_in(_root() / DRIVER, scratch / SUBDIR, owner)
 
 
@@ -113,7 +108,7 @@ def save_driver(scratch: Path) -> None:
     cache was made by our code alone (the driver module), so every later spare may start with it. Saved
     once (the first spare's), into a temporary dir renamed into place."""
     dest = _root() / DRIVER
-    if not enabled() or dest.is_dir():
+    if dest.is_dir():
         return
     tmp = _root() / f".{DRIVER}.{os.getpid()}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)

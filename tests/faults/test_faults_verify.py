@@ -32,13 +32,6 @@ import evokernel_mcp.verify.compare as c
 for k in list(c.DEFAULT_TOLERANCES):
     c.DEFAULT_TOLERANCES[k] = (1e300, 1e300)
 """ + WRONG_RUN,
-    "switch_off_the_tamper_check": """
-import evokernel_mcp.runtime.guard as g
-g.changes = lambda before: []
-g._MODULES = ()
-def run(x, y):
-    return x * 0
-""",
     "patch_the_protocol_channel": """
 import evokernel_mcp.runtime.frames as f
 _orig = f.write
