@@ -141,7 +141,7 @@ HOG = torch.ones(64 << 20)  # 256 MiB that would stay in a shared worker
 import sys
 def run(x, y):
     chunk = "y" * (1 << 20)
-    for _ in range(64):
+    for _ in range(300):  # past the sandbox's file-size limit (256 MiB): the child is stopped
         sys.stdout.write(chunk)
     sys.stdout.flush()
     return x + y
