@@ -23,7 +23,7 @@ from evokernel_mcp.batch.models import STAGE_ORDER, BatchCandidate, BatchRow, Co
 from evokernel_mcp.benchmark.timing import TimingOptions
 from evokernel_mcp.errors import BadInput, EvoError
 from evokernel_mcp.executors.base import Executor, Stage
-from evokernel_mcp.tasks import Task, check_candidate_source
+from evokernel_mcp.tasks import Task, check_candidate_source, with_overrides
 
 SMALL_SEEDS = 1
 VERIFY_SEEDS = 3
@@ -48,21 +48,10 @@ class Plan:
     compute_unit: str = "matrix"
 
 
-def _with_overrides(task: Task, values: dict[str, Any]) -> Task:
-    """The task with KernelBench module-level constants set (tasks.with_overrides where it exists)."""
-    try:
-        from evokernel_mcp.tasks import with_overrides
-    except ImportError:  # an older tasks.py: rewrite the source here
-        from evokernel_mcp.overrides import apply_overrides
-
-        return task.model_copy(update={"reference_source": apply_overrides(task.reference_source, values)[0]})
-    return with_overrides(task, values)
-
-
 def make_plan(task: Task, *, stages: list[str] | None, shapes: list[str] | None, overrides: dict[str, Any] | None,
               compile: CompileSpec | None, timeout_s: float, max_time_s: float) -> Plan:
     """Validate the batch's arguments into a Plan (BadInput for what cannot run)."""
-    from evokernel_mcp.overrides import apply_overrides, scaled_overrides
+    from evokernel_mcp.overrides import scaled_overrides
 
     if stages is not None and not stages:
         raise BadInput("stages=[] runs nothing; omit it for the whole cascade or name some of "
@@ -72,11 +61,8 @@ def make_plan(task: Task, *, stages: list[str] | None, shapes: list[str] | None,
     wanted = list(stages) if stages else ([*(["compile"] if compile else []), "verify_small", "verify", "benchmark"])
     applied = None
     if overrides:
-        if task.kind != "kernelbench":
-            raise BadInput(f"overrides set module-level sizes of a KernelBench reference; task {task.name!r} has "
-                           f"shape sets instead ({', '.join(task.shape_names())}): choose them with shapes")
-        applied = apply_overrides(task.reference_source, overrides)[1]
-        task = _with_overrides(task, overrides)
+        task = with_overrides(task, overrides)  # BadInput for a shipped task (its sizes are shape sets)
+        applied = task.overrides_applied
     if shapes is not None and not shapes:
         raise BadInput(f"shapes=[] names no shape set; omit it for all ({', '.join(task.shape_names())})")
     names = shapes or task.shape_names()
@@ -92,7 +78,7 @@ def make_plan(task: Task, *, stages: list[str] | None, shapes: list[str] | None,
         elif task.kind == "kernelbench":
             small = scaled_overrides(task.reference_source)
             if small:
-                plan.small_task = _with_overrides(task, small)
+                plan.small_task = with_overrides(task, small)
                 plan.small_shapes, plan.small_overrides = order, small
     plan.stages = [s for s in STAGE_ORDER if s in wanted and (s != "verify_small" or plan.small_task is not None)]
     if not plan.stages:
