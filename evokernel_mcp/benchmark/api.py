@@ -14,7 +14,13 @@ from pydantic import Field
 from evokernel_mcp.benchmark import roofline as rl
 from evokernel_mcp.benchmark import stats
 from evokernel_mcp.benchmark.models import (
-    BenchmarkResult, Ceilings, ClockReadings, Clocks, ShapeResult, TimingInfo, TimingStats,
+    BenchmarkResult,
+    Ceilings,
+    ClockReadings,
+    Clocks,
+    ShapeResult,
+    TimingInfo,
+    TimingStats,
 )
 from evokernel_mcp.benchmark.timing import TimingOptions
 from evokernel_mcp.errors import BadInput, EvoError

@@ -22,7 +22,14 @@ from evokernel_mcp import artifacts, executables
 from evokernel_mcp.compile import cache
 from evokernel_mcp.compile.models import BackendOutput, CompileResult
 from evokernel_mcp.compile.options import (
-    AMD_TARGETS, DEFAULT_AMD_TARGET, DEFAULT_NVIDIA_TARGET, CompileOptions, check_target, is_amd, parse_options)
+    AMD_TARGETS,
+    DEFAULT_AMD_TARGET,
+    DEFAULT_NVIDIA_TARGET,
+    CompileOptions,
+    check_target,
+    is_amd,
+    parse_options,
+)
 from evokernel_mcp.compile.report import analyze
 from evokernel_mcp.errors import BadInput
 from evokernel_mcp.journal import ExperimentArg, TaskLabelArg, record_result

@@ -12,8 +12,8 @@ import functools
 import glob
 import hashlib
 import os
-import shutil
 import re
+import shutil
 from pathlib import Path
 
 from evokernel_mcp import executables

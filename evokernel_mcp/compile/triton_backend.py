@@ -21,7 +21,6 @@ from evokernel_mcp.compile.models import BackendOutput
 from evokernel_mcp.compile.options import CompileOptions, is_amd
 from evokernel_mcp.errors import ToolTimeout
 from evokernel_mcp.models import Diagnostic, ToolchainInfo
-from evokernel_mcp.paths import REPO_DIR
 from evokernel_mcp.runtime import sandbox
 from evokernel_mcp.subproc import run_async, tail
 

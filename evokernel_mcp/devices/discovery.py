@@ -19,7 +19,13 @@ from evokernel_mcp.devices.amdsmi import parse_amdsmi_json, parse_rocmsmi_json
 from evokernel_mcp.devices.builders import build_amd_device, build_nvidia_device
 from evokernel_mcp.devices.cuda import parse_nvidia_smi_xml, run_torch_probe
 from evokernel_mcp.devices.models import (
-    AmdSmiGpu, DeviceInfo, DeviceReport, NvsmiGpu, RocmAgent, TorchDeviceProps, TorchProbe,
+    AmdSmiGpu,
+    DeviceInfo,
+    DeviceReport,
+    NvsmiGpu,
+    RocmAgent,
+    TorchDeviceProps,
+    TorchProbe,
 )
 from evokernel_mcp.devices.rocm import parse_rocminfo
 from evokernel_mcp.devices.targets import offline_targets

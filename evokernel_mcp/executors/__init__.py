@@ -1,8 +1,9 @@
 """Where batch stages run: the local device pool (default) or a Ray cluster (many GPUs, many hosts).
 
 The executor, ray_address and ray_slots settings (settings.py: `serve --executor local|ray --ray-address
-auto|ray://head:10001 [--ray-slots N]` or their environment variables) choose it; `configure` overrides them. `executor_for(pool)` is called inside a job (the runtime loop):
-the local executor wraps that job manager's pool; the Ray executor is one per server process.
+auto|ray://head:10001 [--ray-slots N]` or their environment variables) choose it; `configure` overrides them.
+`executor_for(pool)` is called inside a job (the runtime loop): the local executor wraps that job manager's pool;
+the Ray executor is one per server process.
 """
 
 from __future__ import annotations

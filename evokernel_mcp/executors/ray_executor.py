@@ -36,8 +36,8 @@ from typing import Any
 
 import anyio
 
-from evokernel_mcp.executors.base import Executor, ProgressFn, Stage
 from evokernel_mcp import settings
+from evokernel_mcp.executors.base import Executor, ProgressFn, Stage
 from evokernel_mcp.models import ErrorInfo
 from evokernel_mcp.runtime.protocol import WorkerReply
 

@@ -17,11 +17,19 @@ from evokernel_mcp.profile import ncu, rocm_pipeline, rocprof_safe, rocprofv3
 from evokernel_mcp.profile.derived import DeviceSpec, derive
 from evokernel_mcp.profile.findings import findings_for
 from evokernel_mcp.profile.models import (
-    CounterDispatch, PmcDispatch, PmcResult, TraceInstruction, TraceResult,
+    CounterDispatch,
+    PmcDispatch,
+    PmcResult,
+    TraceInstruction,
+    TraceResult,
 )
 from evokernel_mcp.profile.ncu_parsers import device_names, parse_ncu_raw_csv, parse_ncu_source_csv
 from evokernel_mcp.profile.rocprof_parsers import (
-    parse_att_code_json, parse_att_filenames, parse_att_stats_csv, parse_att_wave, parse_rocprofv3_agent_info,
+    parse_att_code_json,
+    parse_att_filenames,
+    parse_att_stats_csv,
+    parse_att_wave,
+    parse_rocprofv3_agent_info,
 )
 from evokernel_mcp.profile.trace import classify_amd, classify_sass, summarize
 
@@ -225,7 +233,8 @@ def _pmc_result(tool, exe, ver, argv, spec, ds, total, files, counters, passes, 
 def _full_table(rows: list[TraceInstruction], vendor: str) -> str:
     cls = classify_amd if vendor == "amd" else classify_sass
     head = "index,class,hits,cycles,stall_cycles,source,instruction\n"
-    return head + "".join(f'{r.index},{cls(r.instruction)},{r.hits},{r.cycles:g},{r.stall_cycles if r.stall_cycles is not None else ""},'
+    return head + "".join(f'{r.index},{cls(r.instruction)},{r.hits},{r.cycles:g},'
+                          f'{r.stall_cycles if r.stall_cycles is not None else ""},'
                           f'"{r.source or ""}","{r.instruction}"\n' for r in rows if not r.is_label)
 
 

@@ -14,7 +14,13 @@ from typing import Any
 
 from evokernel_mcp.errors import ParseError
 from evokernel_mcp.profile.models import (
-    AgentRecord, AvailCounter, AvailList, CounterDispatch, KernelDispatchRecord, StatsRow, TraceInstruction,
+    AgentRecord,
+    AvailCounter,
+    AvailList,
+    CounterDispatch,
+    KernelDispatchRecord,
+    StatsRow,
+    TraceInstruction,
     WaveTrace,
 )
 

@@ -16,7 +16,8 @@ from pathlib import Path
 from evokernel_mcp.errors import ParseError, ToolFailed, ToolNotFound
 from evokernel_mcp.profile.models import CounterDispatch, KernelDispatchRecord
 from evokernel_mcp.profile.rocprof_parsers import (
-    parse_rocprofv3_counter_collection, parse_rocprofv3_kernel_trace,
+    parse_rocprofv3_counter_collection,
+    parse_rocprofv3_kernel_trace,
 )
 from evokernel_mcp.subproc import probe_version, require_executable, run_async
 

@@ -16,9 +16,9 @@ from mcp.server.mcpserver import Context
 from pydantic import Field
 
 from evokernel_mcp.errors import BadInput
+from evokernel_mcp.journal import RESULT_ID_DESCRIPTION, ExperimentArg, record_call, set_result_id
 from evokernel_mcp.models import ErrorInfo, Model, Provenance
 from evokernel_mcp.runtime import protocol
-from evokernel_mcp.journal import RESULT_ID_DESCRIPTION, ExperimentArg, record_call, set_result_id
 from evokernel_mcp.tasks import Task, check_candidate_source, load_task, task_from_reference, with_overrides
 from evokernel_mcp.verify.compare import DEFAULT_TOLERANCES
 
@@ -196,7 +196,8 @@ def _journal(res: VerifyResult, experiment: str | None, task: str | None, candid
 async def verify_vs_pytorch(
     candidate: Annotated[str, Field(description="Python source defining run(*inputs) (Triton kernels + launcher) or "
                                     "class ModelNew(nn.Module).")],
-    task: Annotated[str | None, Field(description="Shipped task name (list_tasks), task folder, or KernelBench .py path.")] = None,
+    task: Annotated[str | None, Field(
+        description="Shipped task name (list_tasks), task folder, or KernelBench .py path.")] = None,
     reference: Annotated[str | None, Field(description="KernelBench-form reference source (instead of task).")] = None,
     shapes: Annotated[list[str] | None, Field(description="Shape-set names; default all, run small -> full.")] = None,
     seeds: Annotated[int | list[int], Field(description="Number of seeds (0..n-1) or explicit seeds; at most 1000.")] = 3,
@@ -218,9 +219,9 @@ async def verify_vs_pytorch(
     judges each output against its own scale (RMS-floored bar, PyTorch's own error as the floor; cases[].bar
     says which); reports max abs/rel error, mismatches with indices, NaN/Inf, unwritten outputs,
     determinism and input mutation. If not done within wait_s, returns job_id: call job_result(job_id)."""
-    from evokernel_mcp.runtime.submit import run_worker_job
-
     import anyio
+
+    from evokernel_mcp.runtime.submit import run_worker_job
 
     t = await anyio.to_thread.run_sync(_load, task, reference)  # parsing a big source off the event loop
     if overrides:

@@ -1,13 +1,15 @@
-"""AMDGPU metadata and resource-remark parsers on the recorded fixtures (tests/fixtures/rocm/code_object)."""
+"""The AMDGPU metadata parser on the recorded fixtures (tests/fixtures/rocm/code_object)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
 import pytest
 
-ROCM_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rocm"
 from evokernel_mcp.compile.amd_meta import parse_amdgpu_metadata
 from evokernel_mcp.errors import ParseError
+
+ROCM_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rocm"
 
 CO = ROCM_FIXTURES / "code_object"
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from evokernel_mcp import paths
 from evokernel_mcp.docs import lint, read
 from evokernel_mcp.docs.index import DocIndex, get_index
-from evokernel_mcp import paths
 from evokernel_mcp.paths import REPO_DIR
 
 RESOURCES = REPO_DIR / "resources"

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import anyio
 import pytest
-
 from faultkit import SECRET
 
 

@@ -11,7 +11,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from faultkit import SECRET, WRONG, assert_next_jobs_right, call, stray_processes, verify, zombies_of_runner
 
 pytestmark = pytest.mark.slow

@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 from pathlib import Path
-import pytest
-from hypothesis import given, settings, strategies as st
 
-ROCM_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rocm"
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from evokernel_mcp.errors import ParseError
 from evokernel_mcp.profile.rocprof_parsers import (
-    parse_att_code_json, parse_att_filenames, parse_att_occupancy, parse_att_stats_csv, parse_att_wave,
-    parse_rocprofv3_agent_info, parse_rocprofv3_counter_collection,
-    parse_rocprofv3_kernel_trace, parse_rocprofv3_list_avail, parse_rocprofv3_stats,
+    parse_att_code_json,
+    parse_att_filenames,
+    parse_att_occupancy,
+    parse_att_stats_csv,
+    parse_att_wave,
+    parse_rocprofv3_agent_info,
+    parse_rocprofv3_counter_collection,
+    parse_rocprofv3_kernel_trace,
+    parse_rocprofv3_list_avail,
+    parse_rocprofv3_stats,
 )
+
+ROCM_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rocm"
 
 V3 = ROCM_FIXTURES / "rocprofv3"
 ATT = V3 / "att_gfx950_rocm6.4_skinny_M128"

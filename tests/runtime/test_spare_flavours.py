@@ -3,15 +3,13 @@
 
 from __future__ import annotations
 
-
 import pytest
-
-from evokernel_mcp.runtime import spares
-from evokernel_mcp.runtime.child_proc import ChildFailed
-
 from spare_stubs import Kid as _Kid
 from spare_stubs import RealThread
 from spare_stubs import make_pool as _pool
+
+from evokernel_mcp.runtime import spares
+from evokernel_mcp.runtime.child_proc import ChildFailed
 
 
 def test_take_gives_a_bench_a_warm_child_and_a_verify_a_cold_one(monkeypatch):

@@ -5,11 +5,10 @@ child. Stand-in children drive the Spares logic; the environment is read off the
 from __future__ import annotations
 
 import pytest
-
-from evokernel_mcp.runtime import child_proc, spares
-
 from spare_stubs import Kid as _Kid
 from spare_stubs import RealThread, make_pool
+
+from evokernel_mcp.runtime import child_proc, spares
 
 
 def _pool(monkeypatch, ready=(), n=4, device="cuda:0"):
