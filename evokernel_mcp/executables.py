@@ -44,7 +44,7 @@ EXECUTABLES: dict[str, Executable] = {e.key: e for e in (
                dirs=("/usr/local/cuda-13.0/bin", "/usr/local/cuda-12.9/bin", "/usr/local/cuda-12.8/bin"),
                disables="compile_kernel language='cuda'"),
     Executable("ncu", ("ncu",), "NCU", disables="profile_pmc and thread_trace on NVIDIA GPUs"),
-    Executable("nvidia-smi", ("nvidia-smi",), disables="live NVIDIA device facts and clocks"),
+    Executable("nvidia-smi", ("nvidia-smi",), "NVIDIA_SMI", disables="live NVIDIA device facts and clocks"),
     Executable("bwrap", ("bwrap",), settings.ENV["bwrap"],
                disables="the bubblewrap sandbox (agent code then runs with rlimits only)"),
 )}
