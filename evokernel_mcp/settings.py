@@ -94,18 +94,10 @@ class Settings(BaseModel):
     def _lower(cls, v: Any) -> Any:
         return v.strip().lower() if isinstance(v, str) else v
 
-    def journal_path(self) -> Path:
-        return (self.journal or self.home / "journal.sqlite3").expanduser()
-
 
 def _from_environ(environ: Mapping[str, str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for field, var in ENV.items():
-        value = environ.get(var, "").strip()
-        if not value:
-            continue
-        out[field] = value
-    return out
+    values = {field: environ.get(var, "").strip() for field, var in ENV.items()}
+    return {field: value for field, value in values.items() if value}  # set but empty: not set
 
 
 def load(environ: Mapping[str, str] | None = None, **flags: Any) -> Settings:
@@ -122,8 +114,8 @@ def load(environ: Mapping[str, str] | None = None, **flags: Any) -> Settings:
     try:
         return Settings.model_validate(base)
     except ValidationError as e:
-        where = ", ".join(f"{ENV.get(str(err['loc'][0]), err['loc'][0])}={base.get(err['loc'][0])!r}: {err['msg']}"
-                          for err in e.errors())
+        fields = [str(err["loc"][0]) if err["loc"] else "?" for err in e.errors()]
+        where = ", ".join(f"{ENV.get(f, f)}={base.get(f)!r}: {err['msg']}" for f, err in zip(fields, e.errors()))
         raise ValueError(f"bad setting: {where}") from None
 
 

@@ -56,7 +56,6 @@ def test_flags_over_environment_over_defaults(tmp_path):
     assert flagged.home == tmp_path / "flag" and flagged.devices == ("cpu",) and flagged.executor == "local"
     d = settings.load({"XDG_CACHE_HOME": str(tmp_path / "xdg")})
     assert d.home == tmp_path / "xdg" / "evokernel-mcp" and d.devices is None and d.sandbox == "auto"
-    assert d.journal_path() == d.home / "journal.sqlite3"
 
 
 def test_a_bad_value_names_its_variable():
