@@ -1,8 +1,8 @@
 """WorkerPool: one long-lived runner process per device (runtime/runner.py: harness code only; agent code
 runs in its sandboxed children); ops run one at a time per device.
 
-Devices: the devices setting (EVOKERNEL_DEVICES: "cpu" or "cuda:0,cuda:1" or "rocm:0") if set, else NVIDIA GPUs from
-/proc/driver/nvidia/gpus, AMD GPUs from the KFD topology, else one "cpu" device (torch CPU, Triton
+Devices: the devices setting (EVOKERNEL_DEVICES: "cpu" or "cuda:0,cuda:1" or "rocm:0") if set, else NVIDIA
+GPUs from /proc/driver/nvidia/gpus, AMD GPUs from the KFD topology, else one "cpu" device (torch CPU, Triton
 with TRITON_INTERPRET=1). A worker is pinned with CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES.
 
 Failure handling (the only place it lives): an op that passes its time limit, a worker that dies

@@ -1,7 +1,7 @@
 """The profiler's peaks follow the live device: ncu's device__attribute_display_name (read from a genuine
 recorded raw page) and rocprofv3's agent Product_Name pick the arch-table product; the product setting
-(EVOKERNEL_PRODUCT) overrides; an unknown name keeps the default. The CUDA path runs through a REPLAY ncu (a fake executable
-that writes a report file and prints the recorded raw CSV: it tests how we call ncu, not ncu)."""
+(EVOKERNEL_PRODUCT) overrides; an unknown name keeps the default. The CUDA path runs through a REPLAY ncu (a fake
+executable that writes a report file and prints the recorded raw CSV: it tests how we call ncu, not ncu)."""
 
 from __future__ import annotations
 
