@@ -6,7 +6,7 @@ VENV   ?= .venv
 VPY    := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test test-fast demo serve doctor clean
+.PHONY: install test test-fast lint demo serve doctor clean
 
 $(STAMP): pyproject.toml tools/setup.sh
 	PYTHON=$(PYTHON) VENV=$(VENV) bash tools/setup.sh
@@ -15,7 +15,11 @@ $(STAMP): pyproject.toml tools/setup.sh
 install: $(STAMP)
 
 test: $(STAMP)
+	$(VENV)/bin/ruff check .
 	$(VPY) -m pytest -q -p no:cacheprovider
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
 
 demo: $(STAMP)
 	$(VPY) tools/demo.py

@@ -124,7 +124,8 @@ def main(steps):
         ver = r.get("error") or ", ".join("pass" if v["passed"] else f"FAIL({v.get('mismatches')})" for v in r["verify"])
         lines.append(f"| {st} | {ver} | {'-' if t is None else f'{t:.4f}'} | "
                      f"{'-' if t is None else f'{base / t:.2f}'} | "
-                     f"{'-' if t is None else f'{FLOP_FULL / t / 1e6:.0f}'} | {'-' if t is None else f'{BYTES_FULL / t / 1e6:.0f}'} |")
+                     f"{'-' if t is None else f'{FLOP_FULL / t / 1e6:.0f}'} | "
+                     f"{'-' if t is None else f'{BYTES_FULL / t / 1e6:.0f}'} |")
     md = "\n".join(lines) + "\n"
     print(md)
     tag = "H200" if "H200" in dev else dev.replace(" ", "_")

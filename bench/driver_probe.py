@@ -6,7 +6,7 @@ process and one peer process on the same GPU, alone and beside other load.
 
 Ops, round robin for --seconds per load, each timed from the request's write to the reply's read:
   ping     a message with no tensor (pipe wake-ups only)
-  to4/to64 a 4 / 64 MiB CUDA tensor to the peer (the courier's arena, up to EVOKERNEL_ARENA_MB)
+  to4/to64 a 4 / 64 MiB CUDA tensor to the peer (the courier's arena, up to courier.ARENA_BYTES)
   from64   a 64 MiB CUDA tensor back from the peer (the export there, the import here)
   malloc   here, not a round trip: empty_cache, then a fresh 64 MiB CUDA allocation (cudaMalloc)
 --transports: instead, a 1/4/16/64 MiB CUDA tensor to the peer by each way frames.py has (arena, vmm, memfd, pipe):

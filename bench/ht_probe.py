@@ -4,8 +4,8 @@ slows it by tens of percent, another core by a few.
 
     python3 bench/ht_probe.py [--partners 1,2,16,17] [--window-s 0.5] [--load 1,3,7,15,31]
 
-Prints one line per partner (CPU 0's loop rate beside it, relative to alone) and a suggested split for
-EVOKERNEL_SPARE_CPUS / EVOKERNEL_JOB_CPUS when the siblings are i and i + n/2 or 2i and 2i + 1.
+Prints one line per partner (CPU 0's loop rate beside it, relative to alone) and which CPUs are siblings (i and
+i + n/2, or 2i and 2i + 1).
 --load: CPU 0's loop rate beside N busy loops on CPUs 1..N (the host's answer to load: shared cores, a clock
 that drops as more cores run, a hypervisor's steal time, read from /proc/stat over the same window).
 """

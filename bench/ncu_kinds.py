@@ -374,7 +374,8 @@ def dry_run(wls: dict) -> None:
 def main() -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated, of {','.join(KINDS)},depthwise,conv_tf32_nhwc,conv_nchw_fp32")
+    ap.add_argument("--kinds", default=",".join(KINDS),
+                    help=f"comma-separated, of {','.join(KINDS)},depthwise,conv_tf32_nhwc,conv_nchw_fp32")
     ap.add_argument("--max-time-s", type=float, default=1.5, help="benchmark max_time_s per measured series")
     ap.add_argument("--budget-s", type=float, default=240.0,
                     help="start no new kind after this many seconds; what was measured is written")

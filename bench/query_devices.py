@@ -69,7 +69,8 @@ def main() -> int:
     replay = any("replay" in (t["path"] or "") for t in data["tools"])  # a test stand-in, not hardware
     device = re.sub(r"[^A-Za-z0-9]+", "-", first).strip("-").lower() + ("-replay" if replay else "")
     date = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
-    meta = {"device": first + (" (REPLAYED recording, not live hardware)" if replay else ""), "date": date, "discovery_s": discovery_s, "cached_call_ms": cached_ms,
+    meta = {"device": first + (" (REPLAYED recording, not live hardware)" if replay else ""), "date": date,
+            "discovery_s": discovery_s, "cached_call_ms": cached_ms,
             "host": platform.node(), "versions": {
                 "python": platform.python_version(), "evokernel_mcp": _version("evokernel-mcp"),
                 "torch": _version("torch"), "triton": _version("triton"), "mcp": _version("mcp")}}

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Probe (GPU): two ways to take the launch cost out of a cold-cache event timing, against ncu.
 
-A: events tight around the kernel after the flush, minus an empty event pair (the benchmark's default until the activity clock replaced it).
+A: events tight around the kernel after the flush, minus an empty event pair (the benchmark's default until the
+activity clock replaced it).
 B: differencing: median of [event, flush, kernel, event] minus median of [event, flush, event]; the
    kernel's launch overlaps the flush, as back-to-back kernels do.
 Uses bench/timing_fidelity.py's axpy kernels and ncu run. Prints a table and JSON."""

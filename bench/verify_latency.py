@@ -87,7 +87,8 @@ def write_report(m: dict, task: str, shapes: list[str], tag: str = "", what: str
         f"- host: {platform.node()}; CPUs: {os.cpu_count()}; device: {device} ({res.get('device_name')})",
         f"- versions: python {platform.python_version()}, torch {vers.get('torch')}, triton {vers.get('triton')}, "
         f"cuda {vers.get('cuda')}, hip {vers.get('hip')}",
-        f"- path: MCP Client -> stdio server subprocess -> job manager -> runner -> sandboxed reference and candidate processes; task {task}, shapes {shapes}, "
+        "- path: MCP Client -> stdio server subprocess -> job manager -> runner -> sandboxed reference and candidate "
+        f"processes; task {task}, shapes {shapes}, "
         "seeds=1 (candidate run twice + reference native and float64)", "",
         "| measure | seconds |", "|---|---|",
         f"| server spawn + initialize | {m['init_s']:.3f} |",

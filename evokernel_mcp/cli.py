@@ -179,7 +179,7 @@ def _doctor(as_json: bool) -> int:
     own = {None: "torch is not installed", True: "torch ships its own", False: "torch ships none"}[
         pycache.has_bytecode("torch")]
     iso["bytecode"] = (f"{own}; sandboxed children " + ("read the runner's, made at its start" if pycache.wanted()
-                       else "use what is installed") + " (EVOKERNEL_PYCACHE)")
+                       else "use what is installed"))
     devices: Any = None
     try:
         from evokernel_mcp.devices.discovery import query_rocminfo
@@ -216,28 +216,28 @@ def _doctor(as_json: bool) -> int:
     return 0
 
 
-def _configure_executor(ns: argparse.Namespace) -> str | None:
-    """Choose where evaluate_batch runs its stages (executors/); an error line, or None when fine."""
+def _configure(ns: argparse.Namespace) -> str | None:
+    """The settings from serve's flags over the environment (settings.py); an error line, or None when fine."""
     import importlib.util
 
-    from evokernel_mcp import executors
+    from evokernel_mcp import settings
 
     try:
-        env = executors.config()  # $EVOKERNEL_EXECUTOR, $EVOKERNEL_RAY_ADDRESS, $EVOKERNEL_RAY_SLOTS
-        kind = getattr(ns, "executor", None) or env.kind
-        if kind == "ray" and importlib.util.find_spec("ray") is None:
-            return ("--executor ray needs Ray in this environment: pip install 'evokernel-mcp[ray]' (the Ray "
-                    "version of the cluster)")
-        executors.configure(kind, ns.ray_address or env.ray_address,
-                            ns.ray_slots if ns.ray_slots is not None else env.ray_slots)
+        s = settings.configure(home=ns.home, devices=ns.devices, journal=ns.journal, task_roots=ns.task_root,
+                               executor=ns.executor, ray_address=ns.ray_address, ray_slots=ns.ray_slots,
+                               http_token_file=ns.token_file, sandbox=ns.sandbox,
+                               secret_env=tuple(ns.secret_env) if ns.secret_env else None)
     except ValueError as e:
-        return f"executor: {e}"
+        return str(e)
+    if s.executor == "ray" and importlib.util.find_spec("ray") is None:
+        return ("--executor ray needs Ray in this environment: pip install 'evokernel-mcp[ray]' (the Ray "
+                "version of the cluster)")
     return None
 
 
 def _serve(ns: argparse.Namespace) -> int:
     _setup_logging(ns.log_level)
-    problem = _configure_executor(ns)
+    problem = _configure(ns)
     if problem:
         print(f"evokernel-mcp serve: {problem}", file=sys.stderr)
         return 2
@@ -246,14 +246,14 @@ def _serve(ns: argparse.Namespace) -> int:
 
         build_server().run("stdio")
         return 0
-    from evokernel_mcp.runtime.envs import hide_file
+    from evokernel_mcp import settings
     from evokernel_mcp.surface.http import ConfigError, HttpConfig, read_token, run_http
 
-    if ns.token_file:  # no sandbox (here or in a runner) may read it, wherever it lies
-        hide_file(os.path.expanduser(ns.token_file))
+    s = settings.get()
     try:
-        cfg = HttpConfig(host=ns.host, port=ns.port, token=read_token(ns.token_file),
-                         allowed_hosts=list(ns.allowed_host or []))
+        cfg = HttpConfig(host=ns.host, port=ns.port, allowed_hosts=list(ns.allowed_host or []),
+                         token=read_token(s.http_token_file, s.http_token.get_secret_value() if s.http_token
+                                          else None))
         cfg.check()
     except ConfigError as e:
         print(f"evokernel-mcp serve: {e}", file=sys.stderr)
@@ -270,11 +270,25 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--http", action="store_true", help="serve streamable HTTP (endpoint /mcp) instead of stdio")
     s.add_argument("--host", default="127.0.0.1", help="address to bind; anything but loopback needs a token")
     s.add_argument("--port", type=int, default=8765)
-    s.add_argument("--token-file", help="file holding the bearer token (else $EVOKERNEL_HTTP_TOKEN); never put "
-                   "the token itself on the command line")
+    s.add_argument("--token-file", help="file holding the bearer token (else $EVOKERNEL_HTTP_TOKEN_FILE, else "
+                   "$EVOKERNEL_HTTP_TOKEN); never put the token itself on the command line")
     s.add_argument("--allowed-host", action="append", metavar="NAME",
                    help="a Host name clients use besides loopback (a tunnel's or proxy's name); repeatable")
-    s.add_argument("--log-level", default="INFO")
+    s.add_argument("--secret-env", action="append", default=None, metavar="NAME",
+                   help="an environment variable of the server that must never reach agent code (besides the token "
+                   "and names that look like credentials); repeatable")
+    s.add_argument("--log-level", default="INFO", help="DEBUG, INFO (default), WARNING or ERROR; logs go to stderr")
+    s.add_argument("--home", default=None, metavar="DIR", help="caches, artifacts, job scratch and the journal "
+                   "(else $EVOKERNEL_HOME, else ~/.cache/evokernel-mcp)")
+    s.add_argument("--devices", default=None, metavar="LIST", help="devices to serve, e.g. 'cuda:0,cuda:1' or "
+                   "'cpu' (else $EVOKERNEL_DEVICES, else the GPUs found, else the CPU)")
+    s.add_argument("--journal", default=None, metavar="FILE", help="the journal's SQLite file (else "
+                   "$EVOKERNEL_JOURNAL, else HOME/journal.sqlite3)")
+    s.add_argument("--task-root", action="append", default=None, metavar="DIR", help="a folder tasks and "
+                   "KernelBench files may be loaded from by path, besides the shipped tasks; repeatable (else "
+                   "$EVOKERNEL_TASK_ROOTS)")
+    s.add_argument("--sandbox", choices=["auto", "process"], default=None, help="isolation of agent code: auto "
+                   "(bubblewrap where it runs; default) or process (rlimits only; else $EVOKERNEL_SANDBOX)")
     s.add_argument("--executor", choices=["local", "ray"], default=None,
                    help="where evaluate_batch runs candidates: this host's GPUs (local, default) or a Ray cluster "
                    "(else $EVOKERNEL_EXECUTOR)")
@@ -282,7 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --executor ray: 'auto' (the cluster this host is in; default), 'ray://head:10001' "
                    "(Ray Client) or 'local' (start Ray here); else $EVOKERNEL_RAY_ADDRESS")
     s.add_argument("--ray-slots", type=int, default=None, metavar="N",
-                   help="with --executor ray: how many GPUs to hold (default: every GPU of the cluster)")
+                   help="with --executor ray: how many GPUs to hold (else $EVOKERNEL_RAY_SLOTS, else every GPU of the "
+                   "cluster)")
     d = sub.add_parser("doctor", help="devices and toolchains found, with versions")
     d.add_argument("--json", action="store_true", dest="as_json")
     c = sub.add_parser("call", help="one tool call through a real MCP client session; prints JSON")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 
+from evokernel_mcp import executables
 from evokernel_mcp.models import Model
-from evokernel_mcp.subproc import probe_version, resolve_executable
+from evokernel_mcp.subproc import probe_version
 
 
 class ToolStatus(Model):
@@ -17,19 +18,6 @@ class ToolStatus(Model):
     disables: str | None = None
 
 
-# (name, candidate executables, version args, env var, what it disables when missing)
-EXECUTABLES = [
-    ("hipcc", ["hipcc", "amdclang++"], ("--version",), "HIPCC", "HIP compiles with ROCm's own compiler (the offline clang-19 path is used instead)"),
-    ("clang", ["clang-19", "clang"], ("--version",), "EVOKERNEL_CLANG", "offline HIP compiles for gfx90a/gfx942/gfx950"),
-    ("ld.lld", ["ld.lld-19", "ld.lld"], ("--version",), None, "linking offline HIP code objects"),
-    ("rocminfo", ["rocminfo"], ("--help",), "ROCMINFO", "live AMD device facts (query_rocminfo falls back to the arch table)"),
-    ("rocprofv3", ["rocprofv3"], ("--version",), "ROCPROFV3", "profile_pmc and thread_trace on AMD GPUs"),
-    ("amd-smi", ["amd-smi"], ("version",), "AMD_SMI", "live AMD clocks and memory size"),
-    ("rocm-smi", ["rocm-smi"], ("--version",), None, "legacy AMD clocks (amd-smi preferred)"),
-    ("nvcc", ["nvcc"], ("--version",), "NVCC", "compile_kernel language='cuda'"),
-    ("ncu", ["ncu"], ("--version",), "NCU", "profile_pmc and thread_trace on NVIDIA GPUs"),
-    ("nvidia-smi", ["nvidia-smi"], ("--version",), None, "live NVIDIA device facts and clocks"),
-]
 PY_MODULES = [
     ("torch", "verify_vs_pytorch, benchmark (references run in PyTorch)"),
     ("triton", "compile_kernel language='triton' and Triton candidates"),
@@ -42,17 +30,14 @@ def _version_line(path: str, args: tuple[str, ...]) -> str | None:
 
 
 def check_toolchains() -> list[ToolStatus]:
+    """Each executable as the tools find it (executables.find), then the Python modules."""
     out: list[ToolStatus] = []
-    for name, cands, args, env_var, disables in EXECUTABLES:
-        path = None
-        for i, cand in enumerate(cands):
-            path = resolve_executable(cand, env_var=env_var if i == 0 else None)
-            if path:
-                break
+    for key, e in executables.EXECUTABLES.items():
+        path = executables.find(key)
         if path:
-            out.append(ToolStatus(name=name, found=True, path=path, version=_version_line(path, args)))
+            out.append(ToolStatus(name=key, found=True, path=path, version=_version_line(path, e.version_args)))
         else:
-            out.append(ToolStatus(name=name, found=False, disables=disables))
+            out.append(ToolStatus(name=key, found=False, disables=e.disables))
     for mod, disables in PY_MODULES:
         try:
             version = importlib.metadata.version(mod)

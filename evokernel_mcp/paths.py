@@ -1,27 +1,28 @@
-"""Where things live. Only reads the environment; creates directories on first use."""
+"""Where things live (settings.py says where the state dir is); creates directories on first use."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_DIR = PACKAGE_DIR.parent
+RESOURCES_DIR = REPO_DIR / "resources"  # the docs pages and the arch table (tests point it at a small tree)
+TASKS_DIR = REPO_DIR / "tasks"
 
 
 def resources_dir() -> Path:
-    return Path(os.environ.get("EVOKERNEL_RESOURCES", REPO_DIR / "resources"))
+    return RESOURCES_DIR
 
 
 def tasks_dir() -> Path:
-    return Path(os.environ.get("EVOKERNEL_TASKS", REPO_DIR / "tasks"))
+    return TASKS_DIR
 
 
 def state_dir() -> Path:
-    """Caches, artifacts, job scratch: $EVOKERNEL_HOME, else ~/.cache/evokernel-mcp."""
-    base = os.environ.get("EVOKERNEL_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "evokernel-mcp")
-    p = Path(base)
+    """Caches, artifacts, job scratch: the home setting (EVOKERNEL_HOME, else ~/.cache/evokernel-mcp)."""
+    from evokernel_mcp import settings
+
+    p = settings.get().home.expanduser()
     p.mkdir(parents=True, exist_ok=True)
     return p
 

@@ -21,7 +21,6 @@ Loading here never imports torch and never runs task code: the sandboxed childre
 from __future__ import annotations
 
 import ast
-import os
 import operator
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -208,9 +207,12 @@ def _inside(folder: Path, name: str, what: str) -> Path:
 
 
 def task_roots() -> list[Path]:
-    """Folders a task may be loaded from by path: the shipped tasks, plus EVOKERNEL_TASK_ROOTS
-    (os.pathsep-separated), e.g. a KernelBench checkout. Anything else is refused (no file disclosure)."""
-    roots = [tasks_dir()] + [Path(r) for r in os.environ.get("EVOKERNEL_TASK_ROOTS", "").split(os.pathsep) if r]
+    """Folders a task may be loaded from by path: the shipped tasks, plus the task_roots setting (`serve
+    --task-root DIR`, EVOKERNEL_TASK_ROOTS, os.pathsep-separated), e.g. a KernelBench checkout. Anything else is
+    refused (no file disclosure)."""
+    from evokernel_mcp import settings
+
+    roots = [tasks_dir(), *settings.get().task_roots]
     return [r.expanduser().resolve() for r in roots]
 
 
@@ -219,7 +221,7 @@ def _check_root(p: Path) -> None:
     if not any(rp.is_relative_to(r) for r in task_roots()):
         raise BadInput(f"{str(p)!r} is outside the task folders this server serves "
                        f"({', '.join(str(r) for r in task_roots())}); pass a shipped task name, or the problem's "
-                       "source as `reference`, or start the server with EVOKERNEL_TASK_ROOTS naming its folder")
+                       "source as `reference`, or start the server with --task-root DIR (EVOKERNEL_TASK_ROOTS)")
 
 
 def load_kernelbench_file(p: Path, source: str | None = None) -> Task:

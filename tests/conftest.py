@@ -19,12 +19,37 @@ def _isolated_state(tmp_path_factory):
     os.environ["EVOKERNEL_HOME"] = str(home)
     # tests load task folders and KernelBench files by path from the repo's tests and from tmp dirs
     os.environ["EVOKERNEL_TASK_ROOTS"] = os.pathsep.join([str(REPO / "tests"), str(home.parent.parent)])
+    from evokernel_mcp import settings
+
+    settings.reset()
     yield home
     import anyio
 
     from evokernel_mcp.app import close_app
 
     anyio.run(close_app)  # stop the job manager's loop thread and the runners before the interpreter exits
+
+
+@pytest.fixture(autouse=True)
+def _fresh_settings():
+    """Each test reads the settings from the environment it starts with (settings.py reads them once)."""
+    from evokernel_mcp import settings
+
+    settings.reset()
+    yield
+    settings.reset()
+
+
+@pytest.fixture
+def use_settings(monkeypatch):
+    """Change this process's settings for one test: use_settings(journal=path, ...) -> the new Settings."""
+    from evokernel_mcp import settings
+
+    def use(**changes):
+        new = settings.Settings.model_validate({**settings.get().model_dump(), **changes})
+        monkeypatch.setattr(settings, "_current", new)
+        return new
+    return use
 
 
 def _have_cuda() -> bool:

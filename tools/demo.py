@@ -295,7 +295,8 @@ async def main() -> int:
                 for k in hip["kernels"]:
                     occ = k.get("occupancy") or {}
                     print(f"  {target}: {hip['toolchain']['name']}: VGPR {k.get('vgpr_count')} LDS {k.get('lds_bytes')} B "
-                          f"-> {occ.get('waves_per_simd')} waves/SIMD (limits {occ.get('limits')}, binding: {occ.get('limiter')})")
+                          f"-> {occ.get('waves_per_simd')} waves/SIMD (limits {occ.get('limits')}, "
+                          f"binding: {occ.get('limiter')})")
                     cls = (k.get("isa_summary") or {}).get("classes", {})
                     print(f"    ds_read {cls.get('ds_read')}, v_fma {cls.get('valu_fma')}, "
                           f"sched_group_barrier {cls.get('sched_group_barrier')}")

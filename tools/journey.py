@@ -80,7 +80,8 @@ def compile_args(step: str, target: str) -> dict:
 
 def resource_row(res: dict | None) -> dict:
     if not res or res.get("error") or not res.get("ok"):
-        return {"ok": False, "error": (res or {}).get("error") or [d.get("message") for d in (res or {}).get("diagnostics", [])][:2]}
+        diags = [d.get("message") for d in (res or {}).get("diagnostics", [])][:2]
+        return {"ok": False, "error": (res or {}).get("error") or diags}
     k = res["kernels"][0]
     occ = k.get("occupancy") or {}
     return {"ok": True, "registers": k.get("registers"), "vgpr": k.get("vgpr_count"), "agpr": k.get("agpr_count"),

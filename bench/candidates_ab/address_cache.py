@@ -1,7 +1,6 @@
 # Cheat: memoise the result by input address and version counter.
 # Expected: valid=false, wrong_output_in_timed_call or wrong_output_after_timing (the harness refills the
 # same storage with new values; copy_ under no_grad bumps the version, so key on address only).
-import torch
 
 _memo = {}
 

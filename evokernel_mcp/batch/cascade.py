@@ -26,7 +26,7 @@ from evokernel_mcp.benchmark.timing import TimingOptions
 from evokernel_mcp.errors import BadInput, EvoError
 from evokernel_mcp.executors.base import Executor, Stage
 from evokernel_mcp.shape_defaults import ShapeChoice, choose_shapes
-from evokernel_mcp.tasks import Task, check_candidate_source
+from evokernel_mcp.tasks import Task, check_candidate_source, with_overrides
 
 SMALL_SEEDS = 1
 VERIFY_SEEDS = 3
@@ -65,22 +65,10 @@ class Plan:
         return self.choice or ShapeChoice(shapes=self.verify_shapes, rule="as requested (shapes)")
 
 
-def _with_overrides(task: Task, values: dict[str, Any]) -> Task:
-    """The task with KernelBench module-level constants set (tasks.with_overrides where it exists)."""
-    try:
-        from evokernel_mcp.tasks import with_overrides
-    except ImportError:  # an older tasks.py: rewrite the source here
-        from evokernel_mcp.overrides import apply_overrides
-
-        return task.model_copy(update={"reference_source": apply_overrides(task.reference_source, values)[0]})
-    return with_overrides(task, values)
-
-
 def make_plan(task: Task, *, stages: list[str] | None, shapes: list[str] | None, overrides: dict[str, Any] | None,
               compile: CompileSpec | None, timeout_s: float, max_time_s: float, device: str | None = None) -> Plan:
     """Validate the batch's arguments into a Plan (BadInput for what cannot run). Without `shapes`, the shape
     sets are `device`'s default (every one when None; Plan.for_device picks them per device later)."""
-    from evokernel_mcp.overrides import apply_overrides
 
     if stages is not None and not stages:
         raise BadInput("stages=[] runs nothing; omit it for the whole cascade or name some of "
@@ -90,11 +78,8 @@ def make_plan(task: Task, *, stages: list[str] | None, shapes: list[str] | None,
     wanted = list(stages) if stages else ([*(["compile"] if compile else []), "verify_small", "verify", "benchmark"])
     applied = None
     if overrides:
-        if task.kind != "kernelbench":
-            raise BadInput(f"overrides set module-level sizes of a KernelBench reference; task {task.name!r} has "
-                           f"shape sets instead ({', '.join(task.shape_names())}): choose them with shapes")
-        applied = apply_overrides(task.reference_source, overrides)[1]
-        task = _with_overrides(task, overrides)
+        task = with_overrides(task, overrides)  # BadInput for a shipped task (its sizes are shape sets)
+        applied = task.overrides_applied
     plan = Plan(task=task, stages=[], verify_shapes=[], compile=compile, overrides=applied, timeout_s=timeout_s,
                 compute_unit=task.compute_unit or "matrix", wanted=wanted,
                 requested_shapes=list(shapes) if shapes is not None else None,
@@ -117,7 +102,7 @@ def _choose(plan: Plan, choice: ShapeChoice) -> None:
         elif task.kind == "kernelbench":
             small = scaled_overrides(task.reference_source)
             if small:
-                plan.small_task = _with_overrides(task, small)
+                plan.small_task = with_overrides(task, small)
                 plan.small_shapes, plan.small_overrides = order, small
         if plan.small_task is None and "verify" not in plan.wanted:  # alone, it is worth running on one set
             plan.small_task, plan.small_shapes = task, order[:1]

@@ -15,7 +15,13 @@ from evokernel_mcp.benchmark import roofline as rl
 from evokernel_mcp.benchmark import stats
 from evokernel_mcp.benchmark.checks import output_checks
 from evokernel_mcp.benchmark.models import (
-    BenchmarkResult, Ceilings, ClockReadings, Clocks, ShapeResult, TimingInfo, TimingStats,
+    BenchmarkResult,
+    Ceilings,
+    ClockReadings,
+    Clocks,
+    ShapeResult,
+    TimingInfo,
+    TimingStats,
 )
 from evokernel_mcp.benchmark.timing import TimingOptions
 from evokernel_mcp.errors import BadInput, EvoError
@@ -23,7 +29,7 @@ from evokernel_mcp.models import ErrorInfo, Provenance
 from evokernel_mcp.runtime.protocol import WorkerReply
 from evokernel_mcp.benchmark.outcome import shapes_outcome, verdict_reason
 from evokernel_mcp.shape_defaults import ShapeChoice, choose_shapes
-from evokernel_mcp.tasks import Task
+from evokernel_mcp.tasks import Task, with_overrides
 
 log = logging.getLogger(__name__)
 SPEEDUP_FLAG_X = 10.0
@@ -268,14 +274,6 @@ def _check_source(source: str, what: str) -> None:
         raise BadInput(f"{what}: {e}") from None
 
 
-def _with_overrides(t: Task, overrides: dict[str, Any]) -> Task:
-    """The task with KernelBench module-level constants overridden in its reference source."""
-    from evokernel_mcp.overrides import apply_overrides
-
-    src, _applied = apply_overrides(t.reference_source, overrides)
-    return t.model_copy(update={"reference_source": src})
-
-
 def _journal(res: BenchmarkResult, experiment: str | None, task: str, candidate: str, baseline: str,
              shapes: list[str] | None) -> BenchmarkResult:
     """Record the finished call in the experiment journal when a label is given (never fails the tool)."""
@@ -370,8 +368,7 @@ async def benchmark(
                         subtract_overhead=subtract_event_overhead, timer=timer)
     t = _load(task, reference)
     compute_unit = compute_unit or t.compute_unit or "matrix"
-    if overrides:
-        t = _with_overrides(t, overrides)
+    t = with_overrides(t, overrides)
     payload = build_payload(t, candidate, baseline, shapes, opt, seed, job_device(device))
     payload.update(budget_s=max(1.0, timeout_s - 5.0), control=control, confirm=confirm)
     choice = ShapeChoice(**payload["choice"])

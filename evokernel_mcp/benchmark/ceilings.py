@@ -10,6 +10,7 @@ torch version, and the `measure_ceilings` tool in api.py.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import hashlib
 import json
 import logging
@@ -108,7 +109,7 @@ def measure(copy_bytes: int | None = None, matmul_n: int | None = None) -> Ceili
     reps, warm = (10, 3) if gpu else (3, 1)
     src = torch.randn(copy_bytes // 4, device=dev)
     dst = torch.empty_like(src)
-    ms = timer(lambda: dst.copy_(src), reps, warm)
+    ms = timer(functools.partial(dst.copy_, src), reps, warm)
     copy_gbs = 2 * src.numel() * 4 / (ms * 1e-3) / 1e9
     del src, dst
     tflops: dict[str, float] = {}
@@ -170,9 +171,9 @@ def worker_ceilings(payload: dict[str, Any], progress) -> dict[str, Any]:
     import torch
 
     if torch.cuda.is_available():  # the launch cost is measured on the activity clock
-        from evokernel_mcp.benchmark.timing import prepare_activity_clock
+        from evokernel_mcp.benchmark.timing import prime_activity
 
-        prepare_activity_clock()
+        prime_activity()
     c = ensure(bool(payload.get("refresh")), progress, copy_bytes=payload.get("copy_bytes"),
                matmul_n=payload.get("matmul_n"))
     progress(1, 1, "done")

@@ -13,9 +13,10 @@ import logging
 import os
 import re
 
+from evokernel_mcp import executables
 from evokernel_mcp.benchmark.models import Clocks
 from evokernel_mcp.errors import EvoError, ParseError
-from evokernel_mcp.subproc import resolve_executable, run_sync
+from evokernel_mcp.subproc import run_sync
 
 log = logging.getLogger(__name__)
 NVSMI_ARGS = ["--query-gpu=clocks.sm,clocks.mem", "--format=csv,noheader,nounits"]
@@ -108,7 +109,7 @@ def read_clocks(backend: str, index: int = 0, timeout_s: float = 10.0) -> Clocks
     """Live clocks of one device; None when the tool is missing or its output cannot be read."""
     try:
         if backend == "cuda":
-            exe = resolve_executable("nvidia-smi")
+            exe = executables.find("nvidia-smi")
             if exe is None:
                 return None
             gpu = _physical_index("CUDA_VISIBLE_DEVICES", index)
@@ -117,7 +118,7 @@ def read_clocks(backend: str, index: int = 0, timeout_s: float = 10.0) -> Clocks
                 res = run_sync([exe, *NVSMI_ARGS, "-i", gpu], timeout_s=timeout_s)
             return parse_nvidia_smi_clocks(res.stdout) if res.returncode == 0 else None
         if backend == "rocm":
-            exe = resolve_executable("amd-smi", env_var="AMD_SMI")
+            exe = executables.find("amd-smi")
             if exe is None:
                 return None
             gpu = _physical_index("HIP_VISIBLE_DEVICES", index)
@@ -143,7 +144,7 @@ _DRIVER: dict[str, str | None] = {}
 def _driver_version(backend: str, timeout_s: float) -> str | None:
     try:
         if backend == "cuda":
-            exe = resolve_executable("nvidia-smi")
+            exe = executables.find("nvidia-smi")
             if exe is None:
                 return None
             res = run_sync([exe, "--query-gpu=driver_version", "--format=csv,noheader"], timeout_s=timeout_s)

@@ -12,7 +12,6 @@ from typing import Any
 from evokernel_mcp.benchmark import settle, timing
 from evokernel_mcp.verify.sides import _model, _plain, _sync, _to, candidate_fn
 
-
 CPU_COPIES = 4
 
 

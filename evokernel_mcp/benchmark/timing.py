@@ -321,20 +321,9 @@ def time_device(fn: Callable[..., Any], arg_sets: Sequence[tuple], opt: TimingOp
                      overhead_subtracted=subtract, timer=timer, extra=extra)
 
 
-def prepare_activity_clock() -> str | None:
-    """First thing in an op that times on the activity clock, before any candidate code loads: start
-    the profiler once (CUPTI / roctracer start-up, ~4 s the first time, and lazy imports that rebind
-    torch.manual_seed), then retake the op's tamper snapshot (guard.rebase, one-shot per op). None if the
-    profiler works, else why not."""
-    from evokernel_mcp.runtime import guard
-
-    why = prime_activity()
-    guard.rebase()
-    return why
-
-
 def prime_activity() -> str | None:
-    """Open and close one empty profiler session; None if it works, else why not."""
+    """Open and close one empty profiler session (CUPTI / roctracer start-up, ~4 s the first time); None if it
+    works, else why not."""
     try:
         with _torch_activity() as s:
             pass

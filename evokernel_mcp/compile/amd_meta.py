@@ -1,8 +1,8 @@
 """AMDGPU code-object metadata: the `.amdgpu_metadata` YAML of AMDGCN assembly, the NT_AMDGPU_METADATA note
-printed by `llvm-readelf --notes` / `llvm-readobj --notes`, and `-Rpass-analysis=kernel-resource-usage` remarks.
+printed by `llvm-readelf --notes` / `llvm-readobj --notes`.
 
-Formats: shared/fixtures/rocm/FORMATS.md §5.1 and §5.2. On gfx90a/gfx942/gfx950 `.vgpr_count` is the unified
-VGPR+AGPR total (align(arch_vgprs, 4) + agprs); remarks' `VGPRs` are architected VGPRs only.
+Formats: tests/fixtures/rocm/FORMATS.md §5.1. On gfx90a/gfx942/gfx950 `.vgpr_count` is the unified VGPR+AGPR total
+(align(arch_vgprs, 4) + agprs).
 """
 
 from __future__ import annotations
@@ -32,23 +32,6 @@ class AmdKernelMeta(Model):
     wavefront_size: int | None = None
     uses_dynamic_stack: bool | None = None
     kernarg_segment_size: int | None = None
-
-
-class ResourceRemark(Model):
-    """One kernel's `-Rpass-analysis=kernel-resource-usage` remarks (VGPRs = architected only)."""
-
-    name: str | None = Field(description="None when the text starts mid-kernel (no `Function Name` line seen).")
-    file: str | None = None
-    line: int | None = None
-    sgpr_count: int | None = None
-    vgpr_count: int | None = None
-    agpr_count: int | None = None
-    scratch_bytes: int | None = None
-    dynamic_stack: bool | None = None
-    occupancy_waves_per_simd: int | None = None
-    sgpr_spill_count: int | None = None
-    vgpr_spill_count: int | None = None
-    lds_bytes: int | None = None
 
 
 _INT_FIELDS = ("vgpr_count", "agpr_count", "sgpr_count", "vgpr_spill_count", "sgpr_spill_count",
@@ -101,41 +84,3 @@ def parse_amdgpu_metadata(text: str) -> list[AmdKernelMeta]:
             uses_dynamic_stack=k.get(".uses_dynamic_stack"), reqd_workgroup_size=k.get(".reqd_workgroup_size"),
             **vals))
     return out
-
-
-_REMARK = re.compile(r"^(?P<file>.+?):(?P<line>\d+):(?P<col>\d+): remark: +(?P<key>[^:]+): (?P<val>.+?) "
-                     r"\[-Rpass-analysis=kernel-resource-usage\]$")
-_REMARK_KEYS = {
-    "SGPRs": "sgpr_count", "TotalSGPRs": "sgpr_count", "VGPRs": "vgpr_count", "AGPRs": "agpr_count",
-    "ScratchSize [bytes/lane]": "scratch_bytes", "Dynamic Stack": "dynamic_stack",
-    "Occupancy [waves/SIMD]": "occupancy_waves_per_simd", "SGPRs Spill": "sgpr_spill_count",
-    "VGPRs Spill": "vgpr_spill_count", "LDS Size [bytes/block]": "lds_bytes",
-}
-
-
-def parse_resource_usage_remarks(text: str) -> list[ResourceRemark]:
-    """Kernels from `-Rpass-analysis=kernel-resource-usage` stderr; other lines (snippets, carets, commands)
-    are skipped."""
-    kernels: list[dict] = []
-    for raw in text.splitlines():
-        m = _REMARK.match(raw.rstrip())
-        if not m:
-            continue
-        key, val = m.group("key").strip(), m.group("val").strip()
-        if key == "Function Name":
-            kernels.append({"name": val, "file": m.group("file"), "line": int(m.group("line"))})
-            continue
-        field = _REMARK_KEYS.get(key)
-        if field is None:
-            continue  # a label newer than this parser: ignored, not guessed
-        if not kernels:
-            kernels.append({"name": None, "file": m.group("file"), "line": int(m.group("line"))})
-        if field == "dynamic_stack":
-            kernels[-1][field] = val.lower() == "true"
-        else:
-            try:
-                kernels[-1][field] = int(val)
-            except ValueError:
-                raise ParseError("kernel-resource-usage remarks", raw.strip()[:120],
-                                 message=f"{key} is not an integer") from None
-    return [ResourceRemark(**k) for k in kernels]

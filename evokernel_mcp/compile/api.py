@@ -18,18 +18,25 @@ from typing import Annotated, Any, Literal
 import anyio
 from pydantic import Field
 
-from evokernel_mcp import artifacts
+from evokernel_mcp import artifacts, executables
 from evokernel_mcp.compile import cache
 from evokernel_mcp.compile.models import BackendOutput, CompileResult
 from evokernel_mcp.compile.options import (
-    AMD_TARGETS, DEFAULT_AMD_TARGET, DEFAULT_NVIDIA_TARGET, CompileOptions, check_target, is_amd, parse_options)
+    AMD_TARGETS,
+    DEFAULT_AMD_TARGET,
+    DEFAULT_NVIDIA_TARGET,
+    CompileOptions,
+    check_target,
+    is_amd,
+    parse_options,
+)
 from evokernel_mcp.compile.report import analyze
 from evokernel_mcp.compile.specialize import resolve as resolve_specialization
 from evokernel_mcp.errors import BadInput
 from evokernel_mcp.journal import ExperimentArg, TaskLabelArg, record_result
 from evokernel_mcp.models import Provenance
 from evokernel_mcp.paths import sub_state_dir
-from evokernel_mcp.subproc import probe_version, resolve_executable
+from evokernel_mcp.subproc import probe_version
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +91,7 @@ def toolchain_key(language: str, target: str) -> str:
         from evokernel_mcp.compile.cuda_backend import nvcc_path, nvcc_version
 
         return f"nvcc {nvcc_path()} {nvcc_version()}"
-    exe = (resolve_executable("hipcc", env_var="HIPCC") or resolve_executable("amdclang++")
-           or resolve_executable("clang-19", env_var="CLANG19") or "none")
+    exe = executables.find("hipcc") or executables.find("clang") or "none"
     ver = probe_version(exe) if exe != "none" else None
     return f"hip {exe} {ver} triton {triton_version()}"
 

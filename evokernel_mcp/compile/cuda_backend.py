@@ -12,17 +12,17 @@ import importlib.util
 import logging
 from pathlib import Path
 
+from evokernel_mcp import executables
 from evokernel_mcp.compile.diagnostics import parse_nvcc_diagnostics
 from evokernel_mcp.compile.models import BackendOutput
 from evokernel_mcp.compile.nv_resources import parse_cuobjdump_res_usage, parse_ptxas_verbose
 from evokernel_mcp.errors import EvoError, ToolTimeout
 from evokernel_mcp.models import Diagnostic, ToolchainInfo
 from evokernel_mcp.runtime import sandbox
-from evokernel_mcp.subproc import require_executable, resolve_executable, run_async, run_sync, tail
+from evokernel_mcp.subproc import resolve_executable, run_async, run_sync, tail
 
 log = logging.getLogger(__name__)
 
-NVCC_DIRS = ["/usr/local/cuda-13.0/bin", "/usr/local/cuda-12.9/bin", "/usr/local/cuda-12.8/bin"]
 
 
 def _triton_nvidia_bin() -> list[str]:
@@ -34,8 +34,7 @@ def _triton_nvidia_bin() -> list[str]:
 
 @functools.lru_cache(maxsize=1)
 def nvcc_path() -> str:
-    return require_executable("nvcc", env_var="NVCC", extra_dirs=NVCC_DIRS,
-                              hint="Install the CUDA toolkit (nvcc) to compile language='cuda'.")
+    return executables.require("nvcc", hint="Install the CUDA toolkit (nvcc) to compile language='cuda'.")
 
 
 @functools.lru_cache(maxsize=1)

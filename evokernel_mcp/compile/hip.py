@@ -22,9 +22,15 @@ import sys
 import time
 from pathlib import Path
 
+from evokernel_mcp import executables
 from evokernel_mcp.compile.diagnostics import parse_clang_diagnostics
 from evokernel_mcp.compile.hip_offline import (
-    device_lib_args, frontend_target, offline_rocm_root, resolve_clang19, resolve_lld19)
+    device_lib_args,
+    frontend_target,
+    offline_rocm_root,
+    resolve_clang19,
+    resolve_lld19,
+)
 from evokernel_mcp.compile.models import BackendOutput
 from evokernel_mcp.errors import EvoError, ToolTimeout
 from evokernel_mcp.models import Diagnostic, ToolchainInfo
@@ -62,7 +68,7 @@ def _fail(toolchain: ToolchainInfo, message: str, log_text: str = "",
 
 
 def _rocm_compiler() -> str | None:
-    return resolve_executable("hipcc", env_var="HIPCC") or resolve_executable("amdclang++")
+    return executables.find("hipcc")
 
 
 def compile_hip(source: str, kernel: str, target: str, *, flags: list[str], workdir: Path,
@@ -93,7 +99,7 @@ def compile_hip(source: str, kernel: str, target: str, *, flags: list[str], work
 
 
 def _check_kernel_present(out: BackendOutput, kernel: str) -> None:
-    from evokernel_mcp.compile.isa import kernel_names, kernel_matches
+    from evokernel_mcp.compile.isa import kernel_matches, kernel_names
 
     names = kernel_names(out.asm or "")
     if names and not any(kernel_matches(n, kernel) for n in names):

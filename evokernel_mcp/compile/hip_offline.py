@@ -1,8 +1,9 @@
 """The pieces of the offline HIP toolchain (no ROCm installed): clang-19, a fake ROCm root holding the
 HIP headers shipped in the Triton wheel, and the AMD device libraries (Debian package rocm-device-libs).
 
-Resolution order: $EVOKERNEL_CLANG19 > clang-19 in install dirs / PATH > /usr/lib/llvm-19/bin/clang;
-device libraries: $EVOKERNEL_ROCM_DEVICE_LIBS > /usr/lib/<multiarch>/amdgcn/bitcode > LLVM 19 resource dir.
+clang-19 and ld.lld as executables.find finds them (EVOKERNEL_CLANG > install dirs / PATH >
+/usr/lib/llvm-19/bin/clang); device libraries: $ROCM_PATH/amdgcn/bitcode > /usr/lib/<multiarch>/amdgcn/bitcode >
+the LLVM 19 resource dir.
 """
 
 from __future__ import annotations
@@ -11,13 +12,13 @@ import functools
 import glob
 import hashlib
 import os
-import shutil
 import re
+import shutil
 from pathlib import Path
 
+from evokernel_mcp import executables
 from evokernel_mcp.errors import ToolNotFound
 from evokernel_mcp.paths import sub_state_dir
-from evokernel_mcp.subproc import resolve_executable
 
 # Targets the installed clang-19 does not know, and the closest target it does (a feature subset).
 _FRONTEND_FOR = {"gfx950": "gfx942"}
@@ -32,19 +33,12 @@ def frontend_target(target: str) -> str:
 
 
 def resolve_clang19() -> str:
-    path = resolve_executable("clang-19", env_var="EVOKERNEL_CLANG19")
-    if path is None and not os.environ.get("EVOKERNEL_CLANG19") and os.access("/usr/lib/llvm-19/bin/clang", os.X_OK):
-        path = "/usr/lib/llvm-19/bin/clang"
-    if path is None:
-        raise ToolNotFound("clang-19", searched=["$EVOKERNEL_CLANG19", "PATH", "/usr/lib/llvm-19/bin"],
-                           env_var="EVOKERNEL_CLANG19",
-                           hint="Install ROCm (hipcc) or Debian's clang-19 + lld-19 + rocm-device-libs "
-                                "to compile HIP without a GPU.")
-    return path
+    return executables.require("clang", hint="Install ROCm (hipcc) or Debian's clang-19 + lld-19 + "
+                               "rocm-device-libs to compile HIP without a GPU.")
 
 
 def resolve_lld19() -> str | None:
-    return resolve_executable("ld.lld-19") or resolve_executable("ld.lld", extra_dirs=["/usr/lib/llvm-19/bin"])
+    return executables.find("ld.lld")
 
 
 def _triton_hip_include() -> Path:
@@ -89,14 +83,14 @@ def offline_rocm_root() -> Path:
 
 @functools.lru_cache(maxsize=1)
 def device_lib_dir() -> Path:
-    cands = [os.environ.get("EVOKERNEL_ROCM_DEVICE_LIBS", "")]
+    cands = [os.environ.get("ROCM_PATH", "/opt/rocm") + "/amdgcn/bitcode"]
     cands += sorted(glob.glob("/usr/lib/*/amdgcn/bitcode")) + ["/usr/lib/llvm-19/lib/clang/19/lib/amdgcn/bitcode",
                                                                "/usr/share/amdgcn/bitcode"]
     for c in cands:
         if c and (Path(c) / "ockl.bc").is_file():
             return Path(c)
     raise ToolNotFound("AMD device libraries (ockl.bc)", searched=[c for c in cands if c],
-                       env_var="EVOKERNEL_ROCM_DEVICE_LIBS", hint="apt-get install rocm-device-libs.")
+                       env_var="ROCM_PATH", hint="apt-get install rocm-device-libs.")
 
 
 def device_lib_args(target: str) -> list[str]:

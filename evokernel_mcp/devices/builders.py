@@ -6,7 +6,11 @@ from __future__ import annotations
 from evokernel_mcp.devices.cuda import ARCH_BY_FAMILY, sm_arch
 from evokernel_mcp.devices.merge import GIB, KIB, MIB, DeviceBuilder, add_peaks, match_product
 from evokernel_mcp.devices.models import (
-    AmdSmiGpu, DeviceInfo, NvsmiGpu, RocmAgent, TorchDeviceProps,
+    AmdSmiGpu,
+    DeviceInfo,
+    NvsmiGpu,
+    RocmAgent,
+    TorchDeviceProps,
 )
 from evokernel_mcp.models import Provenance
 

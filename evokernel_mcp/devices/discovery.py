@@ -15,17 +15,24 @@ from typing import Annotated
 
 from pydantic import Field
 
+from evokernel_mcp import executables
 from evokernel_mcp.devices.amdsmi import parse_amdsmi_json, parse_rocmsmi_json
 from evokernel_mcp.devices.builders import build_amd_device, build_nvidia_device
 from evokernel_mcp.devices.cuda import parse_nvidia_smi_xml, run_torch_probe
 from evokernel_mcp.devices.models import (
-    AmdSmiGpu, DeviceInfo, DeviceReport, NvsmiGpu, RocmAgent, TorchDeviceProps, TorchProbe,
+    AmdSmiGpu,
+    DeviceInfo,
+    DeviceReport,
+    NvsmiGpu,
+    RocmAgent,
+    TorchDeviceProps,
+    TorchProbe,
 )
 from evokernel_mcp.devices.rocm import parse_rocminfo
 from evokernel_mcp.devices.targets import offline_targets
 from evokernel_mcp.errors import EvoError
 from evokernel_mcp.models import Provenance, ToolchainInfo
-from evokernel_mcp.subproc import Completed, resolve_executable, run_sync, tail
+from evokernel_mcp.subproc import Completed, run_sync, tail
 
 log = logging.getLogger(__name__)
 TOOL_TIMEOUT_S = 30.0
@@ -49,7 +56,7 @@ class _Found:
 
 def _run(name: str, env_var: str | None, args: list[str], found: _Found) -> tuple[str, Completed] | None:
     """Resolve and run a tool; None (with a note saying why) when it is missing, hangs or fails."""
-    path = resolve_executable(name, env_var=env_var)
+    path = executables.find(name)
     if path is None:
         where = f"${env_var}, " if env_var else ""
         found.notes.append(f"{name} not found ({where}$ROCM_PATH/bin, /usr/local/cuda/bin, PATH).")
@@ -87,7 +94,7 @@ def _discover_rocm(found: _Found) -> None:
 
 def _amd_smi(found: _Found) -> list[AmdSmiGpu]:
     """VRAM size (and clocks when printed) from `amd-smi static --json`, else `rocm-smi --json`."""
-    if resolve_executable("amd-smi", env_var="AMD_SMI"):
+    if executables.find("amd-smi"):
         ran = _run("amd-smi", "AMD_SMI", ["static", "--json"], found)
         if ran is not None:
             try:
@@ -96,7 +103,7 @@ def _amd_smi(found: _Found) -> list[AmdSmiGpu]:
                 return gpus
             except EvoError as e:
                 found.notes.append(f"amd-smi output could not be used: {e}")
-    if resolve_executable("rocm-smi"):
+    if executables.find("rocm-smi"):
         ran = _run("rocm-smi", None, ["--showmeminfo", "vram", "--json"], found)
         if ran is not None:
             try:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import os
 import re
 
+from evokernel_mcp import executables
 from evokernel_mcp.arch import table
 from evokernel_mcp.devices.models import OfflineTarget
-from evokernel_mcp.subproc import resolve_executable, run_sync
+from evokernel_mcp.subproc import run_sync
 
 AMD_TARGETS = ("gfx90a", "gfx942", "gfx950")
 NVIDIA_TARGETS = ("sm_90", "sm_80")
@@ -41,23 +43,19 @@ def _nvcc_archs(path: str) -> frozenset[str]:
 def _amd_compilers() -> list[tuple[str, str, frozenset[str] | None]]:
     """(name, path, supported targets or None = assume all ROCm targets) for each AMD compiler found."""
     found: list[tuple[str, str, frozenset[str] | None]] = []
-    for name, env in (("hipcc", "HIPCC"), ("amdclang++", None)):
-        path = resolve_executable(name, env_var=env)
-        if path:
-            found.append((name, path, None))
-    lld = resolve_executable("ld.lld-19") or resolve_executable("ld.lld")
-    for i, name in enumerate(("clang-19", "clang")):
-        path = resolve_executable(name, env_var="EVOKERNEL_CLANG" if i == 0 else None)
-        if path and lld:
-            found.append((f"{name} + ld.lld", path, _clang_cpus(path)))
-            break
+    hipcc = executables.find("hipcc")
+    if hipcc:
+        found.append((os.path.basename(hipcc), hipcc, None))
+    clang, lld = executables.find("clang"), executables.find("ld.lld")
+    if clang and lld:  # the offline path compile_kernel takes (compile/hip_offline.py)
+        found.append(("clang-19 + ld.lld", clang, _clang_cpus(clang)))
     return found
 
 
 def offline_targets() -> list[OfflineTarget]:
     """AMD gfx90a/gfx942/gfx950 and NVIDIA sm_90/sm_80, each with the compilers here that can target it."""
     amd = _amd_compilers()
-    nvcc = resolve_executable("nvcc", env_var="NVCC")
+    nvcc = executables.find("nvcc")
     nv_archs = _nvcc_archs(nvcc) if nvcc else frozenset()
     known = set(table.arch_names())
     triton = _triton_compiler()

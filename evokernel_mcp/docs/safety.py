@@ -16,7 +16,7 @@ DOC_ROOTS = ("gpu_arch", "reference_kernels")
 
 
 def base_dir(base: Path | None = None) -> Path:
-    """The resources directory (argument > $EVOKERNEL_RESOURCES > repo/resources)."""
+    """The resources directory (argument > paths.RESOURCES_DIR, the repo's resources/)."""
     return Path(base) if base is not None else resources_dir()
 
 

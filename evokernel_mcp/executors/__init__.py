@@ -1,14 +1,13 @@
 """Where batch stages run: the local device pool (default) or a Ray cluster (many GPUs, many hosts).
 
-`serve --executor local|ray --ray-address auto|ray://head:10001 [--ray-slots N]` calls `configure`; the
-environment variables EVOKERNEL_EXECUTOR, EVOKERNEL_RAY_ADDRESS and EVOKERNEL_RAY_SLOTS give the same
-for a server started by a client config. `executor_for(pool)` is called inside a job (the runtime loop):
-the local executor wraps that job manager's pool; the Ray executor is one per server process.
+The executor, ray_address and ray_slots settings (settings.py: `serve --executor local|ray --ray-address
+auto|ray://head:10001 [--ray-slots N]` or their environment variables) choose it; `configure` overrides them.
+`executor_for(pool)` is called inside a job (the runtime loop): the local executor wraps that job manager's pool;
+the Ray executor is one per server process.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass
 
@@ -31,11 +30,11 @@ class ExecutorConfig:
             raise ValueError(f"ray slots must be >= 1, got {self.ray_slots}")
 
 
-def _from_env() -> ExecutorConfig:
-    slots = os.environ.get("EVOKERNEL_RAY_SLOTS", "").strip()
-    return ExecutorConfig(kind=os.environ.get("EVOKERNEL_EXECUTOR", "local").strip() or "local",
-                          ray_address=os.environ.get("EVOKERNEL_RAY_ADDRESS", "auto").strip() or "auto",
-                          ray_slots=int(slots) if slots else None)
+def _from_settings() -> ExecutorConfig:
+    from evokernel_mcp import settings
+
+    s = settings.get()
+    return ExecutorConfig(kind=s.executor, ray_address=s.ray_address, ray_slots=s.ray_slots)
 
 
 _config: ExecutorConfig | None = None
@@ -44,7 +43,7 @@ _lock = threading.Lock()
 
 
 def configure(kind: str = "local", ray_address: str | None = "auto", ray_slots: int | None = None) -> ExecutorConfig:
-    """Choose the executor of this process (the CLI calls it before the server starts)."""
+    """Choose the executor of this process instead of what the settings say (tests, scripts)."""
     global _config
     cfg = ExecutorConfig(kind=kind, ray_address=ray_address, ray_slots=ray_slots)
     with _lock:
@@ -56,7 +55,7 @@ def config() -> ExecutorConfig:
     global _config
     with _lock:
         if _config is None:
-            _config = _from_env()
+            _config = _from_settings()
         return _config
 
 

@@ -36,6 +36,7 @@ from typing import Any
 
 import anyio
 
+from evokernel_mcp import settings
 from evokernel_mcp.executors.base import Executor, ProgressFn, Stage
 from evokernel_mcp.models import ErrorInfo
 from evokernel_mcp.runtime.protocol import WorkerReply
@@ -43,7 +44,6 @@ from evokernel_mcp.runtime.protocol import WorkerReply
 log = logging.getLogger(__name__)
 
 START_ALLOWANCE_S = 240.0  # a runner's cold start on the actor's host (torch import, spares) beyond the op's limit
-ACTOR_READY_TIMEOUT_S = float(os.environ.get("EVOKERNEL_RAY_ACTOR_TIMEOUT_S", "120"))
 AMD_DROP = ("ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
 
 
@@ -70,8 +70,8 @@ def _vendor() -> str:
 
 
 def _take_cpu_share(ids: list) -> str | None:
-    """Under EVOKERNEL_CPU_SPLIT=even: the runner this actor starts keeps to its GPU's share of the host's CPUs
-    (runtime/cpus.py, by the GPU's index on the host), through EVOKERNEL_RUNNER_CPUS in this actor's own
+    """Under cpu_split "even": the runner this actor starts keeps to its GPU's share of the host's CPUs
+    (runtime/cpus.py, by the GPU's index on the host), through cpus.RUNNER_CPUS in this actor's own
     environment (the runner applies it at its start; the actor's threads stay where Ray put them)."""
     from evokernel_mcp.runtime import cpus
     from evokernel_mcp.runtime.pool import host_gpus
@@ -83,7 +83,7 @@ def _take_cpu_share(ids: list) -> str | None:
         share = cpus.format_list(cpus.device_share(int(ids[0]), n))
     except ValueError:  # an id that is not an index
         return None
-    os.environ["EVOKERNEL_RUNNER_CPUS"] = share
+    os.environ[cpus.RUNNER_CPUS] = share
     return share
 
 
@@ -176,7 +176,8 @@ class RayExecutor(Executor):
         cls = self._actor_class()
         actors = {f"ray:{i}": cls.remote(self._use_gpu) for i in range(n)}
         infos = {slot: a.info.remote() for slot, a in actors.items()}
-        ready, pending = ray.wait(list(infos.values()), num_returns=len(infos), timeout=ACTOR_READY_TIMEOUT_S)
+        wait_s = settings.get().start_timeout_s
+        ready, pending = ray.wait(list(infos.values()), num_returns=len(infos), timeout=wait_s)
         for slot, ref in infos.items():
             if ref in ready:
                 info = ray.get(ref)
@@ -186,10 +187,10 @@ class RayExecutor(Executor):
                 ray.kill(actors[slot])
         if pending:
             log.warning("ray: %d of %d actors got no %s within %.0f s; using %d", len(pending), n,
-                        "GPU" if self._use_gpu else "CPU", ACTOR_READY_TIMEOUT_S, len(self._actors))
+                        "GPU" if self._use_gpu else "CPU", wait_s, len(self._actors))
         if not self._actors:
             raise RuntimeError(f"no Ray actor could get a {'GPU' if self._use_gpu else 'CPU'} within "
-                               f"{ACTOR_READY_TIMEOUT_S:.0f} s (cluster resources: {total})")
+                               f"{wait_s:.0f} s (cluster resources: {total})")
         log.info("ray executor: %s", ", ".join(f"{s}={h}" for s, h in self.hosts.items()))
 
     def _ensure_started(self) -> None:
@@ -256,7 +257,7 @@ class RayExecutor(Executor):
                     pass
             new = self._actor_class().remote(self._use_gpu)
             try:
-                info = ray.get(new.info.remote(), timeout=ACTOR_READY_TIMEOUT_S)
+                info = ray.get(new.info.remote(), timeout=settings.get().start_timeout_s)
                 self._actors[slot], self.hosts[slot] = new, f"{info['device']}@{info['host']}"
             except Exception:  # noqa: BLE001 - no capacity now: the slot is gone
                 log.warning("ray: slot %s could not be replaced; continuing without it", slot)

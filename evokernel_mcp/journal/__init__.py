@@ -8,7 +8,15 @@ Store, get_store, set_default_path, and the plain tool functions in evokernel_mc
 
 from evokernel_mcp.journal.models import RESULT_ID_DESCRIPTION, ExperimentArg, TaskLabelArg
 from evokernel_mcp.journal.record import (
-    EXPERIMENT_HELP, arecord_call, check_label, journaled, record_call, record_result, set_result_id, task_key)
+    EXPERIMENT_HELP,
+    arecord_call,
+    check_label,
+    journaled,
+    record_call,
+    record_result,
+    set_result_id,
+    task_key,
+)
 from evokernel_mcp.journal.store import Store, get_store, journal_path, set_default_path
 
 __all__ = ["EXPERIMENT_HELP", "RESULT_ID_DESCRIPTION", "ExperimentArg", "Store", "TaskLabelArg", "arecord_call",

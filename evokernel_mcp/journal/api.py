@@ -13,11 +13,19 @@ from pydantic import Field
 from evokernel_mcp.errors import BadInput, EvoError, NotFound
 from evokernel_mcp.journal import compare as cmp
 from evokernel_mcp.journal import distill as dst
-from evokernel_mcp.journal.analysis import (
-    Rec, best_so_far as _best, group, iso, main_shape, note_counts, row_of, source_checks, time_on)
+from evokernel_mcp.journal.analysis import Rec, group, iso, main_shape, note_counts, row_of, source_checks, time_on
+from evokernel_mcp.journal.analysis import best_so_far as _best
 from evokernel_mcp.journal.models import (
-    LABEL_PATTERN, RESULT_ID_PATTERN, BestSoFar, Comparison, Distilled, Evidence, ExperimentList, NoteRecord,
-    TrajectoryExport)
+    LABEL_PATTERN,
+    RESULT_ID_PATTERN,
+    BestSoFar,
+    Comparison,
+    Distilled,
+    Evidence,
+    ExperimentList,
+    NoteRecord,
+    TrajectoryExport,
+)
 from evokernel_mcp.journal.record import task_key
 from evokernel_mcp.journal.store import Store, get_store
 from evokernel_mcp.models import Provenance

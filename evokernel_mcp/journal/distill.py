@@ -7,7 +7,17 @@ import sqlite3
 from collections import defaultdict
 
 from evokernel_mcp.journal.analysis import (
-    Experiment, Rec, best_so_far, group, iso, main_shape, note_counts, row_of, source_checks, time_on)
+    Experiment,
+    Rec,
+    best_so_far,
+    group,
+    iso,
+    main_shape,
+    note_counts,
+    row_of,
+    source_checks,
+    time_on,
+)
 from evokernel_mcp.journal.models import Distilled, ExperimentRow, FailureClass, NoteRecord
 from evokernel_mcp.models import Provenance
 

@@ -1,7 +1,7 @@
 """The journal's SQLite store: one file, WAL mode, safe under concurrent calls and several processes.
 
-Where: EVOKERNEL_JOURNAL (a file path) > set_default_path() (the server's option) >
-$EVOKERNEL_HOME/journal.sqlite3. Every operation opens its own connection (no connection is shared
+Where: set_default_path() (tests, scripts) > the journal setting (`serve --journal PATH`, EVOKERNEL_JOURNAL) >
+the home setting's journal.sqlite3. Every operation opens its own connection (no connection is shared
 between threads or processes), sets busy_timeout, and keeps its transaction short; writes take the
 write lock up front (BEGIN IMMEDIATE), so a writer waits instead of failing half-way. With WAL and
 synchronous=FULL a committed row survives a kill -9 (and a power cut); an interrupted write leaves the
@@ -65,17 +65,19 @@ _ready_lock = threading.Lock()
 
 
 def set_default_path(path: str | os.PathLike | None) -> None:
-    """The server option (e.g. `serve --journal PATH`); EVOKERNEL_JOURNAL still wins when set."""
+    """Use this file instead of what the settings say (tests, scripts); None: the settings again."""
     global _default_path
     _default_path = Path(path).expanduser() if path else None
 
 
 def journal_path() -> Path:
-    env = os.environ.get("EVOKERNEL_JOURNAL")
-    if env:
-        return Path(env).expanduser()
     if _default_path is not None:
         return _default_path
+    from evokernel_mcp import settings
+
+    s = settings.get()
+    if s.journal is not None:
+        return s.journal.expanduser()
     from evokernel_mcp.paths import state_dir
 
     return state_dir() / "journal.sqlite3"

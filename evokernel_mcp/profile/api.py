@@ -9,12 +9,13 @@ from typing import Annotated, Any, Literal
 from mcp.server.mcpserver import Context
 from pydantic import Field
 
+from evokernel_mcp import executables
 from evokernel_mcp.errors import BadInput, EvoError, ToolNotFound
 from evokernel_mcp.journal import ExperimentArg, journaled
 from evokernel_mcp.profile import collect, ncu, presets, rocprofv3
 from evokernel_mcp.profile.models import PmcResult, TraceResult
 from evokernel_mcp.profile.rocprof_parsers import parse_rocprofv3_list_avail
-from evokernel_mcp.subproc import resolve_executable, run_sync
+from evokernel_mcp.subproc import run_sync
 
 Preset = Literal["overview", "memory", "compute", "lds", "occupancy"]
 
@@ -24,9 +25,9 @@ def _backend(device: str | None) -> str:
         return "rocm"
     if device and device.startswith("cuda"):
         return "cuda"
-    if resolve_executable("rocprofv3", env_var="ROCPROFV3"):
+    if executables.find("rocprofv3"):
         return "rocm"
-    if resolve_executable("ncu", env_var="NCU"):
+    if executables.find("ncu"):
         return "cuda"
     raise ToolNotFound("rocprofv3 or ncu", hint="No profiler found. AMD: " + rocprofv3.INSTALL_HINT + " NVIDIA: "
                        + ncu.INSTALL_HINT)
@@ -136,7 +137,7 @@ async def profile_pmc(
     backend = _backend(device)
     preset = None if counters else (preset or "overview")
     if backend == "rocm":
-        exe = resolve_executable("rocprofv3", env_var="ROCPROFV3")
+        exe = executables.find("rocprofv3")
         if exe is None:
             raise ToolNotFound("rocprofv3", env_var="ROCPROFV3", hint=rocprofv3.INSTALL_HINT)
         avail = _list_avail(exe)
@@ -152,7 +153,7 @@ async def profile_pmc(
             return await collect.pmc_rocm(_launch(jctx, spec, device, timeout_s), passes, kernel_filter, dspec,
                                           max_dispatches, names, preset, compile_waves_per_simd)
     else:
-        if resolve_executable("ncu", env_var="NCU") is None:
+        if executables.find("ncu") is None:
             raise ToolNotFound("ncu", env_var="NCU", hint=ncu.INSTALL_HINT)
         metrics = presets.ncu_metrics(preset, counters)
         dspec = collect.table_spec("sm_90", "nvidia")
@@ -195,7 +196,7 @@ async def thread_trace(
     _check_kernel_filter(kernel_filter)
     backend = _backend(device)
     if backend == "rocm":
-        if resolve_executable("rocprofv3", env_var="ROCPROFV3") is None:
+        if executables.find("rocprofv3") is None:
             raise ToolNotFound("rocprofv3", env_var="ROCPROFV3", hint=rocprofv3.INSTALL_HINT)
         rocprofv3.find_att_library(att_library_path)  # clear error before any job
 
@@ -205,7 +206,7 @@ async def thread_trace(
                                             simd_select=att_simd_select, buffer_size=att_buffer_size,
                                             att_library_path=att_library_path)
     else:
-        if resolve_executable("ncu", env_var="NCU") is None:
+        if executables.find("ncu") is None:
             raise ToolNotFound("ncu", env_var="NCU", hint=ncu.INSTALL_HINT)
 
         async def fn(jctx):

@@ -10,18 +10,26 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from evokernel_mcp import artifacts
+from evokernel_mcp import artifacts, settings
 from evokernel_mcp.errors import ParseError
 from evokernel_mcp.models import Provenance
 from evokernel_mcp.profile import ncu, rocm_pipeline, rocprof_safe, rocprofv3
 from evokernel_mcp.profile.derived import DeviceSpec, derive
 from evokernel_mcp.profile.findings import findings_for
 from evokernel_mcp.profile.models import (
-    CounterDispatch, PmcDispatch, PmcResult, TraceInstruction, TraceResult,
+    CounterDispatch,
+    PmcDispatch,
+    PmcResult,
+    TraceInstruction,
+    TraceResult,
 )
 from evokernel_mcp.profile.ncu_parsers import device_names, parse_ncu_raw_csv, parse_ncu_source_csv
 from evokernel_mcp.profile.rocprof_parsers import (
-    parse_att_code_json, parse_att_filenames, parse_att_stats_csv, parse_att_wave, parse_rocprofv3_agent_info,
+    parse_att_code_json,
+    parse_att_filenames,
+    parse_att_stats_csv,
+    parse_att_wave,
+    parse_rocprofv3_agent_info,
 )
 from evokernel_mcp.profile.trace import classify_amd, classify_sass, summarize
 
@@ -63,12 +71,12 @@ def _pmc_dispatches(raw: list[CounterDispatch], spec: DeviceSpec, max_dispatches
 
 
 def table_spec(arch: str, vendor: str, device_name: str | None = None) -> DeviceSpec:
-    """Peaks and unit counts from the arch table for the product named by EVOKERNEL_PRODUCT, else by the live
-    device name (ncu's device__attribute_display_name, rocprofv3's agent Product_Name), else the arch's
-    default product."""
+    """Peaks and unit counts from the arch table for the product named by the product setting
+    (EVOKERNEL_PRODUCT), else by the live device name (ncu's device__attribute_display_name, rocprofv3's agent
+    Product_Name), else the arch's default product."""
     from evokernel_mcp.arch import table
 
-    forced = os.environ.get("EVOKERNEL_PRODUCT")
+    forced = settings.get().product
     prod = table.product_for(arch, forced or device_name)  # a product key or a device name
 
     def pf(key):
@@ -87,10 +95,10 @@ def table_spec(arch: str, vendor: str, device_name: str | None = None) -> Device
 
 
 def _names_a_product(arch: str, device_name: str | None) -> bool:
-    """True when the live name picks a product of the table (and EVOKERNEL_PRODUCT does not override it)."""
+    """True when the live name picks a product of the table (and the product setting does not override it)."""
     from evokernel_mcp.arch import table
 
-    return bool(device_name) and not os.environ.get("EVOKERNEL_PRODUCT") and \
+    return bool(device_name) and not settings.get().product and \
         table.match_product(arch, device_name) is not None
 
 
@@ -225,7 +233,8 @@ def _pmc_result(tool, exe, ver, argv, spec, ds, total, files, counters, passes, 
 def _full_table(rows: list[TraceInstruction], vendor: str) -> str:
     cls = classify_amd if vendor == "amd" else classify_sass
     head = "index,class,hits,cycles,stall_cycles,source,instruction\n"
-    return head + "".join(f'{r.index},{cls(r.instruction)},{r.hits},{r.cycles:g},{r.stall_cycles if r.stall_cycles is not None else ""},'
+    return head + "".join(f'{r.index},{cls(r.instruction)},{r.hits},{r.cycles:g},'
+                          f'{r.stall_cycles if r.stall_cycles is not None else ""},'
                           f'"{r.source or ""}","{r.instruction}"\n' for r in rows if not r.is_label)
 
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from evokernel_mcp import executables
 from evokernel_mcp.errors import ToolFailed
-from evokernel_mcp.subproc import probe_version, require_executable, run_async
+from evokernel_mcp.subproc import probe_version, run_async
 
 TOOL = "ncu"
 INSTALL_HINT = ("Install NVIDIA Nsight Compute (part of the CUDA toolkit: /usr/local/cuda/bin/ncu, or the "
@@ -22,7 +23,7 @@ INSTALL_HINT = ("Install NVIDIA Nsight Compute (part of the CUDA toolkit: /usr/l
 
 
 def find_ncu() -> tuple[str, str | None]:
-    path = require_executable("ncu", env_var="NCU", hint=INSTALL_HINT)
+    path = executables.require("ncu", hint=INSTALL_HINT)
     ver = probe_version(path, ("--version",))
     return path, ver
 

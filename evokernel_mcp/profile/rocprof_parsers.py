@@ -1,4 +1,4 @@
-"""Pure parsers for rocprofv3 (and legacy rocprof v1) outputs: text -> models.
+"""Pure parsers for rocprofv3 outputs: text -> models.
 
 Formats per ROCm version: tests/fixtures/rocm/FORMATS.md §2-3. Every parser takes the text and a
 `where` label (usually the file name) so a ParseError names the file and line/field.
@@ -14,7 +14,13 @@ from typing import Any
 
 from evokernel_mcp.errors import ParseError
 from evokernel_mcp.profile.models import (
-    AgentRecord, AvailCounter, AvailList, CounterDispatch, KernelDispatchRecord, StatsRow, TraceInstruction,
+    AgentRecord,
+    AvailCounter,
+    AvailList,
+    CounterDispatch,
+    KernelDispatchRecord,
+    StatsRow,
+    TraceInstruction,
     WaveTrace,
 )
 
@@ -166,28 +172,6 @@ def parse_rocprofv3_agent_info(text: str, where: str = "agent_info.csv") -> list
         max_waves_per_cu=t.num(line, r, "Max_Waves_Per_Cu"), workgroup_max_size=t.num(line, r, "Workgroup_Max_Size"),
         product_name=r.get("Product_Name", ""), fields=dict(r),
     ) for line, r in t.rows]
-
-
-def parse_rocprof_v1_results(text: str, where: str = "results.csv") -> list[CounterDispatch]:
-    """Legacy rocprof v1 `results.csv` (wide: one row per dispatch, counters as extra columns)."""
-    fixed = ["Index", "KernelName", "gpu-id", "queue-id", "queue-index", "pid", "tid", "grd", "wgr", "lds", "scr",
-             "arch_vgpr", "accum_vgpr", "sgpr", "wave_size", "sig", "obj", "DispatchNs", "BeginNs", "EndNs",
-             "CompleteNs", "DurationNs", "vgpr"]
-    t = Table(text, where, tool="rocprof", required=("Index", "KernelName", "grd", "wgr", "BeginNs", "EndNs"))
-    out = []
-    for line, r in t.rows:
-        counters = {c: t.num(line, r, c, float) for c in t.header if c not in fixed}
-        b, e = t.num(line, r, "BeginNs"), t.num(line, r, "EndNs")
-        out.append(CounterDispatch(
-            dispatch_id=t.num(line, r, "Index"), kernel=r["KernelName"].removesuffix(" [clone .kd]"),
-            agent=r.get("gpu-id", ""), grid_size=t.num(line, r, "grd"), workgroup_size=t.num(line, r, "wgr"),
-            lds_bytes=t.num(line, r, "lds", optional=True), scratch_bytes=t.num(line, r, "scr", optional=True),
-            vgpr_count=t.num(line, r, "arch_vgpr", optional=True),
-            accum_vgpr_count=t.num(line, r, "accum_vgpr", optional=True),
-            sgpr_count=t.num(line, r, "sgpr", optional=True), counters=counters, start_ns=b, end_ns=e,
-            duration_ns=e - b,
-        ))
-    return out
 
 
 # ---------------------------------------------------------------- --list-avail

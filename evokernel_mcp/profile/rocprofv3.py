@@ -13,12 +13,14 @@ import os
 import re
 from pathlib import Path
 
+from evokernel_mcp import executables
 from evokernel_mcp.errors import ParseError, ToolFailed, ToolNotFound
 from evokernel_mcp.profile.models import CounterDispatch, KernelDispatchRecord
 from evokernel_mcp.profile.rocprof_parsers import (
-    parse_rocprofv3_counter_collection, parse_rocprofv3_kernel_trace,
+    parse_rocprofv3_counter_collection,
+    parse_rocprofv3_kernel_trace,
 )
-from evokernel_mcp.subproc import probe_version, require_executable, run_async
+from evokernel_mcp.subproc import probe_version, run_async
 
 log = logging.getLogger(__name__)
 TOOL = "rocprofv3"
@@ -33,7 +35,7 @@ MAX_FILE_BYTES = 8 * 1024 * 1024
 
 
 def find_rocprofv3() -> tuple[str, str | None]:
-    path = require_executable("rocprofv3", env_var="ROCPROFV3", hint=INSTALL_HINT)
+    path = executables.require("rocprofv3", hint=INSTALL_HINT)
     return path, probe_version(path, ("--version",))
 
 

@@ -67,10 +67,10 @@ def warm_profiler() -> dict[str, Any]:
 def _triton_key() -> str:
     """Triton's key of its own install: hashes of its compiler and backend files, cached per process, asked for
     by a process's first JIT call (cache hit or not; ~0.5 s on a GPU host, 1.3 s on a small VM). The first
-    spare computes it; the runner hands it to later ones (EVOKERNEL_TRITON_KEY, from that spare's ready info,
+    spare computes it; the runner hands it to later ones (_EVOKERNEL_TRITON_KEY, from that spare's ready info,
     sent before any agent code ran there), and it replaces the function where Triton's modules hold it, as
     Triton's own preload workers do (triton.runtime.cache.triton_key = lambda: key)."""
-    given = os.environ.pop("EVOKERNEL_TRITON_KEY", "")
+    given = os.environ.pop("_EVOKERNEL_TRITON_KEY", "")
     try:
         from triton.compiler.compiler import triton_key as orig
     except ImportError:  # moved in later Triton releases
@@ -95,7 +95,7 @@ def _info(device: str, warm: bool = True, gate=None) -> dict[str, Any]:
         info["pycache_prefix"] = sys.pycache_prefix
     boot: dict[str, float] = {}  # where a spare's start goes (seconds per phase), for the job's events
     try:  # from the runner's Popen to here: the sandbox, the interpreter, the imports before torch
-        boot["exec"] = round(time.time() - float(os.environ.pop("EVOKERNEL_SPAWNED_AT")), 2)
+        boot["exec"] = round(time.time() - float(os.environ.pop("_EVOKERNEL_SPAWNED_AT")), 2)
     except (KeyError, ValueError):
         pass
     t = time.perf_counter()

@@ -22,17 +22,17 @@ import time
 from collections import deque
 from typing import Any
 
+from evokernel_mcp import settings
 from evokernel_mcp.paths import sub_state_dir
-from evokernel_mcp.runtime import courier, cpus, frames, kernel_cache, pycache, safefs, sandbox
+from evokernel_mcp.runtime import courier, frames, kernel_cache, pycache, safefs, sandbox
 from evokernel_mcp.runtime.protocol import OUTPUT_TAIL_CHARS, classify_text
 
 log = logging.getLogger(__name__)
-TRACE_OPS_S = float(os.environ.get("EVOKERNEL_TRACE_OPS_S", "1.0"))  # ops at least this long go in the events
-START_TIMEOUT_S = float(os.environ.get("EVOKERNEL_CHILD_START_TIMEOUT_S", "180"))
+TRACE_OPS_S = 1.0  # ops at least this long go in the events
 WARM_TIMEOUT_S = 120.0
 # A spare boots at this nice value (its start is off every job's clock, so the runner and the children
 # serving jobs come first on a busy host) and is set back to 0 when a job takes it, where allowed.
-SPARE_NICE = int(os.environ.get("EVOKERNEL_SPARE_NICE", "10"))
+SPARE_NICE = 10
 
 
 # Where a job's time went (child starts, waits for a spare): the runner hands these to the server with the
@@ -92,15 +92,14 @@ class Child:
         self.timeable = self.queues is None
         self.gated = gated  # spares.py gates GPU children only; a CPU child may be gated (tests the protocol)
         self._unniced = False
-        self._boot_cpus = cpus.spare_cpus()  # None: no restriction (cpus.py)
         self.scratch = sub_state_dir("sandbox") / f"{device.replace(':', '')}-{secrets.token_hex(6)}"
         sandbox.prepare_scratch(self.scratch, level)
         kernel_cache.restore_driver(self.scratch, sandbox.scratch_owner(level))
         env = sandbox.base_env({"HOME": str(self.scratch), "TMPDIR": str(self.scratch / "tmp"),
                                 "TRITON_CACHE_DIR": str(self.scratch / ".triton")})
-        env["EVOKERNEL_SPAWNED_AT"] = repr(time.time())  # the child reports how long its exec took (boot_s)
+        env["_EVOKERNEL_SPAWNED_AT"] = repr(time.time())  # the child reports how long its exec took (boot_s)
         if triton_key and device != "cpu":  # an earlier spare's (child.py _triton_key)
-            env["EVOKERNEL_TRITON_KEY"] = triton_key
+            env["_EVOKERNEL_TRITON_KEY"] = triton_key
         for k in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "TRITON_INTERPRET"):
             if k in os.environ:
                 env[k] = os.environ[k]
@@ -110,7 +109,7 @@ class Child:
         kind = "cpu" if device == "cpu" else "cuda"
         if kind == "cpu":  # host timing: one thread per arm, and an idle arm's threads never spin, so arms
             env["OMP_WAIT_POLICY"] = "PASSIVE"  # timed in turn do not compete for the cores
-            env["OMP_NUM_THREADS"] = os.environ.get("EVOKERNEL_CPU_THREADS", "1")
+            env["OMP_NUM_THREADS"] = "1"
             # glibc's mmap threshold moves with each process's allocation history: a process still at the
             # default mmaps (and page-faults) every multi-MB output, measured 3x slower than its twin; fix it
             env.setdefault("MALLOC_MMAP_THRESHOLD_", str(32 << 20))
@@ -130,7 +129,7 @@ class Child:
             self.proc = subprocess.Popen(sandbox.argv_for(spec, level), stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=boot_fd, cwd=str(self.scratch),
                                          start_new_session=True, env=env, bufsize=0,
-                                         preexec_fn=sandbox.preexec(level, None, SPARE_NICE, self._boot_cpus),
+                                         preexec_fn=sandbox.preexec(level, None, SPARE_NICE),
                                          pass_fds=(theirs.fileno(), out_fd, err_fd))
         except BaseException:
             ours.close()
@@ -147,16 +146,16 @@ class Child:
         self.source_key: str | None = None
         self.dead = False
 
-    def wait_ready(self, timeout_s: float = START_TIMEOUT_S, gate=None) -> dict[str, Any]:
+    def wait_ready(self, timeout_s: float | None = None, gate=None) -> dict[str, Any]:
         """Read the child's "ready". A gated child first says "gate" once its CPU-only start is done and
         waits: gate() blocks until it may touch the device and returns the function to call once it is
         ready (spares.py holds spares back from a device while a benchmark times there)."""
-        ev = self._read(timeout_s, max_bytes=0, what="start")
+        ev = self._read(timeout_s or settings.get().start_timeout_s, max_bytes=0, what="start")
         if ev.get("event") == "gate":
             done = gate() if gate is not None else None
             try:
                 frames.write(self.tx, {"op": "go"}, self.courier)
-                ev = self._read(timeout_s, max_bytes=0, what="start")
+                ev = self._read(timeout_s or settings.get().start_timeout_s, max_bytes=0, what="start")
             except (BrokenPipeError, OSError) as e:
                 self.kill()
                 raise ChildFailed("crash", f"the process {self._how()} at its start", self._tails()) from e
@@ -293,13 +292,10 @@ class Child:
                 pass
 
     def unnice(self) -> None:
-        """Back to nice 0 and every CPU for the job that took it (the whole sandboxed tree, every thread);
-        where the host does not allow the nice value, every job's children stay at SPARE_NICE alike."""
+        """Back to nice 0 for the job that took it (the whole sandboxed tree, every thread); where the host
+        does not allow the nice value, every job's children stay at SPARE_NICE alike."""
         if SPARE_NICE and not self._unniced:
             self._unniced = sandbox.renice_tree(self.proc.pid, 0)
-        if self._boot_cpus is not None:
-            self._boot_cpus = None
-            cpus.release_tree(self.proc.pid)
 
     def warm_profiler(self) -> None:
         """Start and stop a profiler session once in this child, before it loads any source (a cold spare

@@ -32,12 +32,11 @@ import stat
 import time
 from typing import Any
 
-THRESHOLD = int(os.environ.get("EVOKERNEL_FD_THRESHOLD", str(1 << 20)))
-ARENA_BYTES = int(os.environ.get("EVOKERNEL_ARENA_MB", "64")) << 20  # 0: a VMM allocation per tensor
+THRESHOLD = 1 << 20  # bytes: smaller tensors stay in the pipe
+ARENA_BYTES = 64 << 20  # 0: a VMM allocation per tensor
 _ALIGN = 512  # bytes: each tensor's offset in the arena
 _CHUNK = 1 << 30
 _TAG = 8  # bytes of sequence number sent with each fd
-HOLD = os.environ.get("EVOKERNEL_VMM_HOLD", "0") == "1"
 
 
 class CourierError(Exception):
@@ -50,7 +49,6 @@ class Courier:
         self._out = 0  # sequence numbers: every fd carries its own, checked against the order of the specs
         self._out_at_plan = 0
         self._in = 0
-        self._held: list[Any] = []  # exported VMM allocations the peer may still be copying
         self.vmm: bool | None = None  # CUDA tensors by VMM: None until first asked (a probe may set it)
         self.stats: dict[str, float] = {}
         self._arena: Any = None  # ours (a cuda_vmm.Mapping), its id, and whether the peer has it yet
@@ -145,11 +143,8 @@ class Courier:
                 os.close(fd)
                 # The fd in flight (then the peer's import) holds the allocation: the driver frees it once
                 # every handle, its shareable fd included, is gone. Holding our mapping until the peer
-                # answers (EVOKERNEL_VMM_HOLD=1) would pin a second copy of every big tensor meanwhile.
-                if HOLD:
-                    self._held.append(mapping)
-                else:
-                    mapping.release()
+                # answers would pin a second copy of every big tensor meanwhile.
+                mapping.release()
             extra = {"via": "vmm", "alloc": size}
         else:
             flat = t.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
@@ -177,15 +172,12 @@ class Courier:
 
     def settle(self) -> None:
         """A message has been read: its bytes copied out of the peer's arena are complete here (before we
-        answer, after which the peer reuses it); and the peer has answered us, so it copied whatever we
-        exported before: free the exports."""
+        answer, after which the peer reuses it)."""
         if self._peer_read:
             import torch
 
             torch.cuda.synchronize()
             self._peer_read = False
-        while self._held:
-            self._held.pop().release()
 
     # ---------------------------------------------------------------- receiving
     def _recv_fd(self) -> int:
@@ -304,7 +296,7 @@ class Courier:
             self.settle()
             self.drop_peer()
         except Exception:  # noqa: BLE001 - a broken context (a fault in this process): its end frees it all
-            self._peer, self._held, self._peer_read = None, [], False
+            self._peer, self._peer_read = None, False
         if self._arena is not None:
             self._arena.release()
             self._arena = None

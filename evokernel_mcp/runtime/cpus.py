@@ -1,39 +1,24 @@
-"""Which CPUs a spare boots on. A spare's start (torch import, device context, profiler) is off every job's
-clock but not off the host: on a GPU host running a batch, dozens of them boot while jobs verify and time.
-Niceness orders them behind the jobs on a shared CPU, but not on the sibling hyperthread of the CPU a job runs
-on, nor in the caches they share. With EVOKERNEL_SPARE_CPUS a share of the host's cores (whole cores, both
-hyperthreads) is kept free of spare starts, and a job's processes may use every CPU once taken.
+"""Which CPUs a runner and a benchmark's timed arms run on.
 
-EVOKERNEL_SPARE_CPUS:
-- "all" (default): spares boot on every CPU this process may use.
-- "auto": keep a quarter of the cores (at least one, whole cores) for jobs, on hosts of 8 CPUs or more.
-- a CPU list ("0-23,32-55"): spares boot on those CPUs only.
-
-EVOKERNEL_JOB_CPUS, where a taken spare (a job's process) may run: every CPU (default), "rest" (those spares
-do not boot on), or a CPU list. Where the host hides its hyperthreads (a VM reporting one thread per core; see
-bench/ht_probe.py), give both lists, siblings together.
-
-EVOKERNEL_ARM_CPU: a host-timed (CPU backend) benchmark runs all of its timed arms on one CPU, the last of the
-job's CPUs unless told ("off", or a CPU number), each CPU claimed by one job at a time host-wide; see
-claim_arm_cpu().
-
-EVOKERNEL_CPU_SPLIT, one share of the host's CPUs per GPU, for everything that GPU's runner starts (its spares
-and its jobs' processes): whole cores, in CPU order, split evenly. Two GPUs' streams of candidates then never
-wait for each other's processes on a CPU (on the 2x H200 host, 16 small candidates on 2 GPUs: 22.0 s shared,
-18.7 s split; the flagship's heavier candidates: the same either way).
+The cpu_split setting (EVOKERNEL_CPU_SPLIT), one share of the host's CPUs per GPU, for everything that GPU's
+runner starts (its spares and its jobs' processes): whole cores, in CPU order, split evenly. Two GPUs' streams of
+candidates then never wait for each other's processes on a CPU (on the 2x H200 host, 16 small candidates on 2
+GPUs: 22.0 s shared, 18.7 s split; the flagship's heavier candidates: the same either way).
 - "auto" (default): the local pool splits when it has 2 GPUs or more and every share gets 8 CPUs or more; a Ray
   actor does not (it cannot know how many of its host's GPUs the executor uses).
 - "even": split (the local pool over its GPUs; a Ray actor by its GPU's index over all of its host's GPUs).
 - "off": every runner on every CPU.
-The local pool passes each runner its share (EVOKERNEL_RUNNER_CPUS, applied by the runner before anything
-else); a Ray actor puts it in its own environment for the runner it starts.
+The local pool passes each runner its share (_EVOKERNEL_RUNNER_CPUS, internal, applied by the runner before
+anything else); a Ray actor puts it in its own environment for the runner it starts.
+
+A host-timed (CPU backend) benchmark runs all of its timed arms on one CPU, the last free one of the runner's
+CPUs, each CPU claimed by one job at a time host-wide (claim_arm_cpu()).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import functools
 import logging
 import os
 
@@ -75,60 +60,13 @@ def cores(cpus: frozenset[int]) -> list[frozenset[int]]:
     return list(seen)
 
 
-def reserve_for_jobs(cpus: frozenset[int], share: float = 0.25) -> frozenset[int]:
-    """The CPUs kept free of spare starts under "auto": the last whole cores, a `share` of them (at least one);
-    none on hosts of fewer than 8 CPUs, where every CPU is needed to start spares at all."""
-    if len(cpus) < 8:
-        return frozenset()
-    cs = cores(cpus)
-    n = max(1, int(len(cs) * share))
-    return frozenset().union(*cs[-n:])
-
-
-@functools.lru_cache(maxsize=1)
-def _spare_cpus(setting: str, allowed_now: frozenset[int]) -> frozenset[int] | None:
-    if setting in ("", "all"):
-        return None
-    if setting == "auto":
-        keep = reserve_for_jobs(allowed_now)
-        boot = allowed_now - keep
-    else:
-        try:
-            boot = parse_list(setting) & allowed_now
-        except ValueError as e:
-            log.warning("EVOKERNEL_SPARE_CPUS=%r: %s; spares boot on every CPU", setting, e)
-            return None
-    if not boot or boot == allowed_now:
-        return None
-    log.info("spares boot on %d of %d CPUs (EVOKERNEL_SPARE_CPUS=%s)", len(boot), len(allowed_now), setting)
-    return boot
-
-
-def spare_cpus() -> frozenset[int] | None:
-    """The CPUs a spare boots on, or None for no restriction."""
-    return _spare_cpus(os.environ.get("EVOKERNEL_SPARE_CPUS", "all").strip().lower(), allowed())
-
-
-def job_cpus() -> frozenset[int]:
-    """Where a job's processes run (EVOKERNEL_JOB_CPUS): every CPU unless told."""
-    setting = os.environ.get("EVOKERNEL_JOB_CPUS", "all").strip().lower()
-    every = allowed()
-    if setting in ("", "all"):
-        return every
-    if setting == "rest":
-        boot = spare_cpus()
-        return every - boot if boot and every - boot else every
-    try:
-        return parse_list(setting) & every or every
-    except ValueError as e:
-        log.warning("EVOKERNEL_JOB_CPUS=%r: %s; jobs run on every CPU", setting, e)
-        return every
+RUNNER_CPUS = "_EVOKERNEL_RUNNER_CPUS"  # internal: a runner's share, from the pool or a Ray actor
 
 
 def release_tree(pid: int) -> bool:
-    """Let every thread of pid and its descendants run on job_cpus(), as a job takes a spare. False where not
-    allowed."""
-    return _set_tree(pid, job_cpus())
+    """Let every thread of pid and its descendants run on every CPU of this process again (after pin_tree).
+    False where not allowed."""
+    return _set_tree(pid, allowed())
 
 
 def _set_tree(pid: int, target: frozenset[int] | set[int]) -> bool:
@@ -148,24 +86,13 @@ def _set_tree(pid: int, target: frozenset[int] | set[int]) -> bool:
 
 
 def arm_cpus() -> list[int]:
-    """The CPUs a host-timed (CPU backend) benchmark may run all of its timed arms on, in the order tried,
-    EVOKERNEL_ARM_CPU: "auto" (default): the job's CPUs from the last, where there are 2 or more; "off"; or a
-    CPU number. Rounds interleave the arms, so drift in time cancels; what does not cancel is a difference
-    between CPUs that lasts (a VM's vCPU losing time to its host, a busy sibling hyperthread, a slower clock)
-    when the scheduler keeps one arm on one CPU and another arm on another. On one CPU, every arm sees the
-    same one."""
-    setting = os.environ.get("EVOKERNEL_ARM_CPU", "auto").strip().lower()
-    if setting in ("off", "none", ""):
-        return []
-    every = job_cpus()
-    if setting == "auto":
-        return sorted(every, reverse=True) if len(every) >= 2 else []
-    try:
-        cpu = int(setting)
-    except ValueError:
-        log.warning("EVOKERNEL_ARM_CPU=%r is not off, auto or a CPU number; arms are not pinned", setting)
-        return []
-    return [cpu] if cpu in every else []
+    """The CPUs a host-timed (CPU backend) benchmark may run all of its timed arms on, in the order tried: this
+    process's CPUs from the last, where there are 2 or more. Rounds interleave the arms, so drift in time
+    cancels; what does not cancel is a difference between CPUs that lasts (a VM's vCPU losing time to its
+    host, a busy sibling hyperthread, a slower clock) when the scheduler keeps one arm on one CPU and another
+    arm on another (CI read identical code 3-10 % slower in one arm). On one CPU, every arm sees the same one."""
+    every = allowed()
+    return sorted(every, reverse=True) if len(every) >= 2 else []
 
 
 @contextlib.contextmanager
@@ -205,9 +132,10 @@ MIN_SHARE_CPUS = 8  # "auto" splits only where every GPU's share gets at least t
 
 
 def split_setting() -> str:
-    """off | even | auto (default); anything else reads as off."""
-    value = os.environ.get("EVOKERNEL_CPU_SPLIT", "auto").strip().lower()
-    return value if value in ("off", "even", "auto") else "off"
+    """off | even | auto (default): the cpu_split setting."""
+    from evokernel_mcp import settings
+
+    return settings.get().cpu_split
 
 
 def device_share(index: int, count: int, cpus: frozenset[int] | None = None) -> frozenset[int]:
@@ -235,9 +163,9 @@ def format_list(cpus: frozenset[int]) -> str:
 
 
 def apply_runner_cpus() -> frozenset[int] | None:
-    """In a runner: keep to EVOKERNEL_RUNNER_CPUS (its GPU's share, from the pool) before starting anything; the
-    spares and jobs it starts inherit it. None when unset or not allowed."""
-    text = os.environ.get("EVOKERNEL_RUNNER_CPUS", "").strip()
+    """In a runner: keep to RUNNER_CPUS (its GPU's share, from the pool) before starting anything; the spares
+    and jobs it starts inherit it. None when unset or not allowed."""
+    text = os.environ.get(RUNNER_CPUS, "").strip()
     if not text:
         return None
     try:
@@ -246,5 +174,5 @@ def apply_runner_cpus() -> frozenset[int] | None:
             os.sched_setaffinity(0, share)
             return share
     except (ValueError, OSError) as e:
-        log.warning("EVOKERNEL_RUNNER_CPUS=%r not applied: %s", text, e)
+        log.warning("%s=%r not applied: %s", RUNNER_CPUS, text, e)
     return None

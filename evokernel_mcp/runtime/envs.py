@@ -4,9 +4,10 @@
 - The runner (pool.py; harness code only, but a child could name its /proc/<pid>/environ where pids are shared)
   gets RUNNER_ALLOW and RUNNER_PREFIXES of ours (runner_env).
 - Neither ever gets a secret: the server's HTTP token and its file's name, a name that looks like a credential
-  (TOKEN, SECRET, PASSWORD, API_KEY, ...), or a name the user lists in EVOKERNEL_SECRET_ENV (comma separated).
-- Files no sandbox may read (sandbox.py binds /dev/null over them): the server's --token-file (hide_file), and
-  every path in EVOKERNEL_SECRET_FILES (os.pathsep separated; the runner is given the server's list this way).
+  (TOKEN, SECRET, PASSWORD, API_KEY, ...), or a name the user lists with `serve --secret-env` (settings).
+- Files no sandbox may read (sandbox.py binds /dev/null over them): the server's token file (settings), what the
+  server registers (hide_file), and every path in _EVOKERNEL_SECRET_FILES (os.pathsep separated; the runner is
+  given the server's list this way).
 """
 
 from __future__ import annotations
@@ -26,17 +27,19 @@ RUNNER_PREFIXES = ("EVOKERNEL_", "TRITON_", "CUDA_", "HIP_", "HSA_", "ROCR_", "R
                    "PYTORCH_", "TORCH_", "OMP_", "MKL_", "KMP_", "GPU_", "AMD_", "MIOPEN_", "NCCL_", "LC_",
                    "LANG", "TZ", "PATH", "MALLOC_")
 # Never passed on, whatever the lists above say: the server's HTTP token and its file, names that look like a
-# credential, and every name the user lists in EVOKERNEL_SECRET_ENV (comma separated).
-SECRET_ENV = ("EVOKERNEL_HTTP_TOKEN", "EVOKERNEL_HTTP_TOKEN_FILE", "EVOKERNEL_SECRET_ENV")
+# credential, and every name the user lists with `serve --secret-env`.
+SECRET_ENV = ("EVOKERNEL_HTTP_TOKEN", "EVOKERNEL_HTTP_TOKEN_FILE")
+SECRET_FILES_VAR = "_EVOKERNEL_SECRET_FILES"
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|API_?KEY|PRIVATE|AUTH", re.IGNORECASE)
-# Files no sandbox may read, besides the state dir: EVOKERNEL_SECRET_FILES (os.pathsep separated; the runner
-# gets the server's list this way) and what the server registers (hide_file: --token-file).
+# Files no sandbox may read, besides the state dir: _EVOKERNEL_SECRET_FILES (os.pathsep separated; the runner
+# gets the server's list this way), the token file, and what the server registers (hide_file).
 _HIDDEN_FILES: list[str] = []
 
 
 def is_secret_name(name: str) -> bool:
-    marked = {n.strip() for n in os.environ.get("EVOKERNEL_SECRET_ENV", "").split(",") if n.strip()}
-    return name in SECRET_ENV or name in marked or bool(_SECRET_NAME.search(name))
+    from evokernel_mcp import settings
+
+    return name in SECRET_ENV or name in settings.get().secret_env or bool(_SECRET_NAME.search(name))
 
 
 def hide_file(path: str | os.PathLike) -> None:
@@ -47,8 +50,10 @@ def hide_file(path: str | os.PathLike) -> None:
 
 
 def hidden_files() -> list[str]:
-    given = [p for p in os.environ.get("EVOKERNEL_SECRET_FILES", "").split(os.pathsep) if p]
-    token = os.environ.get("EVOKERNEL_HTTP_TOKEN_FILE")
+    from evokernel_mcp import settings
+
+    given = [p for p in os.environ.get(SECRET_FILES_VAR, "").split(os.pathsep) if p]
+    token = settings.get().http_token_file
     out: list[str] = []
     for p in [*given, *([token] if token else []), *_HIDDEN_FILES]:
         q = os.path.realpath(p)  # where the bytes are: a link to it shows nothing once that path is hidden
@@ -63,7 +68,7 @@ def runner_env(extra: dict[str, str] | None = None) -> dict[str, str]:
            if (k in RUNNER_ALLOW or k in ENV_ALLOW or k.startswith(RUNNER_PREFIXES)) and not is_secret_name(k)}
     hidden = hidden_files()
     if hidden:
-        env["EVOKERNEL_SECRET_FILES"] = os.pathsep.join(hidden)
+        env[SECRET_FILES_VAR] = os.pathsep.join(hidden)
     env.update(extra or {})
     return env
 

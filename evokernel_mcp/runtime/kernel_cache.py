@@ -13,7 +13,6 @@ a name that looks like a cubin), and a directory walk through a link it planted 
 files, the journal or root-only host files into it. A harness cannot tell a cubin Triton wrote from one the
 candidate wrote without compiling again, which is the cost the cache would save. So a candidate's kernels
 compile in every job (about half a second per Triton verify on an H200).
-EVOKERNEL_KERNEL_CACHE=0 turns the driver copy off too.
 """
 
 from __future__ import annotations
@@ -36,10 +35,6 @@ SUBDIR = ".triton"
 DRIVER = "_driver"
 
 
-def enabled() -> bool:
-    return os.environ.get("EVOKERNEL_KERNEL_CACHE", "1") != "0"
-
-
 def _root() -> Path:
     return sub_state_dir("kernel-cache")
 
@@ -47,7 +42,7 @@ def _root() -> Path:
 def restore_driver(scratch: Path, owner: int | None = None) -> None:
     """Before a spare starts: the Triton driver module an earlier spare built (see save_driver), so that
     each spare does not run the C compiler again (seconds on a busy host)."""
-    if enabled() and (_root() / DRIVER).is_dir():
+    if (_root() / DRIVER).is_dir():
         _copy_in(_root() / DRIVER, scratch / SUBDIR, owner)
 
 
@@ -56,7 +51,7 @@ def save_driver(scratch: Path) -> None:
     cache was made by our code alone (the driver module), so every later spare may start with it. Saved
     once (the first spare's), into a temporary dir renamed into place."""
     dest = _root() / DRIVER
-    if not enabled() or dest.is_dir():
+    if dest.is_dir():
         return
     tmp = _root() / f".{DRIVER}.{os.getpid()}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)

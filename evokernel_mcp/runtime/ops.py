@@ -62,17 +62,6 @@ def op_selftest(payload: dict[str, Any], progress: Progress) -> dict[str, Any]:
         time.sleep(float(payload.get("step_s", 0.0)))
     if payload.get("sleep_s"):
         time.sleep(float(payload["sleep_s"]))
-    if payload.get("harness_rebind"):  # a lazy import of ours rebinding a torch function, then the rebase
-        _rebind_manual_seed()
-        from evokernel_mcp.runtime import guard
-
-        guard.rebase()
-    if payload.get("patch_after_rebase"):  # a candidate that patches and then tries the one-shot rebase
-        from evokernel_mcp.runtime import guard
-
-        guard.rebase()
-        _rebind_manual_seed()
-        payload["second_rebase"] = guard.rebase()
     if payload.get("raise"):
         raise RuntimeError(payload["raise"])
     if payload.get("exit") is not None:
@@ -81,13 +70,4 @@ def op_selftest(payload: dict[str, Any], progress: Progress) -> dict[str, Any]:
         import ctypes
 
         ctypes.string_at(0)
-    return {"echo": payload.get("echo"), "pid": os.getpid(), "cwd": os.getcwd(),
-            "second_rebase": payload.get("second_rebase")}
-
-
-def _rebind_manual_seed() -> None:
-    """Wrap torch.manual_seed as torch._dynamo's import does (same behaviour, new identity)."""
-    import torch
-
-    orig = torch.manual_seed
-    torch.manual_seed = lambda *a, **k: orig(*a, **k)
+    return {"echo": payload.get("echo"), "pid": os.getpid(), "cwd": os.getcwd()}

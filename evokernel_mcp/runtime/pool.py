@@ -1,8 +1,8 @@
 """WorkerPool: one long-lived runner process per device (runtime/runner.py: harness code only; agent code
 runs in its sandboxed children); ops run one at a time per device.
 
-Devices: `EVOKERNEL_DEVICES` ("cpu" or "cuda:0,cuda:1" or "rocm:0") if set, else NVIDIA GPUs from
-/proc/driver/nvidia/gpus, AMD GPUs from the KFD topology, else one "cpu" device (torch CPU, Triton
+Devices: the devices setting (EVOKERNEL_DEVICES: "cpu" or "cuda:0,cuda:1" or "rocm:0") if set, else NVIDIA
+GPUs from /proc/driver/nvidia/gpus, AMD GPUs from the KFD topology, else one "cpu" device (torch CPU, Triton
 with TRITON_INTERPRET=1). A runner is pinned with CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES.
 
 Failure handling (the only place it lives): an op that passes its time limit, a runner that dies
@@ -30,23 +30,23 @@ from typing import Any
 import anyio
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from evokernel_mcp import settings
 from evokernel_mcp.models import ErrorInfo
 from evokernel_mcp.paths import REPO_DIR, prune_old_dirs, sub_state_dir
-from evokernel_mcp.runtime import protocol
+from evokernel_mcp.runtime import cpus, protocol
 from evokernel_mcp.runtime.protocol import WorkerReply
 
 log = logging.getLogger(__name__)
 
 ProgressFn = Callable[[float, float, str], Awaitable[None] | None]
-START_TIMEOUT_S = float(os.environ.get("EVOKERNEL_WORKER_START_TIMEOUT_S", "180"))
 MAX_LINE = 256 * 1024 * 1024
 
 
 def discover_devices() -> list[str]:
     """Device ids for the pool (see module doc). Cheap: no torch import in the server."""
-    env = os.environ.get("EVOKERNEL_DEVICES", "").strip()
-    if env:
-        return [d.strip() for d in env.split(",") if d.strip()]
+    told = settings.get().devices
+    if told:
+        return list(told)
     return host_gpus() or ["cpu"]
 
 
@@ -73,13 +73,14 @@ def host_gpus() -> list[str]:
 
 def worker_env(device: str) -> dict[str, str]:
     """The runner's environment: an allow-list of ours (envs.runner_env), never the server's secrets (its
-    HTTP token, names marked in EVOKERNEL_SECRET_ENV, anything that looks like a credential), which a child
+    HTTP token, names marked with serve --secret-env, anything that looks like a credential), which a child
     could otherwise read from the runner's /proc/<pid>/environ."""
     from evokernel_mcp.runtime.envs import runner_env
 
     env = runner_env()
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_DIR), env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
+    env.update(settings.runner_env())  # this server's settings, its flags included
     kind, _, index = device.partition(":")
     if kind == "cpu":
         env["TRITON_INTERPRET"] = "1"
@@ -162,9 +163,7 @@ class WorkerPool:
         return dev
 
     def _cpu_share(self, device: str) -> str | None:
-        """This device's share of the CPUs (EVOKERNEL_CPU_SPLIT, runtime/cpus.py), as a CPU list; None: all."""
-        from evokernel_mcp.runtime import cpus
-
+        """This device's share of the CPUs (the cpu_split setting, runtime/cpus.py), as a CPU list; None: all."""
         gpus = [d for d in self.devices if d != "cpu"]
         setting = cpus.split_setting()
         if setting == "off" or device not in gpus or len(gpus) < 2:
@@ -183,7 +182,7 @@ class WorkerPool:
         env = worker_env(device)
         share = self._cpu_share(device)
         if share:
-            env["EVOKERNEL_RUNNER_CPUS"] = share
+            env[cpus.RUNNER_CPUS] = share
         with open(log_path, "wb") as err:
             proc = await anyio.open_process(
                 [sys.executable, "-m", "evokernel_mcp.runtime.runner", "--device", device],
@@ -191,7 +190,7 @@ class WorkerPool:
                 cwd=str(logs), start_new_session=True)
         w = _Worker(device, proc, log_path)
         try:
-            with anyio.fail_after(START_TIMEOUT_S):
+            with anyio.fail_after(settings.get().start_timeout_s):
                 ev = await w.next_event()
             if ev["event"] != "ready":
                 raise protocol.DecodeError(f"expected ready, got {ev['event']}")

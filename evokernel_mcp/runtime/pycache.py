@@ -18,7 +18,7 @@ the level hides nothing, and doctor and every result say so.)
 Python checks each cached file against its source's mtime and size, so a stale entry is recompiled in
 memory, never trusted.
 
-Setting: EVOKERNEL_PYCACHE=auto (default: only where torch has no bytecode of its own) | on | off.
+Only where torch has no bytecode of its own (wanted()).
 """
 
 from __future__ import annotations
@@ -64,11 +64,7 @@ def has_bytecode(module: str) -> bool | None:
 
 
 def wanted() -> bool:
-    setting = os.environ.get("EVOKERNEL_PYCACHE", "auto").strip().lower()
-    if setting in ("off", "0", "no"):
-        return False
-    if setting in ("on", "1", "yes"):
-        return True
+    """Children read the runner's bytecode only where torch has none of its own."""
     return has_bytecode("torch") is False
 
 

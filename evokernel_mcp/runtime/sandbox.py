@@ -30,14 +30,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from evokernel_mcp import settings
 from evokernel_mcp.paths import REPO_DIR, state_dir
 from evokernel_mcp.runtime.envs import ENV_ALLOW, hidden_files, is_secret_name
 
 log = logging.getLogger(__name__)
 
 NOBODY = 65534
-FSIZE_BYTES = int(os.environ.get("EVOKERNEL_SANDBOX_FSIZE", str(256 * 1024 * 1024)))
-NPROC = int(os.environ.get("EVOKERNEL_SANDBOX_NPROC", "4096"))
+FSIZE_BYTES = 256 * 1024 * 1024  # the largest file a sandboxed process may write
+NPROC = 4096
 GPU_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset", "/dev/kfd",
              "/dev/dri")
 SYSTEM_RO = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/opt", "/sys")
@@ -60,10 +61,11 @@ class Spec:
 
 
 def bwrap_path() -> str | None:
-    exe = os.environ.get("EVOKERNEL_BWRAP") or shutil.which("bwrap")
-    if os.environ.get("EVOKERNEL_SANDBOX", "").lower() == "process":
+    if settings.get().sandbox == "process":
         return None
-    return exe if exe and os.access(exe, os.X_OK) else None
+    from evokernel_mcp import executables
+
+    return executables.find("bwrap")
 
 
 def base_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -101,7 +103,7 @@ def python_roots() -> list[str]:
 
 def _secret_paths() -> list[str]:
     """Files and dirs agent code must never see even read-only: the state dir, the server's token file and
-    every file named in EVOKERNEL_SECRET_FILES."""
+    every file the server marked secret (runtime/envs.hidden_files)."""
     return [str(state_dir()), *hidden_files()]
 
 
@@ -228,15 +230,13 @@ def prepare_scratch(scratch: Path, level: str) -> None:
         os.chmod(scratch, 0o700)
 
 
-def preexec(level: str, cpu_s: int | None, nice: int = 0, cpus: frozenset[int] | None = None):
-    """Runs in the child between fork and exec: rlimits, parent-death signal, niceness, CPU affinity, uid
-    switch (process level)."""
+def preexec(level: str, cpu_s: int | None, nice: int = 0):
+    """Runs in the child between fork and exec: rlimits, parent-death signal, niceness, uid switch (process
+    level)."""
     def fn() -> None:
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if nice:
             os.nice(nice)
-        if cpus:
-            os.sched_setaffinity(0, cpus)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_FSIZE, (FSIZE_BYTES, FSIZE_BYTES))
         resource.setrlimit(resource.RLIMIT_NPROC, (NPROC, NPROC))
@@ -267,7 +267,7 @@ def _world_can_reach(path: str) -> bool:
 def process_level_drops_uid() -> bool:
     """At the 'process' level a root server runs agent code as uid 65534 when that uid can reach the
     interpreter and our package; otherwise it stays root (reported in the isolation notes)."""
-    if os.geteuid() != 0 or os.environ.get("EVOKERNEL_SANDBOX_UID") == "keep":
+    if os.geteuid() != 0:
         return False
     return all(_world_can_reach(p) for p in (sys.executable, str(REPO_DIR / "evokernel_mcp" / "__init__.py")))
 
@@ -408,7 +408,7 @@ def tool_level() -> str:
     import subprocess
     import tempfile
 
-    if os.environ.get("EVOKERNEL_SANDBOX", "").lower() == "process":
+    if settings.get().sandbox == "process":
         return "process"
     if _TOOL_LEVEL:
         return _TOOL_LEVEL[0]

@@ -24,10 +24,10 @@ import time
 from collections import OrderedDict, deque
 from typing import Literal
 
+from evokernel_mcp import settings
 from evokernel_mcp.runtime import kernel_cache, sandbox
 from evokernel_mcp.runtime.child_proc import (  # noqa: F401 - re-exported: the runner's ops import them here
     SPARE_NICE,
-    START_TIMEOUT_S,
     Child,
     ChildFailed,
     drain_events,
@@ -38,48 +38,21 @@ log = logging.getLogger(__name__)
 # Spares per device: a verify takes one, a benchmark two or three (candidate, baseline, control), and a
 # replacement needs seconds to start (interpreter, torch, device context, CUPTI), so back-to-back jobs need
 # several; more on a host with cores to spare.
-N_SPARES = int(os.environ.get("EVOKERNEL_SPARES", str(max(2, min(8, (os.cpu_count() or 2) // 2)))))
-
-
-def device_phases(value: str | None) -> int | None:
-    """EVOKERNEL_DEVICE_PHASES read: None (no limit) for unset, off, none or 0 (and, with a warning, for what is
-    not a number); else at least 1."""
-    v = (value or "off").strip().lower()
-    if v in ("off", "0", "none"):
-        return None
-    try:
-        return max(1, int(v))
-    except ValueError:
-        log.warning("EVOKERNEL_DEVICE_PHASES=%r is not a number or off: no limit", value)
-        return None
-
-
-# Spares' device phases (context, Triton's driver, CUPTI) in flight at once per device; no limit by default.
-# Measured on one H200 (bench/results/untimed_queues_H200_2026-11-23.md): a limit of 2 spread the phases out,
-# and benchmarks' timed sections met them more often (waits for spare starts 1.5-2.5 s a batch instead of 0.5-0.9 s).
-DEVICE_PHASES = device_phases(os.environ.get("EVOKERNEL_DEVICE_PHASES"))
-REF_CACHE = int(os.environ.get("EVOKERNEL_REF_CACHE", "2"))
+N_SPARES = max(2, min(8, (os.cpu_count() or 2) // 2))
+REF_CACHE = 2
 TIGHT_FREE_FRACTION = 0.5  # below this free fraction of the device, other sources' reference processes go
 Purpose = Literal["verify", "bench", "any"]
+# CUDA_DEVICE_MAX_CONNECTIONS for the children that never host a timed arm on an NVIDIA GPU (a verify's
+# candidate, the cached reference processes). One hardware queue halves what a context costs the driver to
+# make and to end, and the driver makes a GPU's contexts one at a time (measured on the H200); streams then
+# share that queue, which changes how they overlap, never what they compute. A timed arm always has the
+# driver's default: its times must be what the kernel does in an ordinary process.
+UNTIMED_QUEUES = 1
 
 
 def untimed_queues(device: str) -> int | None:
-    """CUDA_DEVICE_MAX_CONNECTIONS for the children that never host a timed arm on an NVIDIA GPU (a verify's
-    candidate, the cached reference processes): EVOKERNEL_UNTIMED_QUEUES, default 1; off (or 0) leaves the
-    driver's default (8). One hardware queue halves what a context costs the driver to make and to end, and
-    the driver makes a GPU's contexts one at a time (bench/results/ctx_probe_H200_2026-11-23.md); streams then
-    share that queue, which changes how they overlap, never what they compute. A timed arm always has the
-    default: its times must be what the kernel does in an ordinary process."""
-    if not device.startswith("cuda"):
-        return None
-    raw = os.environ.get("EVOKERNEL_UNTIMED_QUEUES", "1").strip().lower()
-    if raw in ("off", "0", "", "default"):
-        return None
-    try:
-        return max(1, min(32, int(raw)))
-    except ValueError:
-        log.warning("EVOKERNEL_UNTIMED_QUEUES=%r is not a number or off: using 1", raw)
-        return 1
+    """The hardware queues of an untimed child on `device`: UNTIMED_QUEUES on NVIDIA, else None (default)."""
+    return UNTIMED_QUEUES if device.startswith("cuda") else None
 
 
 def _timeable(child) -> bool:
@@ -143,7 +116,6 @@ class Spares:
         self._starting = 0
         self._starting_warm = 0
         self._warming = 0  # cold spares being warmed in the background (out of _ready meanwhile)
-        self._phases = 0  # spares' device phases in flight (at most DEVICE_PHASES, where set)
         self._gpu_busy = 0  # background work touching the device now (a spare's device start, a warm-up,
         self._retiring = 0  # a retired child's end), and of it retired children not yet gone
         self._closed = False
@@ -159,20 +131,17 @@ class Spares:
         return {"level": self.level, "notes": list(self.level_notes)}
 
     def _gpu_phase(self):
-        """For a background start's device phase: blocks while arms are timed, and, where DEVICE_PHASES is set,
-        while that many others are in flight; then counts it as device work in flight and returns the function
-        that ends it."""
+        """For a background start's device phase: blocks while arms are timed; then counts it as device work in
+        flight and returns the function that ends it. (No limit on phases in flight: on one H200 a limit of 2
+        spread them over more of the benchmarks' timed sections, and a batch took 4 % longer.)"""
         with self._lock:
-            while (self._timing or (DEVICE_PHASES is not None and self._phases >= DEVICE_PHASES)) \
-                    and not self._closed:
+            while self._timing and not self._closed:
                 self._lock.wait(timeout=1.0)
             self._gpu_busy += 1
-            self._phases += 1
 
         def done() -> None:
             with self._lock:
                 self._gpu_busy -= 1
-                self._phases -= 1
                 self._lock.notify_all()
         return done
 
@@ -243,7 +212,7 @@ class Spares:
             t0 = time.monotonic()
             with self._lock:
                 self._quiet += 1
-                deadline = time.monotonic() + START_TIMEOUT_S
+                deadline = time.monotonic() + settings.get().start_timeout_s
                 waiting = self.waits_in_quiet() if wait is None else wait
                 # device work of spares in flight (a context, CUPTI's first session) ends first, always: it
                 # measurably disturbs the kernels being timed (a 5 % difference read as 0.62-1.34 once)
@@ -267,7 +236,7 @@ class Spares:
         for the whole job (starting them after its children are taken would mean waiting for them). A GPU
         host with cores to spare does not wait (a start there costs seconds, on every benchmark) and holds
         new starts only while arms are timed: a start touches the GPU (a context, CUPTI's first session)."""
-        return self.device == "cpu" or (os.cpu_count() or 1) < 8 or os.environ.get("EVOKERNEL_QUIET_WAIT") == "1"
+        return self.device == "cpu" or (os.cpu_count() or 1) < 8
 
     def _sweep(self) -> None:
         """Drop ready spares that died meanwhile (reaped: no zombie stays with the runner). Under the lock."""
@@ -330,7 +299,7 @@ class Spares:
             if purpose != "any" and self._profiles:
                 self._demand.append(want)
             ready_now, starting = len(self._ready), self._starting
-            deadline = time.monotonic() + START_TIMEOUT_S
+            deadline = time.monotonic() + settings.get().start_timeout_s
 
             def usable(c) -> bool:  # a timed arm never gets a child made for untimed work
                 return _timeable(c) or not want

@@ -11,7 +11,7 @@ import re
 import shutil
 from pathlib import Path
 
-from evokernel_mcp import artifacts
+from evokernel_mcp import artifacts, executables
 from evokernel_mcp.errors import EvoError
 from evokernel_mcp.profile import collect, presets, rocprof_safe, rocprofv3
 from evokernel_mcp.selftest import sources
@@ -86,11 +86,11 @@ def _tag(ctx, backend: str | None, versions: dict) -> tuple[str, list[dict]]:
 
 
 def _device_tools(cap: _Cap, tag: str) -> None:
-    if resolve_executable("rocminfo", env_var="ROCMINFO"):
-        cap.run(f"rocminfo/rocminfo_{tag}.txt", [resolve_executable("rocminfo", env_var="ROCMINFO")], "rocminfo")
+    if executables.find("rocminfo"):
+        cap.run(f"rocminfo/rocminfo_{tag}.txt", [executables.find("rocminfo")], "rocminfo")
     else:
         cap.skip("rocminfo", "not found")
-    smi = resolve_executable("amd-smi", env_var="AMD_SMI")
+    smi = executables.find("amd-smi")
     if smi:
         cap.run(f"amd-smi/static_json_{tag}.json", [smi, "static", "--json"], "amdsmi_json")
         cap.run(f"amd-smi/metric_json_{tag}.json", [smi, "metric", "--json"], "json")
@@ -98,7 +98,7 @@ def _device_tools(cap: _Cap, tag: str) -> None:
         cap.run(f"amd-smi/version_{tag}.txt", [smi, "version"], None)
     else:
         cap.skip("amd-smi", "not found")
-    nv = resolve_executable("nvidia-smi")
+    nv = executables.find("nvidia-smi")
     if nv:
         cap.run(f"cuda/nvidia-smi-q-x_{tag}.xml", [nv, "-q", "-x"], "nvidia_smi_xml")
         cap.run(f"cuda/nvidia-smi-query_{tag}.csv", [nv, "--query-gpu=name,clocks.sm,clocks.mem,clocks.max.sm,"
@@ -155,7 +155,7 @@ def _profiler_run(cap: _Cap, argv: list[str], out: Path, launch: collect.Launch)
 
 
 def _rocprofv3(cap: _Cap, tag: str, ctx, rocm: str | None) -> None:
-    exe = resolve_executable("rocprofv3", env_var="ROCPROFV3")
+    exe = executables.find("rocprofv3")
     if not exe:
         cap.skip("rocprofv3", "not found")
         return

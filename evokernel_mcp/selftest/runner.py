@@ -12,9 +12,10 @@ import socket
 import sys
 from pathlib import Path
 
+from evokernel_mcp import executables
 from evokernel_mcp.selftest import steps
 from evokernel_mcp.selftest.models import SelftestReport
-from evokernel_mcp.subproc import probe_version, resolve_executable
+from evokernel_mcp.subproc import probe_version
 
 log = logging.getLogger(__name__)
 
@@ -45,25 +46,21 @@ def att_decoder_version() -> str | None:
 def versions() -> dict[str, str | None]:
     """ROCm, rocprofv3, the ATT decoder, torch, triton; nvcc, ncu and the driver on CUDA hosts."""
     out: dict[str, str | None] = {"python": sys.version.split()[0], "rocm": rocm_version()}
-    for name, args, env in (("rocprofv3", ("--version",), "ROCPROFV3"), ("amd-smi", ("version",), "AMD_SMI"),
-                            ("hipcc", ("--version",), "HIPCC"), ("nvcc", ("--version",), "NVCC"),
-                            ("ncu", ("--version",), "NCU")):
-        exe = resolve_executable(name, env_var=env)
-        out[name] = (probe_version(exe, args) or "found, version unknown") if exe else None
+    for name in ("rocprofv3", "amd-smi", "hipcc", "nvcc", "ncu"):  # found as doctor and the tools find them
+        exe = executables.find(name)
+        out[name] = (probe_version(exe, executables.EXECUTABLES[name].version_args) or "found, version unknown") \
+            if exe else None
     out["att_decoder"] = att_decoder_version()
-    smi = resolve_executable("nvidia-smi")
+    smi = executables.find("nvidia-smi")
     out["nvidia_driver"] = probe_version(smi, ("--query-gpu=driver_version", "--format=csv,noheader")) if smi else None
     for mod in ("torch", "triton", "mcp"):
         try:
             out[mod] = importlib.metadata.version(mod)
         except importlib.metadata.PackageNotFoundError:
             out[mod] = None
-    try:
-        from evokernel_mcp import __version__
+    from evokernel_mcp import __version__
 
-        out["evokernel_mcp"] = __version__
-    except ImportError:  # pragma: no cover
-        pass
+    out["evokernel_mcp"] = __version__
     return out
 
 

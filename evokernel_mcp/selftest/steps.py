@@ -7,9 +7,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from evokernel_mcp import executables
 from evokernel_mcp.selftest import sources
 from evokernel_mcp.selftest.models import StepResult
-from evokernel_mcp.subproc import resolve_executable
 
 PRESETS = ("overview", "memory", "compute", "lds", "occupancy")
 LONG_WAIT_S = 50  # per call; longer jobs are followed with job_result
@@ -106,13 +106,13 @@ async def compile_triton(ctx: Ctx):
 
 
 async def compile_hip(ctx: Ctx):
-    if not any(resolve_executable(n) for n in ("hipcc", "amdclang++", "clang-19", "clang")):
+    if not (executables.find("hipcc") or executables.find("clang")):
         raise Skip("no HIP compiler (hipcc/amdclang++ or clang-19 with rocm-device-libs)")
     return await _compile(ctx, "hip", sources.HIP, {"options": {"workgroup_size": 256}})
 
 
 async def compile_cuda(ctx: Ctx):
-    if not resolve_executable("nvcc", env_var="NVCC"):
+    if not executables.find("nvcc"):
         raise Skip("no nvcc (CUDA hosts)")
     return await _compile(ctx, "cuda", sources.CUDA, {"options": {"workgroup_size": 256}})
 
@@ -153,9 +153,9 @@ async def benchmark(ctx: Ctx):
 
 
 def _profiler() -> str | None:
-    if resolve_executable("rocprofv3", env_var="ROCPROFV3"):
+    if executables.find("rocprofv3"):
         return "rocprofv3"
-    if resolve_executable("ncu", env_var="NCU"):
+    if executables.find("ncu"):
         return "ncu"
     return None
 

@@ -32,8 +32,10 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from evokernel_mcp import settings
+
 log = logging.getLogger(__name__)
-TOKEN_ENV = "EVOKERNEL_HTTP_TOKEN"
+TOKEN_ENV = settings.ENV["http_token"]
 MIN_TOKEN_CHARS = 16
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
@@ -67,9 +69,9 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def read_token(token_file: str | None, environ: dict[str, str] | None = None) -> str | None:
-    """The token from --token-file, else from $EVOKERNEL_HTTP_TOKEN; None when neither is set."""
-    env = os.environ if environ is None else environ
+def read_token(token_file: str | os.PathLike | None, token: str | None = None) -> str | None:
+    """The token from --token-file, else `token` (the http_token setting, $EVOKERNEL_HTTP_TOKEN); None when
+    neither is set."""
     if token_file:
         p = Path(token_file).expanduser()
         try:
@@ -79,7 +81,7 @@ def read_token(token_file: str | None, environ: dict[str, str] | None = None) ->
         if not token:
             raise ConfigError(f"--token-file {p} is empty")
     else:
-        token = (env.get(TOKEN_ENV) or "").strip() or None
+        token = (token or "").strip() or None
     if token is not None and len(token) < MIN_TOKEN_CHARS:
         raise ConfigError(f"the HTTP token is {len(token)} characters; use at least {MIN_TOKEN_CHARS} "
                           "(e.g. `openssl rand -hex 32`)")

@@ -16,9 +16,9 @@ from mcp.server.mcpserver import Context
 from pydantic import Field
 
 from evokernel_mcp.errors import BadInput
+from evokernel_mcp.journal import RESULT_ID_DESCRIPTION, ExperimentArg, record_call, set_result_id
 from evokernel_mcp.models import ErrorInfo, Model, Provenance
 from evokernel_mcp.runtime import protocol
-from evokernel_mcp.journal import RESULT_ID_DESCRIPTION, ExperimentArg, record_call, set_result_id
 from evokernel_mcp.shape_defaults import ShapeChoice, SkippedShape, choose_shapes
 from evokernel_mcp.tasks import Task, check_candidate_source, load_task, task_from_reference, with_overrides
 from evokernel_mcp.verify.compare import DEFAULT_TOLERANCES
@@ -254,7 +254,8 @@ def _journal(res: VerifyResult, experiment: str | None, task: str | None, candid
 async def verify_vs_pytorch(
     candidate: Annotated[str, Field(description="Python source defining run(*inputs) (Triton kernels + launcher) or "
                                     "class ModelNew(nn.Module).")],
-    task: Annotated[str | None, Field(description="Shipped task name (list_tasks), task folder, or KernelBench .py path.")] = None,
+    task: Annotated[str | None, Field(
+        description="Shipped task name (list_tasks), task folder, or KernelBench .py path.")] = None,
     reference: Annotated[str | None, Field(description="KernelBench-form reference source (instead of task).")] = None,
     shapes: Annotated[list[str] | None, Field(description="Shape-set names, run small -> full; default: the device's "
                                               "(all on a GPU, the small ones on the CPU path).")] = None,
@@ -277,9 +278,9 @@ async def verify_vs_pytorch(
     judges each output against its own scale (RMS-floored bar, PyTorch's own error as the floor; cases[].bar
     says which); reports max abs/rel error, mismatches with indices, NaN/Inf, unwritten outputs,
     determinism and input mutation. If not done within wait_s, returns job_id: call job_result(job_id)."""
-    from evokernel_mcp.runtime.submit import run_worker_job
-
     import anyio
+
+    from evokernel_mcp.runtime.submit import run_worker_job
 
     t = await anyio.to_thread.run_sync(_load, task, reference)  # parsing a big source off the event loop
     if overrides:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from evokernel_mcp.tasks import Task
-from evokernel_mcp.verify.bar import DEFAULT_CHUNK, effective_tolerance, judge_arg_reduction, preset_of
+from evokernel_mcp.verify.bar import DEFAULT_CHUNK, judge_arg_reduction, preset_of
 from evokernel_mcp.verify.bar import judge as bar_judge
 
 NUMBERS = ("max_abs_err", "max_rel_err", "rel_l2_err", "calc_diff", "torch_max_abs_err", "floor_abs_err", "rms_ref")
@@ -33,13 +33,6 @@ def tolerance_override(task: Task, dtype_name: str, override: dict | None) -> di
         if keys:
             vals.append(max(float(override[k]) for k in keys) if "tol" not in keys else float(override["tol"]))
     return {"tol": min(vals)} if vals else None
-
-
-def tolerance_for(task: Task, dtype_name: str, override: dict | None) -> tuple[float, float]:
-    """(atol, rtol) of the old fixed bar, kept for callers that still want one number: both are the
-    effective tol of bar.py for this dtype (the RMS scale is per case)."""
-    tol, _, _ = effective_tolerance(preset_of(dtype_name), tolerance_override(task, dtype_name, override))
-    return tol, tol
 
 
 def _subclass_note(obj: Any, path: str = "out") -> str | None:

@@ -7,7 +7,7 @@ and every candidate's verify and benchmark asked for the same eight (shape set, 
 (candidate.spec_draws), so the reference process, which serves one reference source for many jobs, keeps
 what it drew where it uses it (on its device: a copy there is a device-to-device clone, where a host copy
 moved 225 MB over PCIe for every case) and hands out copies: least recently used first out, within a byte
-budget (EVOKERNEL_DRAW_CACHE_MB, default 4096; never more than an eighth of the free memory where they are
+budget (DEFAULT_MB, 4096; never more than an eighth of the free memory where they are
 kept). A case that does not fit empties the cache first (verify/sides.py).
 
 Only spec tasks: a KernelBench get_inputs is the reference's own code (it may keep state) and draws on the
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -28,13 +27,9 @@ DEFAULT_MB = 4096
 
 
 def budget_bytes(free: int) -> int:
-    """The cache's byte budget: EVOKERNEL_DRAW_CACHE_MB, never more than an eighth of `free` (the memory still
-    free where the draws are kept)."""
-    try:
-        mb = float(os.environ.get("EVOKERNEL_DRAW_CACHE_MB", DEFAULT_MB))
-    except ValueError:
-        mb = DEFAULT_MB
-    return max(0, min(int(mb * (1 << 20)), free // 8))
+    """The cache's byte budget: DEFAULT_MB, never more than an eighth of `free` (the memory still free where
+    the draws are kept)."""
+    return max(0, min(DEFAULT_MB << 20, free // 8))
 
 
 def key(task: Any, shape: str, seed: int, device: str = "cpu") -> str:

@@ -380,7 +380,7 @@ def cand_run(loaded, req: dict[str, Any]) -> dict[str, Any]:
     keep=true keeps the pristine inputs for the next request with same_inputs=true (which carries none)."""
     import torch
 
-    from evokernel_mcp.verify.compare import SENTINEL, poisoned_allocations
+    from evokernel_mcp.verify.compare import SENTINEL, bitwise_equal, poisoned_allocations
 
     fn = candidate_fn(loaded, req)
     if req.get("same_inputs"):
@@ -400,20 +400,8 @@ def cand_run(loaded, req: dict[str, Any]) -> dict[str, Any]:
             with poisoned_allocations(poison):
                 out = fn(*inputs)
     _sync(loaded.device)
-    mutated = any(isinstance(a, torch.Tensor) and not _same(a, b) for a, b in zip(inputs, pristine))
+    mutated = any(isinstance(a, torch.Tensor) and not bitwise_equal(a, b) for a, b in zip(inputs, pristine))
     return {"out": _plain(out), "inputs_mutated": mutated}
-
-
-def _same(a, b) -> bool:
-    import torch
-
-    return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(_bits(a), _bits(b)))
-
-
-def _bits(t):
-    from evokernel_mcp.verify.compare import _bits as bits
-
-    return bits(t)
 
 
 def _wire(out: Any) -> Any:

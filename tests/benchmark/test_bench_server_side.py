@@ -206,7 +206,7 @@ def test_driver_version_is_read_once_per_process_replay_nvidia_smi(tmp_path, mon
     exe = tmp_path / "nvidia-smi"
     exe.write_text(f"#!/bin/sh\necho run >> {tmp_path}/runs\necho 580.159.04\n")
     exe.chmod(0o755)
-    monkeypatch.setattr(clocks, "resolve_executable", lambda name, **kw: str(exe))
+    monkeypatch.setenv("NVIDIA_SMI", str(exe))  # found as every tool finds it (executables.py)
     monkeypatch.setattr(clocks, "_DRIVER", {})
     assert [clocks.driver_version("cuda") for _ in range(3)] == ["580.159.04"] * 3
     assert (tmp_path / "runs").read_text().count("run") == 1

@@ -13,7 +13,12 @@ import pytest
 
 from evokernel_mcp.benchmark.clocks import parse_nvidia_smi_clocks
 from evokernel_mcp.benchmark.models import (
-    BenchmarkResult, ClockReadings, Clocks, ShapeResult, TimingInfo, TimingStats,
+    BenchmarkResult,
+    ClockReadings,
+    Clocks,
+    ShapeResult,
+    TimingInfo,
+    TimingStats,
 )
 from evokernel_mcp.models import Provenance
 from evokernel_mcp.profile.ncu_parsers import parse_ncu_raw_csv

@@ -17,8 +17,8 @@ import yaml
 from evokernel_mcp import artifacts
 from evokernel_mcp.compile import cache
 from evokernel_mcp.compile.api import compile_kernel
-from evokernel_mcp.compile.options import parse_options
 from evokernel_mcp.compile.cuda_backend import cuobjdump_path
+from evokernel_mcp.compile.options import parse_options
 from evokernel_mcp.subproc import run_sync
 
 DOT_SRC = '''\

@@ -185,7 +185,7 @@ def test_unknown_target_and_missing_kernel(tmp_path):
     assert out.ok and any(d.severity == "warning" and "lds_fma" in d.message for d in out.diagnostics)
 
 
-def test_rocm_path_replay_uses_hipcc_argv_without_a_shell(tmp_path, monkeypatch, lds_build):
+def test_rocm_path_replay_uses_hipcc_argv_without_a_shell(tmp_path, monkeypatch, lds_build, use_settings):
     """A fake hipcc (replay of a recorded gfx942 assembly) stands in for ROCm: checks how we call it."""
     _, out = lds_build
     recorded = tmp_path / "recorded.s"
@@ -196,7 +196,7 @@ def test_rocm_path_replay_uses_hipcc_argv_without_a_shell(tmp_path, monkeypatch,
                     f"shutil.copy({str(recorded)!r}, sys.argv[sys.argv.index('-o') + 1])\n")
     fake.chmod(0o755)
     monkeypatch.setenv("HIPCC", str(fake))
-    monkeypatch.setenv("EVOKERNEL_SANDBOX", "process")  # the replay writes its argv log beside itself
+    use_settings(sandbox="process")  # the replay writes its argv log beside itself
     res = compile_hip(LDS_KERNEL, "lds_fma", "gfx942", flags=["-ffast-math"], workdir=tmp_path / "w", timeout_s=60)
     argv = log.read_text().splitlines()
     assert res.ok and res.toolchain.path == str(fake) and res.asm == out.asm

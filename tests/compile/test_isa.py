@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from evokernel_mcp.compile.hip import compile_hip
-from evokernel_mcp.compile.isa import (
-    extract_kernel_asm, kernel_matches, kernel_names, summarize_amdgcn, summarize_sass)
+from evokernel_mcp.compile.isa import extract_kernel_asm, kernel_matches, kernel_names, summarize_amdgcn, summarize_sass
 from evokernel_mcp.errors import BadInput
 
 SASS = Path(__file__).resolve().parents[1] / "fixtures" / "cuda" / "sass_smem_fma_sm90.txt"

@@ -1,10 +1,12 @@
-"""A small docs tree in tmp, served through $EVOKERNEL_RESOURCES (the real tree is in resources/)."""
+"""A small docs tree in tmp, served through paths.RESOURCES_DIR (the real tree is in resources/)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+
+from evokernel_mcp import paths
 
 INDEX = """\
 # Tiny map
@@ -92,5 +94,5 @@ def make_tree(base: Path) -> Path:
 @pytest.fixture
 def docs_tree(tmp_path, monkeypatch) -> Path:
     base = make_tree(tmp_path / "resources")
-    monkeypatch.setenv("EVOKERNEL_RESOURCES", str(base))
+    monkeypatch.setattr(paths, "RESOURCES_DIR", base)
     return base

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from evokernel_mcp import paths
 from evokernel_mcp.docs import lint
 from evokernel_mcp.docs.index import get_index
 from evokernel_mcp.paths import REPO_DIR
@@ -22,7 +23,7 @@ def test_the_docs_pages_are_found():
 
 @pytest.mark.parametrize("path", PAGES)
 def test_every_number_on_the_page_has_a_source(path, monkeypatch):
-    monkeypatch.setenv("EVOKERNEL_RESOURCES", str(RESOURCES))
+    monkeypatch.setattr(paths, "RESOURCES_DIR", RESOURCES)
     page = get_index().pages.get(path)
     assert page is not None and page.kind == "markdown", f"{path} is not indexed as a markdown page"
     problems = lint.uncited_numbers(page)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from evokernel_mcp import paths
 from evokernel_mcp.docs import lint, read
 from evokernel_mcp.docs.index import DocIndex, get_index
 from evokernel_mcp.paths import REPO_DIR
@@ -16,7 +17,7 @@ RESOURCES = REPO_DIR / "resources"
 
 @pytest.fixture
 def real(monkeypatch) -> DocIndex:
-    monkeypatch.setenv("EVOKERNEL_RESOURCES", str(RESOURCES))
+    monkeypatch.setattr(paths, "RESOURCES_DIR", RESOURCES)
     idx = get_index()
     if "gpu_arch/index.md" not in idx.pages:
         pytest.fail("resources/gpu_arch/index.md is missing")

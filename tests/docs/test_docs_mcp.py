@@ -11,8 +11,6 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
-from evokernel_mcp.paths import REPO_DIR
-
 
 def test_in_memory_resources_templates_and_tools(docs_tree):
     from evokernel_mcp.server import build_server
@@ -44,7 +42,7 @@ def test_in_memory_resources_templates_and_tools(docs_tree):
 
 
 def test_stdio_docs_on_real_content(tmp_path):
-    env = dict(os.environ, EVOKERNEL_HOME=str(tmp_path / "home"), EVOKERNEL_RESOURCES=str(REPO_DIR / "resources"))
+    env = dict(os.environ, EVOKERNEL_HOME=str(tmp_path / "home"))
     params = StdioServerParameters(command=sys.executable, args=["-m", "evokernel_mcp", "serve"], env=env)
 
     async def main():

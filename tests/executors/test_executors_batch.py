@@ -291,14 +291,14 @@ def test_serve_flags_choose_the_executor(monkeypatch):
     monkeypatch.delenv("EVOKERNEL_EXECUTOR", raising=False)
     ns = cli.build_parser().parse_args(["serve", "--executor", "ray", "--ray-address", "ray://head:10001",
                                         "--ray-slots", "4"])
-    assert cli._configure_executor(ns) is None
+    assert cli._configure(ns) is None
     assert executors.config() == executors.ExecutorConfig("ray", "ray://head:10001", 4)
     monkeypatch.setattr(executors, "_config", None)
     monkeypatch.setenv("EVOKERNEL_EXECUTOR", "slurm")
-    assert "slurm" in cli._configure_executor(cli.build_parser().parse_args(["serve"]))
+    assert "slurm" in cli._configure(cli.build_parser().parse_args(["serve"]))
     monkeypatch.setattr(executors, "_config", None)
-    monkeypatch.setenv("EVOKERNEL_EXECUTOR", "local")
-    assert cli._configure_executor(cli.build_parser().parse_args(["serve"])) is None
+    monkeypatch.setenv("EVOKERNEL_EXECUTOR", "ray")  # the flag wins over the environment
+    assert cli._configure(cli.build_parser().parse_args(["serve", "--executor", "local"])) is None
     assert executors.config().kind == "local"
 
 
@@ -327,10 +327,10 @@ def test_evaluate_batch_on_the_surface_is_terse_strict_and_destructive():
     assert empty.is_error and empty.structured_content["error"]["kind"] == "bad_argument"
 
 
-def test_experiment_records_each_candidate_under_its_own_label(mgr, tmp_path, monkeypatch):
+def test_experiment_records_each_candidate_under_its_own_label(mgr, tmp_path, use_settings):
     from evokernel_mcp.journal import api as journal
 
-    monkeypatch.setenv("EVOKERNEL_JOURNAL", str(tmp_path / "journal.sqlite3"))
+    use_settings(journal=tmp_path / "journal.sqlite3")
     plan = _plan(stages=["verify_small", "verify"], shapes=["small", "medium"])
 
     async def main():

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import anyio
 import pytest
-
 from faultkit import SECRET
 
 
@@ -25,7 +24,6 @@ def leak_dir(tmp_path_factory) -> Path:
 def server(_isolated_state):
     """(portal-less) helper: call tools on one in-memory server for the whole module."""
     os.environ["EVOKERNEL_FAULT_SECRET"] = SECRET
-    os.environ["EVOKERNEL_SANDBOX_FSIZE"] = str(32 << 20)
     from evokernel_mcp.app import close_app
     from evokernel_mcp.server import build_server
 
@@ -37,4 +35,3 @@ def server(_isolated_state):
     yield srv
     anyio.run(close_app)
     os.environ.pop("EVOKERNEL_FAULT_SECRET", None)
-    os.environ.pop("EVOKERNEL_SANDBOX_FSIZE", None)

@@ -4,7 +4,6 @@ must each fail their own job with the device's reason and leave the next jobs' v
 from __future__ import annotations
 
 import pytest
-
 from faultkit import assert_next_jobs_right, call, verify
 
 pytestmark = [pytest.mark.gpu, pytest.mark.cuda]

@@ -11,7 +11,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from faultkit import SECRET, WRONG, assert_next_jobs_right, call, stray_processes, verify, zombies_of_runner
 
 pytestmark = pytest.mark.slow
@@ -32,13 +31,6 @@ import evokernel_mcp.verify.compare as c
 for k in list(c.DEFAULT_TOLERANCES):
     c.DEFAULT_TOLERANCES[k] = (1e300, 1e300)
 """ + WRONG_RUN,
-    "switch_off_the_tamper_check": """
-import evokernel_mcp.runtime.guard as g
-g.changes = lambda before: []
-g._MODULES = ()
-def run(x, y):
-    return x * 0
-""",
     "patch_the_protocol_channel": """
 import evokernel_mcp.runtime.frames as f
 _orig = f.write
@@ -148,7 +140,7 @@ HOG = torch.ones(64 << 20)  # 256 MiB that would stay in a shared runner
 import sys
 def run(x, y):
     chunk = "y" * (1 << 20)
-    for _ in range(64):
+    for _ in range(300):  # past the sandbox's file-size limit (256 MiB): the child is stopped
         sys.stdout.write(chunk)
     sys.stdout.flush()
     return x + y

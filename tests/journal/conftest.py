@@ -1,4 +1,4 @@
-"""Journal tests: each test gets its own journal file (EVOKERNEL_JOURNAL)."""
+"""Journal tests: each test gets its own journal file (the journal setting)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 
 @pytest.fixture
-def journal(tmp_path, monkeypatch):
+def journal(tmp_path, use_settings):
     path = tmp_path / "journal.sqlite3"
-    monkeypatch.setenv("EVOKERNEL_JOURNAL", str(path))
+    use_settings(journal=path)
     return path

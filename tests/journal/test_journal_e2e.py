@@ -4,9 +4,8 @@ a compare of two variants, a distilled report listing the failure once with its 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import base64
+from pathlib import Path
 
 import anyio
 from mcp import Client

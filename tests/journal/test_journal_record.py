@@ -113,14 +113,14 @@ def test_verify_failure_classes():
     assert verify_summary(pending)[1:3] == ("pending", None)
 
 
-def test_never_raises(journal, tmp_path, monkeypatch, caplog):
+def test_never_raises(journal, tmp_path, use_settings, caplog):
     assert record_call("verify", experiment="bad label with spaces", task="t", source=SRC, arguments={},
                        result=verify(True)) is None
     assert record_call("verify", experiment="ok", task="t", source=SRC, arguments={"x": object()},
                        result={"passed": True, "cases": "not a list"}) is not None
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    monkeypatch.setenv("EVOKERNEL_JOURNAL", str(blocker / "sub" / "j.sqlite3"))  # parent is a file: cannot create
+    use_settings(journal=blocker / "sub" / "j.sqlite3")  # parent is a file: cannot create
     assert record_call("verify", experiment="ok", task="t", source=SRC, arguments={}, result=verify(True)) is None
     assert "journal: could not record" in caplog.text
 

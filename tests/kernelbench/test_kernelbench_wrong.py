@@ -87,6 +87,7 @@ def test_argmax_same_code_passes_and_a_shifted_index_fails():
     ov = {"batch_size": 4, "dim1": 64, "dim2": 63}
     ok = verify(same_code(src), src, overrides=ov)
     assert ok.passed is True and "arg-reduction" in ok.cases[0].bar, summary(ok)
-    shifted = src + "\nclass ModelNew(Model):\n    def forward(self, x):\n        return (super().forward(x) + 1) % x.shape[self.dim]\n"
+    shifted = src + ("\nclass ModelNew(Model):\n    def forward(self, x):\n"
+                     "        return (super().forward(x) + 1) % x.shape[self.dim]\n")
     bad = verify(shifted, src, overrides=ov, probe=False)
     assert bad.passed is False and bad.cases[0].mismatches > 0, summary(bad)

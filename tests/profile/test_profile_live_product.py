@@ -1,7 +1,7 @@
 """The profiler's peaks follow the live device: ncu's device__attribute_display_name (read from a genuine
-recorded raw page) and rocprofv3's agent Product_Name pick the arch-table product; EVOKERNEL_PRODUCT
-overrides; an unknown name keeps the default. The CUDA path runs through a REPLAY ncu (a fake executable
-that writes a report file and prints the recorded raw CSV: it tests how we call ncu, not ncu)."""
+recorded raw page) and rocprofv3's agent Product_Name pick the arch-table product; the product setting
+(EVOKERNEL_PRODUCT) overrides; an unknown name keeps the default. The CUDA path runs through a REPLAY ncu (a fake
+executable that writes a report file and prints the recorded raw CSV: it tests how we call ncu, not ncu)."""
 
 from __future__ import annotations
 
@@ -26,13 +26,13 @@ def test_device_name_from_recorded_ncu_raw_page():
     assert device_names(header_only) == []
 
 
-def test_table_spec_follows_the_live_name_and_the_override(monkeypatch):
-    monkeypatch.delenv("EVOKERNEL_PRODUCT", raising=False)
+def test_table_spec_follows_the_live_name_and_the_override(monkeypatch, use_settings):
+    use_settings(product=None)
     h200 = collect.table_spec("sm_90", "nvidia", "NVIDIA H200")
     assert h200.peak_gbs == pytest.approx(4800.0) and "H200" in h200.source and "live device" in h200.source
     default = collect.table_spec("sm_90", "nvidia")
     assert default.peak_gbs != h200.peak_gbs and "arch default" in default.source
-    monkeypatch.setenv("EVOKERNEL_PRODUCT", "H100_SXM5")
+    use_settings(product="H100_SXM5")
     forced = collect.table_spec("sm_90", "nvidia", "NVIDIA H200")
     assert forced.peak_gbs == default.peak_gbs and "EVOKERNEL_PRODUCT" in forced.source
 
@@ -58,9 +58,9 @@ else:
     return exe
 
 
-def test_replay_ncu_pmc_uses_the_h200_peaks_from_the_recorded_device_name(tmp_path, monkeypatch):
+def test_replay_ncu_pmc_uses_the_h200_peaks_from_the_recorded_device_name(tmp_path, monkeypatch, use_settings):
     monkeypatch.setenv("NCU", str(_replay_ncu(tmp_path)))
-    monkeypatch.delenv("EVOKERNEL_PRODUCT", raising=False)
+    use_settings(product=None)
     probe_version.cache_clear()
     launch = collect.Launch(spec={"reference": REF, "candidate": "def run(x):\n    return x * 2\n", "warmup": 1,
                                   "iters": 1}, env=collect.child_env(None), workdir=tmp_path, timeout_s=60)

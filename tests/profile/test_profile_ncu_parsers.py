@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 import json
+from pathlib import Path
 
 import pytest
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 from evokernel_mcp.errors import ParseError
 from evokernel_mcp.profile.derived import DeviceSpec, derive
 from evokernel_mcp.profile.findings import classify
 from evokernel_mcp.profile.ncu_parsers import parse_ncu_raw_csv, parse_ncu_source_csv, unit_scale
 from evokernel_mcp.profile.trace import summarize
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 CU = FIXTURES / "cuda"
 H200 = DeviceSpec(arch="sm_90", vendor="nvidia", peak_gbs=4800, peak_tflops={"fp32": 66.9}, source="test")

@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 from pathlib import Path
-import pytest
-from hypothesis import given, settings, strategies as st
 
-ROCM_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rocm"
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from evokernel_mcp.errors import ParseError
 from evokernel_mcp.profile.rocprof_parsers import (
-    parse_att_code_json, parse_att_filenames, parse_att_occupancy, parse_att_stats_csv, parse_att_wave,
-    parse_rocprof_v1_results, parse_rocprofv3_agent_info, parse_rocprofv3_counter_collection,
-    parse_rocprofv3_kernel_trace, parse_rocprofv3_list_avail, parse_rocprofv3_stats,
+    parse_att_code_json,
+    parse_att_filenames,
+    parse_att_occupancy,
+    parse_att_stats_csv,
+    parse_att_wave,
+    parse_rocprofv3_agent_info,
+    parse_rocprofv3_counter_collection,
+    parse_rocprofv3_kernel_trace,
+    parse_rocprofv3_list_avail,
+    parse_rocprofv3_stats,
 )
+
+ROCM_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rocm"
 
 V3 = ROCM_FIXTURES / "rocprofv3"
 ATT = V3 / "att_gfx950_rocm6.4_skinny_M128"
@@ -123,9 +133,7 @@ def test_att_filenames_wave_occupancy():
     assert o["shader_engines"] == {"0": 416, "1": 416, "2": 416, "3": 416} and o["dispatches"]["1"] == "4 / 0x1800"
 
 
-def test_rocprof_v1():
-    rs = parse_rocprof_v1_results(read(ROCM_FIXTURES / "rocprof_v1" / "results_aiter-gemm-tuning.csv"))
-    assert len(rs) == 10 and rs[0].duration_ns == 1176726 and rs[0].grid_size == 524288
+def test_rocprof_v1_stats_read_as_rocprofv3_stats():
     st_ = parse_rocprofv3_stats(read(ROCM_FIXTURES / "rocprof_v1" / "results.stats_aiter-gemm-tuning.csv"))
     assert len(st_) == 3 and st_[0].calls == 6 and st_[0].min_ns is None
 

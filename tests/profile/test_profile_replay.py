@@ -9,12 +9,13 @@ from pathlib import Path
 import anyio
 import pytest
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 from evokernel_mcp import artifacts
 from evokernel_mcp.errors import BadInput, ToolNotFound
 from evokernel_mcp.profile import api, collect, presets
 from evokernel_mcp.profile.derived import DeviceSpec
 from evokernel_mcp.subproc import probe_version
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 REPLAY_DIR = FIXTURES / "rocm_replay"
 REF = "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n" \

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+
 import pytest
 
-ROCM_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rocm"
 from evokernel_mcp.errors import BadInput
 from evokernel_mcp.profile import presets
 from evokernel_mcp.profile.derived import DeviceSpec, derive
@@ -14,6 +14,8 @@ from evokernel_mcp.profile.models import CounterDispatch, PmcDispatch
 from evokernel_mcp.profile.rocprof_parsers import parse_att_code_json, parse_rocprofv3_list_avail
 from evokernel_mcp.profile.rocprofv3 import merge_passes
 from evokernel_mcp.profile.trace import classify_amd, classify_sass, summarize
+
+ROCM_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rocm"
 
 MI300X = DeviceSpec(arch="gfx942", vendor="amd", compute_units=304, num_xcc=8, max_waves_per_cu=32,
                     peak_gbs=5300.0, peak_tflops={"bf16_matrix": 1307.4}, source="test")

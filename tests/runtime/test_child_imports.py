@@ -68,9 +68,9 @@ def test_renice_tree_reaches_every_thread_of_the_process(tmp_path):
 
 def test_a_spare_given_tritons_key_skips_hashing_and_every_holder_of_the_function_returns_it():
     code = ("import os, sys\nfrom evokernel_mcp.runtime.child import _triton_key\n"
-            "real = _triton_key()\nos.environ['EVOKERNEL_TRITON_KEY'] = real\n"
+            "real = _triton_key()\nos.environ['_EVOKERNEL_TRITON_KEY'] = real\n"
             "import triton.runtime.cache as c\nimport triton.runtime.autotuner as a\n"
-            "before = c.triton_key\nassert _triton_key() == real and 'EVOKERNEL_TRITON_KEY' not in os.environ\n"
+            "before = c.triton_key\nassert _triton_key() == real and '_EVOKERNEL_TRITON_KEY' not in os.environ\n"
             "assert c.triton_key is not before and c.triton_key() == real\n"
             "assert getattr(a, 'triton_key', c.triton_key)() == real\n"
             "from triton.runtime.cache import triton_key\nassert triton_key() == real\n"  # imported afterwards too

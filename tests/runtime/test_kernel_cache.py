@@ -13,7 +13,6 @@ from evokernel_mcp.runtime import kernel_cache
 @pytest.fixture(autouse=True)
 def _home(tmp_path, monkeypatch):
     monkeypatch.setenv("EVOKERNEL_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("EVOKERNEL_KERNEL_CACHE", raising=False)
 
 
 def _scratch(tmp_path, name: str):
@@ -69,8 +68,3 @@ def test_a_linked_cache_dir_is_not_walked(tmp_path):
     kernel_cache.save_driver(s)
     assert not (kernel_cache._root() / kernel_cache.DRIVER).exists()
 
-
-def test_off_switch(tmp_path, monkeypatch):
-    monkeypatch.setenv("EVOKERNEL_KERNEL_CACHE", "0")
-    kernel_cache.save_driver(_scratch(tmp_path, "spare"))
-    assert not (kernel_cache._root() / kernel_cache.DRIVER).exists()

@@ -55,7 +55,7 @@ def test_a_sandboxed_child_reads_the_runners_bytecode_and_cannot_write_it(tmp_pa
     lib, src = _package(tmp_path)
     monkeypatch.syspath_prepend(str(lib))
     assert pycache.has_bytecode("pkgx") is False
-    monkeypatch.setenv("EVOKERNEL_PYCACHE", "on")
+    monkeypatch.setattr(pycache, "wanted", lambda: True)
     with pycache.active(None):
         root = pycache.prepare(("pkgx",), env={"PYTHONPATH": str(lib)})
         assert root is not None and pycache.ACTIVE == root
@@ -78,12 +78,9 @@ def test_only_where_torch_has_none_unless_told(monkeypatch, tmp_path):
     py_compile.compile(str(src), doraise=True)  # bytecode beside the source, as a normal install has
     assert pycache.has_bytecode("pkgx") is True
     assert pycache.has_bytecode("no_such_module_here") is None
-    for setting, torch_has, want in (("auto", False, True), ("auto", True, False), ("auto", None, False),
-                                     ("off", False, False), ("on", True, True)):
-        monkeypatch.setenv("EVOKERNEL_PYCACHE", setting)
+    for torch_has, want in ((False, True), (True, False), (None, False)):
         monkeypatch.setattr(pycache, "has_bytecode", lambda m, v=torch_has: v)
-        assert pycache.wanted() is want, (setting, torch_has)
-    monkeypatch.setenv("EVOKERNEL_PYCACHE", "off")
+        assert pycache.wanted() is want, torch_has
     with pycache.active(None):
         assert pycache.prepare(("pkgx",)) is None and pycache.ACTIVE is None
 
@@ -105,7 +102,7 @@ def test_the_runners_child_starts_with_the_prefix(tmp_path, monkeypatch):
     """What spares.py starts (child_proc.Child) gets it: the child's ready info names the prefix it read."""
     from evokernel_mcp.runtime.child_proc import Child
 
-    monkeypatch.setenv("EVOKERNEL_PYCACHE", "on")
+    monkeypatch.setattr(pycache, "wanted", lambda: True)
     with pycache.active(None):
         root = pycache.prepare(())  # nothing imported: the test is about the path, not the bytecode
         level = sandbox.level_candidates()[0]

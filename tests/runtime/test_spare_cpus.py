@@ -1,5 +1,5 @@
-"""Spares may boot on a subset of the CPUs (runtime/cpus.py, EVOKERNEL_SPARE_CPUS) and get every CPU back, on
-every thread, when a job takes them."""
+"""Which CPUs runners and timed arms run on (runtime/cpus.py): a GPU's share of the host (the cpu_split setting),
+one CPU for a host-timed benchmark's arms, on every thread of a process tree."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from evokernel_mcp import settings
 from evokernel_mcp.runtime import cpus, sandbox
 from evokernel_mcp.runtime.child_proc import Child
 
@@ -19,38 +20,8 @@ def test_parse_list():
             cpus.parse_list(bad)
 
 
-def test_auto_keeps_the_last_quarter_of_whole_cores_for_jobs(monkeypatch):
-    # 16 cores with two hyperthreads each, numbered as Linux does on many hosts: cpu i and i + 16 share core i
-    monkeypatch.setattr(cpus, "_core_of", lambda c: frozenset({c % 16, c % 16 + 16}))
-    host = frozenset(range(32))
-    keep = cpus.reserve_for_jobs(host)
-    assert keep == {12, 13, 14, 15, 28, 29, 30, 31}  # 4 whole cores: no spare boots on a job's sibling thread
-    assert cpus._spare_cpus("auto", host) == host - keep
-    assert cpus.reserve_for_jobs(frozenset(range(4))) == frozenset()  # a small host needs every CPU
-    assert cpus._spare_cpus("all", host) is None
-    assert cpus._spare_cpus("0-7", host) == frozenset(range(8))
-    assert cpus._spare_cpus("100-101", host) is None  # nothing usable: no restriction, rather than no spares
-    assert cpus._spare_cpus("x", host) is None
-
-
 def _affinity(pid: int) -> list[frozenset[int]]:
     return [frozenset(os.sched_getaffinity(int(t))) for t in os.listdir(f"/proc/{pid}/task")]
-
-
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
-def test_a_spare_boots_on_its_cpus_and_a_job_gets_every_cpu_on_every_thread(monkeypatch):
-    allowed = frozenset(os.sched_getaffinity(0))
-    first = min(allowed)
-    monkeypatch.setenv("EVOKERNEL_SPARE_CPUS", str(first))
-    child = Child("cpu", sandbox.tool_level())
-    try:
-        child.wait_ready(timeout_s=120)
-        tree = [child.proc.pid, *sandbox.descendants(child.proc.pid)]
-        assert all(a == {first} for p in tree for a in _affinity(p))
-        child.unnice()  # what a take does
-        assert all(a == allowed for p in tree for a in _affinity(p))
-    finally:
-        child.discard()
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
@@ -73,21 +44,6 @@ def test_release_tree_reaches_threads_started_before_it():
         p.wait()
 
 
-def test_job_cpus(monkeypatch):
-    every = frozenset(os.sched_getaffinity(0))
-    monkeypatch.delenv("EVOKERNEL_JOB_CPUS", raising=False)
-    assert cpus.job_cpus() == every
-    if len(every) >= 2:
-        first = min(every)
-        monkeypatch.setenv("EVOKERNEL_SPARE_CPUS", str(first))
-        monkeypatch.setenv("EVOKERNEL_JOB_CPUS", "rest")
-        assert cpus.job_cpus() == every - {first}
-        monkeypatch.setenv("EVOKERNEL_JOB_CPUS", str(first))
-        assert cpus.job_cpus() == {first}
-    monkeypatch.setenv("EVOKERNEL_JOB_CPUS", "garbage")
-    assert cpus.job_cpus() == every
-
-
 def test_even_split_gives_each_gpu_whole_cores_in_order(monkeypatch):
     monkeypatch.setattr(cpus, "_core_of", lambda c: frozenset({c % 16, c % 16 + 16}))
     host = frozenset(range(32))
@@ -100,21 +56,22 @@ def test_even_split_gives_each_gpu_whole_cores_in_order(monkeypatch):
     assert cpus.parse_list(cpus.format_list(b)) == b
 
 
-def test_pool_gives_each_gpu_runner_its_share_on_a_big_host_or_when_asked(monkeypatch):
+def test_pool_gives_each_gpu_runner_its_share_on_a_big_host_or_when_asked(monkeypatch, use_settings):
     from evokernel_mcp.runtime.pool import WorkerPool
 
     monkeypatch.setattr(cpus, "_core_of", lambda c: frozenset({c}))
     monkeypatch.setattr(cpus, "allowed", lambda: frozenset(range(8)))
     pool = WorkerPool(["cuda:0", "cuda:1"])
-    monkeypatch.delenv("EVOKERNEL_CPU_SPLIT", raising=False)  # auto: 4 CPUs a GPU is too few to split
+    use_settings(cpu_split="auto")  # auto: 4 CPUs a GPU is too few to split
     assert pool._cpu_share("cuda:0") is None
-    monkeypatch.setenv("EVOKERNEL_CPU_SPLIT", "even")
+    use_settings(cpu_split="even")
     assert (pool._cpu_share("cuda:0"), pool._cpu_share("cuda:1")) == ("0-3", "4-7")
     monkeypatch.setattr(cpus, "allowed", lambda: frozenset(range(32)))
-    for setting, want in (("auto", "16-31"), ("off", None), ("bogus", None)):
-        monkeypatch.setenv("EVOKERNEL_CPU_SPLIT", setting)
+    for setting, want in (("auto", "16-31"), ("off", None)):
+        use_settings(cpu_split=setting)
         assert pool._cpu_share("cuda:1") == want, setting
-    monkeypatch.delenv("EVOKERNEL_CPU_SPLIT")
+    assert settings.Settings().cpu_split == "auto"
+    use_settings(cpu_split="auto")
     assert pool._cpu_share("cuda:0") == "0-15"  # the default on a 2-GPU host of 32 CPUs
     assert WorkerPool(["cuda:0"])._cpu_share("cuda:0") is None  # one GPU: the whole host
     assert WorkerPool(["cpu"])._cpu_share("cpu") is None
@@ -129,23 +86,18 @@ def test_a_runner_keeps_to_its_share_and_its_children_inherit_it():
     code = ("import os\nfrom evokernel_mcp.runtime.cpus import apply_runner_cpus\napply_runner_cpus()\n"
             "import subprocess, sys\nprint(sorted(os.sched_getaffinity(0)), subprocess.run([sys.executable, '-c', "
             "'import os; print(sorted(os.sched_getaffinity(0)))'], capture_output=True, text=True).stdout.strip())")
-    env = {**os.environ, "EVOKERNEL_RUNNER_CPUS": str(first)}
+    env = {**os.environ, cpus.RUNNER_CPUS: str(first)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.split() == [f"[{first}]", f"[{first}]"], out
 
 
-def test_arm_cpu_setting(monkeypatch):
+def test_arms_are_pinned_to_one_of_our_cpus_from_the_last(monkeypatch):
     every = frozenset(os.sched_getaffinity(0))
-    monkeypatch.setenv("EVOKERNEL_ARM_CPU", "off")
-    assert cpus.arm_cpus() == []
-    monkeypatch.setenv("EVOKERNEL_ARM_CPU", "auto")
     assert cpus.arm_cpus() == (sorted(every, reverse=True) if len(every) >= 2 else [])
-    monkeypatch.setenv("EVOKERNEL_ARM_CPU", str(min(every)))
-    assert cpus.arm_cpus() == [min(every)]
-    monkeypatch.setenv("EVOKERNEL_ARM_CPU", "100000")  # not one of ours: not pinned, rather than failing
-    assert cpus.arm_cpus() == []
-    monkeypatch.setenv("EVOKERNEL_ARM_CPU", "x")
-    assert cpus.arm_cpus() == []
+    monkeypatch.setattr(cpus, "allowed", lambda: frozenset({3, 0, 7}))
+    assert cpus.arm_cpus() == [7, 3, 0]
+    monkeypatch.setattr(cpus, "allowed", lambda: frozenset({5}))
+    assert cpus.arm_cpus() == []  # one CPU: every arm is on it anyway
 
 
 def test_jobs_timing_at_once_claim_different_cpus_across_processes(monkeypatch, tmp_path):

@@ -3,15 +3,13 @@
 
 from __future__ import annotations
 
-
 import pytest
-
-from evokernel_mcp.runtime import spares
-from evokernel_mcp.runtime.child_proc import ChildFailed
-
 from spare_stubs import Kid as _Kid
 from spare_stubs import RealThread
 from spare_stubs import make_pool as _pool
+
+from evokernel_mcp.runtime import spares
+from evokernel_mcp.runtime.child_proc import ChildFailed
 
 
 def test_take_gives_a_bench_a_warm_child_and_a_verify_a_cold_one(monkeypatch):
@@ -258,42 +256,12 @@ def test_a_retired_child_is_killed_at_once_and_ends_off_the_jobs_clock(tmp_path,
     pool.close()
 
 
-def test_at_most_device_phases_spares_touch_the_device_at_once(monkeypatch):
-    """Where EVOKERNEL_DEVICE_PHASES sets a limit, spares' device phases beyond it wait at the gate
-    (the driver makes one GPU's contexts one at a time)."""
-    import time
-
-    monkeypatch.setattr(spares, "DEVICE_PHASES", 2)
-    pool, _ = _pool(monkeypatch, n=0)
-    first, second = pool._gpu_phase(), pool._gpu_phase()
-    entered = []
-
-    def third():
-        done = pool._gpu_phase()
-        entered.append(time.monotonic())
-        done()
-
-    t = RealThread(target=third)
-    t.start()
-    time.sleep(0.3)
-    assert entered == [] and pool._gpu_busy == 2
-    freed = time.monotonic()
-    first()
-    t.join(10)
-    assert entered and entered[0] >= freed
-    second()
-    assert pool._gpu_busy == 0 and pool._phases == 0
-
-
-def test_device_phases_are_unlimited_by_default_and_the_variable_sets_a_limit(monkeypatch):
-    """Default off: on one H200 a limit of 2 spread spares' device phases over more of the benchmarks' timed
-    sections (bench/RESULTS.md, untimed children); EVOKERNEL_DEVICE_PHASES=N sets one, 0/off none."""
-    for value, want in ((None, None), ("", None), ("off", None), ("0", None), ("3", 3), ("-1", 1), ("bogus", None)):
-        assert spares.device_phases(value) == want, value
-    monkeypatch.setattr(spares, "DEVICE_PHASES", None)
+def test_spares_device_phases_are_not_limited_outside_timed_sections(monkeypatch):
+    """No limit on spares' device phases in flight: on one H200 a limit of 2 spread them over more of the
+    benchmarks' timed sections."""
     pool, _ = _pool(monkeypatch, n=0)
     ends = [pool._gpu_phase() for _ in range(5)]  # none blocks
-    assert pool._phases == 5
+    assert pool._gpu_busy == 5
     for end in ends:
         end()
-    assert pool._gpu_busy == 0 and pool._phases == 0
+    assert pool._gpu_busy == 0

@@ -82,13 +82,13 @@ def test_tail_fd_keeps_reading_the_file_it_opened_whatever_the_name_becomes(scra
         os.close(fd)
 
 
-def test_the_runner_gets_an_allow_listed_environment_without_secrets(monkeypatch, tmp_path):
+def test_the_runner_gets_an_allow_listed_environment_without_secrets(monkeypatch, tmp_path, use_settings):
     monkeypatch.setenv("ZZ_PLANTED_VALUE", "planted")  # a name no allow-list knows
     monkeypatch.setenv("EVOKERNEL_HTTP_TOKEN", "tok")
     monkeypatch.setenv("EVOKERNEL_DB_PASSWORD", "pw")  # under an allowed prefix, but a credential's name
-    monkeypatch.setenv("EVOKERNEL_SECRET_ENV", "TRITON_MY_KEYRING")
+    use_settings(secret_env=("TRITON_MY_KEYRING",))  # serve --secret-env TRITON_MY_KEYRING
     monkeypatch.setenv("TRITON_MY_KEYRING", "marked by the user")
-    monkeypatch.setenv("EVOKERNEL_SPARES", "3")
+    monkeypatch.setenv("EVOKERNEL_DEVICES", "cpu")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     token = tmp_path / "token"
     token.write_text("tok")
@@ -97,15 +97,14 @@ def test_the_runner_gets_an_allow_listed_environment_without_secrets(monkeypatch
     from evokernel_mcp.runtime.pool import worker_env
 
     env = worker_env("cpu")
-    assert env["EVOKERNEL_SPARES"] == "3" and env["TRITON_INTERPRET"] == "1" and "PATH" in env
-    for k in ("ZZ_PLANTED_VALUE", "EVOKERNEL_HTTP_TOKEN", "EVOKERNEL_DB_PASSWORD", "TRITON_MY_KEYRING",
-              "EVOKERNEL_SECRET_ENV"):
+    assert env["EVOKERNEL_DEVICES"] == "cpu" and env["TRITON_INTERPRET"] == "1" and "PATH" in env
+    for k in ("ZZ_PLANTED_VALUE", "EVOKERNEL_HTTP_TOKEN", "EVOKERNEL_DB_PASSWORD", "TRITON_MY_KEYRING"):
         assert k not in env, k
-    values = [v for k, v in env.items() if k != "EVOKERNEL_SECRET_FILES"]
+    values = [v for k, v in env.items() if k != envs.SECRET_FILES_VAR]
     assert "planted" not in values and "tok" not in values
-    assert env["EVOKERNEL_SECRET_FILES"] == str(token.resolve())  # a runner hides it from its children too
+    assert env[envs.SECRET_FILES_VAR] == str(token.resolve())  # a runner hides it from its children too
     child = sandbox.base_env()
-    assert not {"ZZ_PLANTED_VALUE", "EVOKERNEL_HTTP_TOKEN", "EVOKERNEL_SECRET_FILES"} & set(child)
+    assert not {"ZZ_PLANTED_VALUE", "EVOKERNEL_HTTP_TOKEN", envs.SECRET_FILES_VAR} & set(child)
 
 
 def test_a_secret_file_inside_any_bind_is_hidden_even_behind_a_later_bind(monkeypatch, tmp_path):

@@ -5,25 +5,18 @@ child. Stand-in children drive the Spares logic; the environment is read off the
 from __future__ import annotations
 
 import pytest
-
-from evokernel_mcp.runtime import child_proc, spares
-
 from spare_stubs import Kid as _Kid
 from spare_stubs import RealThread, make_pool
+
+from evokernel_mcp.runtime import child_proc, spares
 
 
 def _pool(monkeypatch, ready=(), n=4, device="cuda:0"):
     return make_pool(monkeypatch, device=device, n=n, ready=ready, refill=False)
 
 
-@pytest.mark.parametrize("device,value,want", [
-    ("cuda:0", None, 1), ("cuda:1", "1", 1), ("cuda:0", "4", 4), ("cuda:0", "off", None), ("cuda:0", "0", None),
-    ("cuda:0", "bogus", 1), ("rocm:0", None, None), ("cpu", "1", None)])
-def test_untimed_queues_setting(monkeypatch, device, value, want):
-    if value is None:
-        monkeypatch.delenv("EVOKERNEL_UNTIMED_QUEUES", raising=False)
-    else:
-        monkeypatch.setenv("EVOKERNEL_UNTIMED_QUEUES", value)
+@pytest.mark.parametrize("device,want", [("cuda:0", 1), ("cuda:1", 1), ("rocm:0", None), ("cpu", None)])
+def test_one_queue_for_untimed_children_on_nvidia_only(device, want):
     assert spares.untimed_queues(device) == want
 
 
@@ -110,13 +103,8 @@ def test_spares_start_cold_children_lean_and_warm_ones_not(monkeypatch):
             raise OSError("stand-in: not started")
     monkeypatch.setattr(spares.sandbox, "level_candidates", lambda: ["none"])
     monkeypatch.setattr(spares, "Child", Rec)
-    monkeypatch.delenv("EVOKERNEL_UNTIMED_QUEUES", raising=False)
     pool = spares.Spares("cuda:0", n=0)
     for warm in (False, True):
         with pytest.raises(OSError):
             pool._start_one(warm)
     assert [m["queues"] for m in made] == [1, None]
-    monkeypatch.setenv("EVOKERNEL_UNTIMED_QUEUES", "off")
-    with pytest.raises(OSError):
-        spares.Spares("cuda:0", n=0)._start_one(False)
-    assert made[-1]["queues"] is None

@@ -77,10 +77,8 @@ def test_recorded_h200_benchmark_ceilings_devices_within_budget():
 
 
 def _h200_pmc():
-    from evokernel_mcp.profile import collect
+    from evokernel_mcp.profile import collect, presets
     from evokernel_mcp.profile.ncu_parsers import parse_ncu_raw_csv
-
-    from evokernel_mcp.profile import presets
 
     wanted = set(presets.ncu_metrics("overview", None))
     raw = parse_ncu_raw_csv((CUDA / "ncu_raw_axpy_full_h200.csv").read_text())

@@ -17,6 +17,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from evokernel_mcp import settings
 from evokernel_mcp.surface.http import HttpConfig, StaticTokenVerifier, is_loopback, read_token
 
 TOKEN = "tok-" + secrets.token_hex(16)
@@ -85,9 +86,11 @@ def test_config_rules(tmp_path):
     assert is_loopback("::1") and is_loopback("localhost") and not is_loopback("0.0.0.0")
     f = tmp_path / "tok"
     f.write_text(TOKEN + "\n")
-    assert read_token(str(f), {}) == TOKEN and read_token(None, {"EVOKERNEL_HTTP_TOKEN": TOKEN}) == TOKEN
+    assert read_token(str(f), None) == TOKEN and read_token(None, TOKEN) == TOKEN and read_token(None) is None
+    assert read_token(f, "the file wins over the variable") == TOKEN
     with pytest.raises(Exception, match="at least"):
-        read_token(None, {"EVOKERNEL_HTTP_TOKEN": "short"})
+        read_token(None, "short")
+    assert settings.load({"EVOKERNEL_HTTP_TOKEN": TOKEN}).http_token.get_secret_value() == TOKEN
     assert TOKEN not in repr(StaticTokenVerifier(TOKEN)) and TOKEN not in repr(HttpConfig("h", 1, token=TOKEN))
     assert anyio.run(StaticTokenVerifier(TOKEN).verify_token, TOKEN) is not None
     assert anyio.run(StaticTokenVerifier(TOKEN).verify_token, TOKEN[:-1] + "x") is None

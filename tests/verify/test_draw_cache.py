@@ -84,7 +84,7 @@ def test_a_case_that_does_not_fit_empties_the_cache_first(tmp_path, monkeypatch)
 
 def test_a_draw_too_big_to_keep_is_handed_out_without_a_copy(monkeypatch):
     """A big case's memory plan counts no extra copy of its inputs: an unkept draw is not cloned."""
-    monkeypatch.setenv("EVOKERNEL_DRAW_CACHE_MB", "0")
+    monkeypatch.setattr(draws, "DEFAULT_MB", 0)
     task = get_task("rmsnorm")
     made = []
     real = cand.spec_draws
@@ -94,10 +94,10 @@ def test_a_draw_too_big_to_keep_is_handed_out_without_a_copy(monkeypatch):
 
 
 def test_budget_is_capped_by_host_memory_and_the_setting(monkeypatch):
-    monkeypatch.setenv("EVOKERNEL_DRAW_CACHE_MB", "10")
+    monkeypatch.setattr(draws, "DEFAULT_MB", 10)
     assert draws.budget_bytes(BIG) == 10 << 20
     assert draws.budget_bytes(8 << 20) == 1 << 20
-    monkeypatch.setenv("EVOKERNEL_DRAW_CACHE_MB", "0")
+    monkeypatch.setattr(draws, "DEFAULT_MB", 0)
     assert draws.budget_bytes(BIG) == 0
 
 

@@ -5,8 +5,16 @@ from __future__ import annotations
 import torch
 
 from evokernel_mcp.verify.memory import (
-    JUDGE_ARRAYS, MIN_CHUNK, OUTPUT_COPIES, TensorSpec, estimate_case, estimate_case_bytes, meta_input_specs,
-    meta_output_specs, plan_case, specs_of,
+    JUDGE_ARRAYS,
+    MIN_CHUNK,
+    OUTPUT_COPIES,
+    TensorSpec,
+    estimate_case,
+    estimate_case_bytes,
+    meta_input_specs,
+    meta_output_specs,
+    plan_case,
+    specs_of,
 )
 
 GB = 10**9

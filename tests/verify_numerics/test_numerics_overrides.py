@@ -8,8 +8,8 @@ import sys
 import textwrap
 
 import pytest
-
 from numerics_kb import REPO, kb_files
+
 from evokernel_mcp.overrides import OverrideError, apply_overrides, overridable_constants, scaled_overrides
 
 SRC = textwrap.dedent("""\

@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from evokernel_mcp.runtime import guard, protocol
+from evokernel_mcp.runtime import protocol
 from evokernel_mcp.runtime.jobs import JobManager
 from evokernel_mcp.runtime.pool import _read_capture
 from evokernel_mcp.runtime.submit import run_worker_job
@@ -83,28 +83,6 @@ def test_candidate_patching_torch_fails_and_does_not_poison_the_next_job(mgr):
     assert good.ok and good.result["cases"][0]["passed"] is True, good.result
 
 
-def test_guard_sees_flags_and_harness_functions_and_ignores_new_names():
-    import torch
-
-    import evokernel_mcp.verify.compare as vc
-
-    before = guard.snapshot()
-    orig_compare, threads = vc.compare, torch.get_num_threads()
-    try:
-        vc.compare = lambda *a, **k: {"passed": True}
-        torch.set_num_threads(max(1, threads - 1) if threads > 1 else 2)
-        torch.brand_new_helper = lambda: None
-        changed = guard.changes(before)
-    finally:
-        vc.compare = orig_compare
-        torch.set_num_threads(threads)
-        del torch.brand_new_helper
-    assert "evokernel_mcp.verify.compare.compare" in changed
-    assert any(c.startswith("torch setting num_threads") for c in changed)
-    assert not any("brand_new_helper" in c for c in changed)
-    assert guard.changes(before) == []
-
-
 def test_capture_is_read_by_its_tail_only(tmp_path):
     big = "x" * (24 << 20) + "\nthe last line\n"
     (tmp_path / "stdout.txt").write_text(big)
@@ -124,17 +102,3 @@ def test_read_tail_small_file_is_verbatim(tmp_path):
     p.write_text("héllo\n")
     assert protocol.read_tail(p) == "héllo\n"
     assert protocol.read_tail(tmp_path / "missing.txt") == ""
-
-
-def test_guard_watches_the_profiler_behind_the_activity_clock():
-    import torch.profiler
-
-    before = guard.snapshot()
-    orig = torch.profiler.profile.__enter__
-    try:
-        torch.profiler.profile.__enter__ = lambda self: self  # a candidate faking the kernel timestamps
-        changed = guard.changes(before)
-    finally:
-        torch.profiler.profile.__enter__ = orig
-    assert "torch.profiler.profile.__enter__" in changed
-    assert guard.changes(before) == []
