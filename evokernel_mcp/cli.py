@@ -19,8 +19,8 @@ from typing import Any
 import anyio
 
 from evokernel_mcp import __version__
-from evokernel_mcp.selftest import cli as selftest_cli
 from evokernel_mcp.integrity import cli as integrity_cli
+from evokernel_mcp.selftest import cli as selftest_cli
 
 
 def _setup_logging(level: str = "INFO") -> None:

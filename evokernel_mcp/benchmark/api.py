@@ -23,11 +23,11 @@ from evokernel_mcp.benchmark.models import (
     TimingInfo,
     TimingStats,
 )
+from evokernel_mcp.benchmark.outcome import shapes_outcome, verdict_reason
 from evokernel_mcp.benchmark.timing import TimingOptions
 from evokernel_mcp.errors import BadInput, EvoError
 from evokernel_mcp.models import ErrorInfo, Provenance
 from evokernel_mcp.runtime.protocol import WorkerReply
-from evokernel_mcp.benchmark.outcome import shapes_outcome, verdict_reason
 from evokernel_mcp.shape_defaults import ShapeChoice, choose_shapes
 from evokernel_mcp.tasks import Task, with_overrides
 

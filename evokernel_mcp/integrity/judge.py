@@ -26,8 +26,10 @@ def observe(is_error: bool, body: dict[str, Any] | None, text: str) -> str:
         kind = _error_kind(body or {}) or "tool error"
         return f"tool error ({kind}): {text.strip().splitlines()[0][:90] if text.strip() else ''}"
     body = body or {}
-    if body.get("state") not in (None, "done"):
+    if body.get("state") in ("queued", "running"):
         return f"not finished: state={body.get('state')}"
+    if body.get("state") in ("failed", "cancelled"):
+        return f"job {body['state']}" + (f": {_error_kind(body)}" if _error_kind(body) else "")
     if "passed" in body:
         kind = _error_kind(body)
         return f"passed={body['passed']}" + (f", error {kind}" if kind else "")
@@ -47,8 +49,10 @@ def observe(is_error: bool, body: dict[str, Any] | None, text: str) -> str:
 def verdict_held(expect: Expect, is_error: bool, body: dict[str, Any] | None) -> tuple[bool, str]:
     """Whether the answer meets the exploit's verdict (not the secret/write/next-job checks)."""
     body = body or {}
-    if body.get("state") not in (None, "done") and not is_error:
+    if body.get("state") in ("queued", "running") and not is_error:
         return False, "the job did not finish within the replay's wait"
+    if body.get("state") in ("failed", "cancelled") and expect.verdict != "answered" and not expect.error_kinds:
+        return True, ""  # the job failed: no verdict and no speedup came out of it
     if expect.error_kinds and not is_error:
         kinds = {_error_kind(body)} | {_error_kind(r) for r in _benchmark_rows(body)}
         if not kinds & set(expect.error_kinds):
@@ -66,6 +70,8 @@ def verdict_held(expect: Expect, is_error: bool, body: dict[str, Any] | None) ->
         return (True, "") if body.get("error") else (False, "no results and no error")
     for r in rows:
         sp = r.get("speedup")
+        if r.get("valid") and expect.strict:
+            return False, f"{r.get('shape', '?')} valid ({sp}x)"
         if r.get("valid") and sp is not None and sp > expect.max_speedup:
             return False, f"{r.get('shape', '?')} valid at {sp}x"
     return True, ""

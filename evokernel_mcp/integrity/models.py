@@ -24,10 +24,13 @@ class Expect(BaseModel):
     error_kinds: tuple[str, ...] = Field(default=(), description="When set: the result's error kind is one of these.")
     max_speedup: float = Field(default=1.15, description="benchmark_invalid: a valid result may claim at most this "
                                "speedup (the exploit's true speedup is about 1).")
+    strict: bool = Field(default=False, description="benchmark_invalid: valid must be false with its reason (no "
+                         "allowance for the exploit's true speedup; e.g. a precision downgrade).")
     next_unchanged: bool = Field(default=False, description="Then a correct candidate passes and a wrong one fails.")
 
     def describe(self) -> str:
-        parts = {"verify_fails": "verify fails", "benchmark_invalid": f"valid=false (or speedup <= {self.max_speedup})",
+        bench = "valid=false" if self.strict else f"valid=false (or speedup <= {self.max_speedup})"
+        parts = {"verify_fails": "verify fails", "benchmark_invalid": bench,
                  "rejected": "tool error", "answered": "answered"}[self.verdict]
         if self.error_kinds:
             parts += f", error kind in {'/'.join(self.error_kinds)}"

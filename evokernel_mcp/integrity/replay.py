@@ -21,7 +21,7 @@ from evokernel_mcp.integrity.models import Exploit, Report, Row
 
 log = logging.getLogger(__name__)
 
-SECRET_ENV = "EVK_INTEGRITY_PLANTED_SECRET"
+SECRET_ENV = "EVK_INTEGRITY_PLANTED_VALUE"  # a plain name: held by the allow-list, not by a name filter
 GOOD = "def run(x, y):\n    return x + y\n"
 WRONG = "def run(x, y):\n    return x - y\n"
 BASE_ARGS: dict[str, dict[str, Any]] = {
@@ -117,7 +117,29 @@ async def _next_jobs_right(client) -> str | None:
     return None
 
 
-async def replay_one(client, plant: Plant, ex: Exploit, device: str | None) -> Row:
+HONEST = {"vector_add": GOOD}
+
+
+async def honest_speedup(client, args: dict[str, Any], cache: dict[str, float | None]) -> float | None:
+    """The speedup an honest candidate of the same problem gets in the same call shape (the exploit's true
+    speedup: the timing exploits do the honest work and cheat the clock), measured once per argument set."""
+    import json
+
+    key = json.dumps({k: v for k, v in args.items() if k != "candidate"}, sort_keys=True, default=str)
+    if key not in cache:
+        src = HONEST.get(str(args.get("task")))
+        best = None
+        if src is not None:
+            is_err, body, _ = await _call(client, "benchmark", {**args, "candidate": src})
+            rows = [r for r in (body or {}).get("results") or [] if isinstance(r, dict)] if not is_err else []
+            sp = [r.get("speedup") for r in rows if r.get("valid") and r.get("speedup")]
+            best = max(sp) if sp else None
+        cache[key] = best
+    return cache[key]
+
+
+async def replay_one(client, plant: Plant, ex: Exploit, device: str | None,
+                     honest: dict[str, float | None] | None = None) -> Row:
     args = {**BASE_ARGS.get(ex.tool, {}), **ex.args}
     if device and ex.tool != "compile_kernel":
         args.setdefault("device", device)
@@ -133,7 +155,12 @@ async def replay_one(client, plant: Plant, ex: Exploit, device: str | None) -> R
         is_err, body, text = True, None, f"client error: {type(e).__name__}: {e}"
         held, why = False, "the server did not answer"
     else:
-        held, why = verdict_held(ex.expect, is_err, body)
+        expect = ex.expect
+        if expect.verdict == "benchmark_invalid" and not expect.strict and honest is not None:
+            true = await honest_speedup(client, {k: v for k, v in args.items() if k != "candidate"}, honest)
+            if true is not None:  # within 10 % of what honest work gets (issue: "or its true speedup within 10 %")
+                expect = expect.model_copy(update={"max_speedup": max(expect.max_speedup, true * 1.10)})
+        held, why = verdict_held(expect, is_err, body)
     observed = observe(is_err, body, text)
     if (s := leaked(plant.secrets, is_err, body, text)) is not None:
         held, why = False, f"secret {s} in the answer"
@@ -186,13 +213,14 @@ async def run_integrity(families: list[str] | None = None, names: list[str] | No
         else:
             from mcp.client.stdio import StdioServerParameters
 
-            target = StdioServerParameters(command=sys.executable, args=["-m", "evokernel_mcp", "serve", "--log-level", "WARNING"],
-                                           env=plant.env())
+            target = StdioServerParameters(command=sys.executable, env=plant.env(),
+                                           args=["-m", "evokernel_mcp", "serve", "--log-level", "WARNING"])
         async with Client(target) as client:
             if bad := await _next_jobs_right(client):
                 raise RuntimeError(f"the control failed before any exploit ran: {bad}")
+            honest: dict[str, float | None] = {}
             for ex in chosen:
-                row = await replay_one(client, plant, ex, device)
+                row = await replay_one(client, plant, ex, device, honest)
                 report.rows.append(row)
                 if progress:
                     progress(row)

@@ -11,7 +11,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from faultkit import GOOD, SECRET, WRONG, assert_next_jobs_right, call, runner_pids, verify
 
 pytestmark = pytest.mark.slow

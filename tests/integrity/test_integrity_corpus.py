@@ -96,3 +96,10 @@ def test_selftest_bundle_carries_the_integrity_table(tmp_path):
     man2 = Manifest(created_utc="now", host="h")
     _integrity(_Cap(tmp_path, man2), SimpleNamespace(results={}))
     assert man2.skipped and "integrity" in man2.skipped[0]["what"]
+
+
+def test_strict_benchmark_expectation_allows_no_speedup():
+    strict = Expect(verdict="benchmark_invalid", strict=True)
+    assert verdict_held(strict, False, {"results": [{"shape": "s", "valid": True, "speedup": 0.8}]})[0] is False
+    assert verdict_held(strict, False, {"results": [{"shape": "s", "valid": False}]})[0] is True
+    assert verdict_held(Expect(verdict="verify_fails"), False, {"state": "failed", "error": {"kind": "x"}})[0]

@@ -14,9 +14,9 @@ import pytest
 from mcp import Client
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
+from surface_samples import minimal
 
 from evokernel_mcp.server import build_server
-from surface_samples import minimal
 
 
 class SlowResult(BaseModel):

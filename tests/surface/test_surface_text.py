@@ -9,12 +9,12 @@ from typing import get_type_hints
 import anyio
 import pytest
 from mcp import Client
+from surface_samples import result_of
 
 from evokernel_mcp.server import build_server
 from evokernel_mcp.surface import registry
 from evokernel_mcp.surface.server import EvoServer
 from evokernel_mcp.surface.verdict import TEXT_CHARS
-from surface_samples import result_of
 
 VERDICT_FIELDS = {"passed", "ok", "valid", "error", "degraded", "state"}
 ITEM_VERDICT_FIELDS = {"passed", "valid"}
