@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evokernel_mcp import artifacts
-from evokernel_mcp.errors import ParseError
+from evokernel_mcp.errors import EvoError, ParseError
 from evokernel_mcp.models import Provenance
 from evokernel_mcp.profile import ncu, rocm_pipeline, rocprof_safe, rocprofv3
 from evokernel_mcp.profile.derived import DeviceSpec, derive, derive_with_notes
@@ -19,11 +19,13 @@ from evokernel_mcp.profile.findings import findings_for
 from evokernel_mcp.profile.models import (
     CounterDispatch, DispatchRow, PmcDispatch, PmcResult, TraceInstruction, TraceResult,
 )
-from evokernel_mcp.profile.ncu_parsers import device_names, parse_ncu_raw_csv, parse_ncu_source_csv, split_static
+from evokernel_mcp.profile.ncu_parsers import (
+    device_names, has_line_info, parse_ncu_raw_csv, parse_ncu_source_csv, split_static,
+)
 from evokernel_mcp.profile.rocprof_parsers import (
     parse_att_code_json, parse_att_filenames, parse_att_stats_csv, parse_att_wave, parse_rocprofv3_agent_info,
 )
-from evokernel_mcp.profile.trace import classify_amd, classify_sass, summarize
+from evokernel_mcp.profile.trace import classify_amd, classify_sass, summarize, trace_findings
 
 log = logging.getLogger(__name__)
 MAX_WAVE_FILES = 64
@@ -344,12 +346,14 @@ def trace_result(rows, vendor, kernel, tool, exe, ver, argv, top_n, files, notes
     unit = "latency cycles summed over traced waves" if vendor == "amd" else "warp-stall samples (PC sampling)"
     prov = [Provenance(field="hot_instructions[].cycles", source=tool, detail=f"{ver or 'version unknown'}; {unit}"),
             Provenance(field="class_breakdown", source="evokernel_mcp.profile.trace",
-                       detail="sum of cycles per instruction class / total cycles")]
+                       detail="sum of cycles per instruction class / total cycles"),
+            Provenance(field="findings", source="evokernel_mcp.profile.trace",
+                       detail="rules on per-instruction stall samples")]
     return TraceResult(tool={"name": tool, "version": ver, "path": exe, "command": short_argv(argv)},
                        kernel=kernel, cycles_unit=unit, total_cycles=total,
                        instructions_total=sum(1 for r in rows if not r.is_label), class_breakdown=breakdown,
-                       hot_instructions=hot, stall_reasons=stall, source_lines=src, notes=notes, artifact_id=aid,
-                       provenance=prov)
+                       hot_instructions=hot, stall_reasons=stall, source_lines=src,
+                       findings=trace_findings(rows, vendor), notes=notes, artifact_id=aid, provenance=prov)
 
 
 async def trace_rocm(launch: Launch, kernel_regex: str | None, top_n: int, *, target_cu: int, se_mask: str,
@@ -364,17 +368,34 @@ async def trace_cuda(launch: Launch, kernel_regex: str | None, top_n: int) -> Tr
     exe, ver = ncu.find_ncu()
     report = launch.workdir / "trace.ncu-rep"
     argv = ncu.source_argv(exe, report, kernel_regex, launch.child())
-    log_text = await ncu.run(argv, timeout_s=launch.timeout_s, env=launch.env, cwd=launch.workdir)
+    env = {k: v for k, v in launch.env.items() if k != "TRITON_DISABLE_LINE_INFO"}  # keep SASS -> source lines
+    log_text = await ncu.run(argv, timeout_s=launch.timeout_s, env=env, cwd=launch.workdir)
     if not report.exists():
         raise ParseError("ncu", str(report), version=ver, message=f"no report written (no kernel matched).\n{log_text[-2000:]}")
-    src = await ncu.run(ncu.source_export_argv(exe, report), timeout_s=120, env=launch.env, cwd=launch.workdir)
-    rows = parse_ncu_source_csv(src, "ncu_source_sass.csv")
+    src, rows, notes = await _source_rows(exe, report, launch)
     raw = await ncu.run(ncu.raw_export_argv(exe, report), timeout_s=120, env=launch.env, cwd=launch.workdir)
     kernels = parse_ncu_raw_csv(raw, "ncu_raw.csv")
     kernel = kernels[0].kernel if kernels else (kernel_regex or "?")
     files = {"ncu_source_sass.csv": src, "ncu_raw.csv": raw, "ncu_log.txt": log_text[-200_000:],
              "trace.ncu-rep": report.read_bytes()}
-    return trace_result(rows, "nvidia", kernel, "ncu", exe, ver, argv, top_n, files, [])
+    return trace_result(rows, "nvidia", kernel, "ncu", exe, ver, argv, top_n, files, notes)
+
+
+async def _source_rows(exe: str, report: Path, launch: Launch) -> tuple[str, list[TraceInstruction], list[str]]:
+    """The source page with line info (cuda,sass view: each SASS instruction with its file:line; Triton keeps
+    line info in its cubins unless TRITON_DISABLE_LINE_INFO is set), else the SASS view."""
+    try:
+        src = await ncu.run(ncu.source_export_argv(exe, report, "cuda,sass"), timeout_s=120, env=launch.env,
+                            cwd=launch.workdir)
+        rows = parse_ncu_source_csv(src, "ncu_source_cuda_sass.csv")
+        if has_line_info(rows):
+            return src, rows, []
+    except EvoError as e:
+        log.info("ncu cuda,sass source view unavailable: %s", e)
+    src = await ncu.run(ncu.source_export_argv(exe, report), timeout_s=120, env=launch.env, cwd=launch.workdir)
+    return src, parse_ncu_source_csv(src, "ncu_source_sass.csv"), [
+        "no source lines: the kernel's cubin has no line info (Triton: TRITON_DISABLE_LINE_INFO set; CUDA: "
+        "compile with -lineinfo); instructions are shown without file:line"]
 
 
 def child_env(device: str | None) -> dict[str, str]:

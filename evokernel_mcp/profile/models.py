@@ -123,6 +123,7 @@ class TraceInstruction(Model):
     idle_cycles: float | None = None
     source: str | None = Field(default=None, description="file:line when debug info exists.")
     source_text: str | None = Field(default=None, description="The source line's text (ncu cuda,sass view).")
+    shared_conflict_ways: float | None = Field(default=None, description="NVIDIA: 'L1 Conflicts Shared N-Way'.")
     is_label: bool = Field(default=False, description="A kernel-name row ('; name'), not an instruction.")
     stall_reasons: dict[str, float] = Field(default_factory=dict, description="NVIDIA: samples per stall reason.")
 

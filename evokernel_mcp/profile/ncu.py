@@ -51,8 +51,9 @@ def raw_export_argv(exe: str, report: Path) -> list[str]:
     return [exe, "--import", str(report), "--csv", "--page", "raw", "--print-units", "base"]
 
 
-def source_export_argv(exe: str, report: Path) -> list[str]:
-    return [exe, "--import", str(report), "--csv", "--page", "source", "--print-source", "sass"]
+def source_export_argv(exe: str, report: Path, view: str = "sass") -> list[str]:
+    """view 'sass' (one row per instruction) or 'cuda,sass' (source lines, each followed by its SASS)."""
+    return [exe, "--import", str(report), "--csv", "--page", "source", "--print-source", view]
 
 
 async def run(argv: list[str], *, timeout_s: float, env: dict[str, str] | None, cwd: Path) -> str:

@@ -226,8 +226,14 @@ def _instruction(k: int, r: list[str], col: dict[str, int], cols, addr_i: int, s
         v = _num(r[col[h]], f"{w} field {h}")
         if v:
             rs[h.removeprefix("smsp__pcsamp_warps_issue_stalled_").removeprefix("stall_")] = v
+    ways = None
+    if "L1 Conflicts Shared N-Way" in col:
+        try:
+            ways = number(r[col["L1 Conflicts Shared N-Way"]])
+        except ValueError:
+            ways = None
     return TraceInstruction(
-        index=k, instruction=r[src_i].strip(), address=addr,
+        index=k, instruction=r[src_i].strip(), address=addr, shared_conflict_ways=ways,
         hits=int(_num(r[col[execd]], f"{w} field {execd}") or 0) if execd else 0,
         cycles=(_num(r[col[samples]], f"{w} field {samples}") or 0.0) if samples else 0.0,
         stall_cycles=_num(r[col[not_issued]], f"{w} field {not_issued}") if not_issued else None,
