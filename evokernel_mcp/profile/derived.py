@@ -153,27 +153,51 @@ _NV_CORE_PEAK = {"ffma": ("fp32", "fp32_vector"), "fadd": ("fp32", "fp32_vector"
                  "dfma": ("fp64_vector",), "dadd": ("fp64_vector",), "dmul": ("fp64_vector",)}
 
 
+# Dense per-cycle peak of each tensor FLOP counter, device-wide (ncu `.peak_sustained`, recorded on an H200: bf16
+# 540,672 = 4,096 FLOP/SM/cycle, the dense HGMMA rate); times the measured SM clock it stands in for a peak the arch
+# table lacks (e.g. TF32 on the H200 row).
+NV_TENSOR_PEAK = {
+    "sm__ops_path_tensor_src_fp16.sum": "sm__ops_path_tensor_op_hgmma_src_fp16_sparsity_off.sum.peak_sustained",
+    "sm__ops_path_tensor_src_bf16_dst_fp32.sum":
+        "sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32_sparsity_off.sum.peak_sustained",
+    "sm__ops_path_tensor_src_tf32_dst_fp32.sum":
+        "sm__ops_path_tensor_op_hgmma_src_tf32_dst_fp32_sparsity_off.sum.peak_sustained",
+    "sm__ops_path_tensor_src_fp8_sparsity_off.sum": "sm__ops_path_tensor_src_fp8_sparsity_off.sum.peak_sustained",
+    "sm__ops_path_tensor_src_fp64.sum": "sm__ops_path_tensor_src_fp64.sum.peak_sustained",
+}
+NV_SM_CLOCK = "sm__cycles_elapsed.avg.per_second"
+
+
 def _nvidia_peak(c: dict[str, float], spec: DeviceSpec) -> tuple[str | None, float | None, str | None]:
     """(peak names, FLOP-weighted peak TFLOP/s, why none) for the FLOPs counted: each kind of work against
     its own peak (time = sum flops_i / peak_i), so a TF32 GEMM is measured against the TF32 tensor peak and an
-    FFMA loop against the FP32 peak."""
-    work: list[tuple[str, float, str]] = []
+    FFMA loop against the FP32 peak. A tensor peak missing from the arch table comes from ncu's own dense
+    peak per cycle times the measured SM clock, when both were collected."""
+    work: list[tuple[str, float, str | None, float | None]] = []
     for op, keys in _NV_CORE_PEAK.items():
         m = f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum"
         if c.get(m):
-            work.append((m, (2 if op.endswith("fma") else 1) * c[m], _first_peak(keys, spec)))
+            k = _first_peak(keys, spec)
+            work.append((m, (2 if op.endswith("fma") else 1) * c[m], k, spec.peak_tflops.get(k) if k else None))
     for m, keys in NV_TENSOR_FLOP.items():
         if c.get(m):
-            work.append((m, c[m], _first_peak(keys, spec)))
+            k = _first_peak(keys, spec)
+            if k:
+                work.append((m, c[m], k, spec.peak_tflops[k]))
+            elif c.get(NV_TENSOR_PEAK[m]) and c.get(NV_SM_CLOCK):
+                work.append((m, c[m], f"{keys[0]} = {NV_TENSOR_PEAK[m]} * {NV_SM_CLOCK}",
+                             c[NV_TENSOR_PEAK[m]] * c[NV_SM_CLOCK] / 1e12))
+            else:
+                work.append((m, c[m], None, None))
     if not work:
         return None, None, None
-    missing = sorted({m for m, _, k in work if k is None})
+    missing = sorted({m for m, _, _, p in work if not p})
     if missing:
         return None, None, (f"no peak in the arch table ({spec.source}) for the work counted by "
                             + ", ".join(missing))
-    total = sum(f for _, f, _ in work)
-    peak = total / sum(f / spec.peak_tflops[k] for _, f, k in work)
-    return "+".join(sorted({k for _, _, k in work})), peak, None
+    total = sum(f for _, f, _, _ in work)
+    peak = total / sum(f / p for _, f, _, p in work)
+    return "+".join(sorted({k for _, _, k, _ in work})), peak, None
 
 
 def _first_peak(keys: tuple[str, ...], spec: DeviceSpec) -> str | None:

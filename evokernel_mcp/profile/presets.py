@@ -181,7 +181,13 @@ NCU_FLOP = ["smsp__sass_thread_inst_executed_op_ffma_pred_on.sum", "smsp__sass_t
 # GEMM on tensor cores would be counted by its FFMAs alone (derived.py then says the roofline does not apply).
 NCU_TENSOR_FLOP = ["sm__ops_path_tensor_src_fp16.sum", "sm__ops_path_tensor_src_bf16_dst_fp32.sum",
                    "sm__ops_path_tensor_src_tf32_dst_fp32.sum", "sm__ops_path_tensor_src_fp8_sparsity_off.sum",
-                   "sm__ops_path_tensor_src_fp64.sum"]
+                   "sm__ops_path_tensor_src_fp64.sum",
+                   # their dense peaks per cycle and the SM clock: the roofline's peak where the arch table has none
+                   "sm__ops_path_tensor_op_hgmma_src_fp16_sparsity_off.sum.peak_sustained",
+                   "sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32_sparsity_off.sum.peak_sustained",
+                   "sm__ops_path_tensor_op_hgmma_src_tf32_dst_fp32_sparsity_off.sum.peak_sustained",
+                   "sm__ops_path_tensor_src_fp8_sparsity_off.sum.peak_sustained",
+                   "sm__ops_path_tensor_src_fp64.sum.peak_sustained", "sm__cycles_elapsed.avg.per_second"]
 NCU_PRESETS: dict[str, list[str]] = {
     "overview": NCU_BASE + ["lts__t_sector_hit_rate.pct", "sm__warps_active.avg.pct_of_peak_sustained_active",
                             "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed",

@@ -123,3 +123,25 @@ def test_idle_tensor_pipe_gets_the_matrix_core_advice():
 def test_presets_ask_for_tensor_flops():
     for p in ("overview", "compute"):
         assert set(presets.NCU_TENSOR_FLOP) <= set(presets.ncu_metrics(p, None))
+
+
+def test_tensor_peak_missing_from_the_table_comes_from_ncu_peak_and_clock():
+    (raw,) = parse_ncu_raw_csv((CU / "ncu_raw_axpy_full_h200.csv").read_text(), "raw.csv")
+    assert "tf32_tensor_dense" not in H200.peak_tflops  # the H200 row has no TF32 peak
+    c = raw.counters | {"sm__ops_path_tensor_src_tf32_dst_fp32.sum": 3e14,
+                        "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed": 64.0}
+    d, notes = derive_with_notes(c, 1_000_000, H200)
+    assert not notes and "roofline_fraction" in d
+    peak = 270_336 * 1.968163e9 / 1e12  # recorded dense HGMMA TF32 FLOP/cycle x recorded SM clock
+    assert d["flops"].value == 3e14  # the full-set recording has no FFMA .sum: tensor FLOPs only
+    assert "tf32_tensor_dense = sm__ops_path_tensor_op_hgmma_src_tf32" in d["roofline_ridge_point"].formula
+    assert d["roofline_ridge_point"].value == pytest.approx(peak * 1e3 / 4800, rel=1e-3)
+
+
+def test_amd_mfma_busy_without_mops_counters_has_no_roofline():
+    spec = DeviceSpec(arch="gfx942", vendor="amd", compute_units=304, num_xcc=8, peak_gbs=5300,
+                      peak_tflops={"bf16_matrix": 1307.4}, source="t")
+    c = {"GRBM_GUI_ACTIVE": 8e6, "SQ_VALU_MFMA_BUSY_CYCLES": 0.5 * 1216 * 1e6, "FETCH_SIZE": 1e6, "WRITE_SIZE": 1e5}
+    d, notes = derive_with_notes(c, 1e6, spec)
+    assert d["mfma_busy"].value == pytest.approx(50.0) and "roofline_fraction" not in d
+    assert notes[0].startswith("roofline does not apply: the MFMA is 50% busy")
