@@ -341,7 +341,7 @@ def read_att_dir(ui: Path) -> tuple[list[TraceInstruction], str, list[str]]:
 
 def trace_result(rows, vendor, kernel, tool, exe, ver, argv, top_n, files, notes) -> TraceResult:
     breakdown, hot, stall, src, total = summarize(rows, vendor, top_n)
-    files = dict(files) | {"instructions.csv": _full_table(rows, vendor)}
+    files = {"instructions.csv": _full_table(rows, vendor)} | dict(files)  # first: read_artifact's default
     aid = artifacts.put("thread_trace", files, detail=f"{tool} {ver or ''}; instructions.csv = full table")
     unit = "latency cycles summed over traced waves" if vendor == "amd" else "warp-stall samples (PC sampling)"
     prov = [Provenance(field="hot_instructions[].cycles", source=tool, detail=f"{ver or 'version unknown'}; {unit}"),
