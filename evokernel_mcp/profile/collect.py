@@ -294,6 +294,8 @@ def _pmc_result(tool, exe, ver, argv, spec, ds, total, files, counters, passes, 
         if len(res.model_dump_json()) <= MAX_RESULT_CHARS:
             break
         d.counters = {k: v for k, v in d.counters.items() if k in wanted}
+    if len(res.model_dump_json()) > MAX_RESULT_CHARS:  # then formulas already given by the first dispatch
+        _share_formulas(res.dispatches)
     while len(res.dispatches) > 1 and len(res.model_dump_json()) > MAX_RESULT_CHARS:
         res.dispatches = res.dispatches[:-1]
         res.notes = notes()
@@ -302,6 +304,17 @@ def _pmc_result(tool, exe, ver, argv, spec, ds, total, files, counters, passes, 
         res.dispatch_table = res.dispatch_table[:-4]
         res.notes = notes()
     return res
+
+
+def _share_formulas(ds: list[PmcDispatch]) -> None:
+    """A formula equal to the first dispatch's for the same metric becomes a pointer to it."""
+    if not ds:
+        return
+    first = {k: v.formula for k, v in ds[0].derived.items()}
+    for d in ds[1:]:
+        for k, v in d.derived.items():
+            if first.get(k) == v.formula:
+                v.formula = "as in dispatches[0]"
 
 
 def _full_table(rows: list[TraceInstruction], vendor: str) -> str:

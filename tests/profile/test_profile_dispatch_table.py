@@ -145,3 +145,17 @@ def test_amd_mfma_busy_without_mops_counters_has_no_roofline():
     d, notes = derive_with_notes(c, 1e6, spec)
     assert d["mfma_busy"].value == pytest.approx(50.0) and "roofline_fraction" not in d
     assert notes[0].startswith("roofline does not apply: the MFMA is 50% busy")
+
+
+def test_four_kernels_with_every_counter_all_shown_within_budget():
+    (raw,) = parse_ncu_raw_csv((CU / "ncu_raw_axpy_full_h200.csv").read_text(), "raw.csv")  # 2,238 columns
+    ds = []
+    for i, (name, ns) in enumerate((("helper", 20_000), ("gemm_bf16", 900_000), ("gemm_tf32", 600_000),
+                                    ("swish", 80_000))):
+        ds.append(raw.model_copy(update={"dispatch_id": i, "kernel": name, "duration_ns": ns}, deep=True))
+    res = _result(ds, max_dispatches=4)
+    assert [d.kernel for d in res.dispatches] == ["gemm_bf16", "gemm_tf32", "swish", "helper"]
+    assert not any(k.startswith("device__attribute_") for d in res.dispatches for k in d.counters)
+    assert len(res.dispatch_table) == 4 and not res.notes
+    assert len(res.model_dump_json()) <= collect.MAX_RESULT_CHARS
+    assert {f.evidence["kernel"] for f in res.findings} <= {"gemm_bf16", "gemm_tf32", "swish"}
