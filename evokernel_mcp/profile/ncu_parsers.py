@@ -286,10 +286,9 @@ def _parse_cuda_sass_view(rows: list[tuple[int, list[str]]], where: str) -> list
             raise ParseError(TOOL, w, message=f"{len(r)} fields, header has {len(header)}")
         if first:  # a source line: its number and text; its counters are the sum of the SASS rows below it
             try:
-                lineno = int(first.replace(",", ""))
+                lineno, text = int(first.replace(",", "")), r[1].strip()[:160]
             except ValueError:
-                raise ParseError(TOOL, f"{w} field Line No", message=f"{first!r} is not a line number") from None
-            text = r[1].strip()[:160]
+                pass  # an elision row ("...") between source lines
             continue
         if not r[addr_i].strip():
             continue
