@@ -283,7 +283,9 @@ def _parse_cuda_sass_view(rows: list[tuple[int, list[str]]], where: str) -> list
             continue
         w = f"{where} line {line}"
         if len(r) != len(header):
-            raise ParseError(TOOL, w, message=f"{len(r)} fields, header has {len(header)}")
+            if len(r) > addr_i and r[addr_i].strip():  # an instruction row that does not fit the header
+                raise ParseError(TOOL, w, message=f"{len(r)} fields, header has {len(header)}")
+            continue  # a short elision row
         if first:  # a source line: its number and text; its counters are the sum of the SASS rows below it
             try:
                 lineno, text = int(first.replace(",", "")), r[1].strip()[:160]

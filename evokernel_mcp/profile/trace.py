@@ -192,15 +192,17 @@ def trace_findings(rows: list[TraceInstruction], vendor: str) -> list[Finding]:
         if vendor == "amd":
             top = _hottest([r for r in ins if f"stall in {classify_amd(r.instruction)}" == reason],
                            lambda r: r.stall_cycles or 0)
-            what = {"stall in waitcnt": "waves wait on memory results (s_waitcnt): loads are not hidden",
+            what = {"stall in waitcnt": "waves wait in s_waitcnt (vmcnt: global loads, lgkmcnt: LDS or scalar "
+                                        "loads): their latency is not hidden",
                     "stall in barrier": "waves wait at s_barrier",
                     "stall in MFMA": "waves wait on MFMA results or the matrix pipe"}.get(reason, reason)
         else:
             top = _hottest(ins, lambda r, k=reason: r.stall_reasons.get(k, 0.0))
             what = _NV_REASON.get(reason, reason)
         ev = {"reason": reason, "share_of_stalls": round(share, 3)} | (_where(top) if top else {})
+        unit = "stall cycles" if vendor == "amd" else "stall samples"
         out.append(Finding(kind="stall", evidence=ev, text=(
-            f"{100 * share:.0f}% of stall samples: {what}" + (f"; most at {_at(top)}." if top else "."))))
+            f"{100 * share:.0f}% of {unit}: {what}" + (f"; most at {_at(top)}." if top else "."))))
     conf = [r for r in ins if (r.shared_conflict_ways or 0) > 1 and r.cycles > 0]
     top = _hottest(conf, lambda r: r.cycles)
     if top:

@@ -52,3 +52,15 @@ def test_wgmma_waits_and_bank_conflicts_with_source_lines():
 
 def test_no_samples_no_findings():
     assert trace_findings([_ins(0, "EXIT", 0)], "nvidia") == []
+
+
+def test_amd_att_findings_name_the_triton_source_line():
+    ui = (Path(__file__).resolve().parents[1] / "fixtures" / "rocm" / "rocprofv3" / "att_gfx950_rocm6.4_skinny_M128"
+          / "ui_output_agent_1026_dispatch_20")
+    rows, kernel, _ = collect.read_att_dir(ui)
+    found = trace_findings(rows, "amd")
+    assert kernel == "_gemm_afp4_wfp4_kernel"
+    bar = found[0]
+    assert bar.evidence["reason"] == "stall in barrier" and bar.evidence["share_of_stalls"] == 0.53
+    assert bar.evidence["instruction"] == "544: s_barrier"
+    assert bar.evidence["source_line"].endswith("gemm_afp4wfp4.py:140") and "stall cycles" in bar.text
