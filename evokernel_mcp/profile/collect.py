@@ -236,6 +236,13 @@ async def pmc_cuda(launch: Launch, metrics: list[str], kernel_regex: str | None,
         raise ParseError("ncu", str(report), version=ver, message="no report written: no kernel matched the filter "
                          f"in the profiled iterations.\nncu output tail:\n{log_text[-2000:]}")
     raw = await ncu.run(ncu.raw_export_argv(exe, report), timeout_s=120, env=launch.env, cwd=launch.workdir)
+    return ncu_pmc_result(raw, log_text, report.read_bytes(), exe, ver, argv, spec, metrics, max_dispatches, preset)
+
+
+def ncu_pmc_result(raw: str, log_text: str, report: bytes, exe: str, ver: str | None, argv: list, spec: DeviceSpec,
+                   metrics: list[str], max_dispatches: int, preset: str | None) -> PmcResult:
+    """The ncu raw page (and the run's log and report) -> the result: the peaks of the live product, the
+    heaviest dispatches, the table of all, static device values once, the artifact."""
     parsed = parse_ncu_raw_csv(raw, "ncu_raw.csv")
     names = device_names(raw, "ncu_raw.csv")
     if names and _names_a_product(spec.arch, names[0]):
@@ -244,7 +251,7 @@ async def pmc_cuda(launch: Launch, metrics: list[str], kernel_regex: str | None,
     attrs, attrs_json = _device_attributes(parsed, names)
     files = {"dispatches.jsonl": _pmc_table(parsed, spec),  # first: read_artifact's default file
              "device_attributes.json": attrs_json, "ncu_raw.csv": raw, "ncu_log.txt": log_text[-200_000:],
-             "pmc.ncu-rep": report.read_bytes()}
+             "pmc.ncu-rep": report}
     # ncu schedules its own replay passes: passes=[] (the metric list is counters_requested)
     res = _pmc_result("ncu", exe, ver, argv, spec, ds, len(parsed), files, metrics, [], preset, raw=parsed)
     res.device_attributes = attrs

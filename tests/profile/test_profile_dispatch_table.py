@@ -159,3 +159,13 @@ def test_four_kernels_with_every_counter_all_shown_within_budget():
     assert len(res.dispatch_table) == 4 and not res.notes
     assert len(res.model_dump_json()) <= collect.MAX_RESULT_CHARS
     assert {f.evidence["kernel"] for f in res.findings} <= {"gemm_bf16", "gemm_tf32", "swish"}
+
+
+def test_ncu_pmc_result_from_the_recorded_raw_page():
+    text = (CU / "ncu_raw_axpy_full_h200.csv").read_text()
+    res = collect.ncu_pmc_result(text, "log", b"rep", "ncu", "2025.3.1", ["ncu"], collect.table_spec("sm_90", "nvidia"),
+                                 presets.ncu_metrics("overview", None), 3, "overview")
+    assert res.device_attributes["display_name"] == "NVIDIA H200" and "H200_SXM" in res.provenance[2].detail
+    assert not any(k.startswith("device__attribute_") for k in res.dispatches[0].counters)
+    assert [f.name for f in artifacts.info(res.artifact_id).files][:2] == ["dispatches.jsonl", "device_attributes.json"]
+    assert res.dispatch_table[0].kernel == "axpy_kernel" and res.dispatch_table[0].grid == "(16384, 1, 1)"
