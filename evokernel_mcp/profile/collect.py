@@ -373,7 +373,9 @@ def trace_result(rows, vendor, kernel, tool, exe, ver, argv, top_n, files, notes
                        kernel=kernel, cycles_unit=unit, total_cycles=total,
                        instructions_total=sum(1 for r in rows if not r.is_label), class_breakdown=breakdown,
                        hot_instructions=hot, stall_reasons=stall, source_lines=src,
-                       findings=trace_findings(rows, vendor), notes=notes, artifact_id=aid, provenance=prov)
+                       findings=trace_findings(rows, vendor),
+                       notes=list(notes) + [f"every instruction: read_artifact('{aid}', name='instructions.csv')"],
+                       artifact_id=aid, provenance=prov)
 
 
 async def trace_rocm(launch: Launch, kernel_regex: str | None, top_n: int, *, target_cu: int, se_mask: str,

@@ -64,3 +64,14 @@ def test_amd_att_findings_name_the_triton_source_line():
     assert bar.evidence["reason"] == "stall in barrier" and bar.evidence["share_of_stalls"] == 0.53
     assert bar.evidence["instruction"] == "544: s_barrier"
     assert bar.evidence["source_line"].endswith("gemm_afp4wfp4.py:140") and "stall cycles" in bar.text
+
+
+def test_trace_note_gives_the_read_artifact_call_for_the_full_table():
+    from evokernel_mcp import artifacts
+
+    rows = parse_ncu_source_csv((CU / "ncu_source_sass_axpy_h200.csv").read_text())
+    res = collect.trace_result(rows, "nvidia", "axpy_kernel", "ncu", "ncu", "2025.3.1", ["ncu"], 5, {"x.csv": "x"}, [])
+    (note,) = [n for n in res.notes if "read_artifact(" in n]
+    assert f"read_artifact('{res.artifact_id}', name='instructions.csv')" in note
+    page = artifacts.read_artifact(res.artifact_id)
+    assert page.name == "instructions.csv" and page.total == len(rows) + 1
