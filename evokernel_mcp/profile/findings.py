@@ -115,7 +115,9 @@ MIN_TIME_SHARE = 0.10
 
 
 def _label(d: PmcDispatch) -> str:
-    return f"{d.kernel[:60]} #{d.dispatch_id}" if d.dispatch_id is not None else d.kernel[:60]
+    """'void addition_kernel<float>(float*, ...)' -> 'addition_kernel<float> #1' (the evidence keeps the full name)."""
+    name = d.kernel.split("(", 1)[0].removeprefix("void ").strip()[:60] or d.kernel[:60]
+    return f"{name} #{d.dispatch_id}" if d.dispatch_id is not None else name
 
 
 def main_dispatches(dispatches: list[PmcDispatch]) -> list[PmcDispatch]:

@@ -169,3 +169,10 @@ def test_ncu_pmc_result_from_the_recorded_raw_page():
     assert not any(k.startswith("device__attribute_") for k in res.dispatches[0].counters)
     assert [f.name for f in artifacts.info(res.artifact_id).files][:2] == ["dispatches.jsonl", "device_attributes.json"]
     assert res.dispatch_table[0].kernel == "axpy_kernel" and res.dispatch_table[0].grid == "(16384, 1, 1)"
+
+
+def test_finding_label_drops_the_signature():
+    from evokernel_mcp.profile.findings import _label
+
+    d = PmcDispatch(kernel="void addition_kernel<float>(float*, float const*, int)", dispatch_id=1, counters={})
+    assert _label(d) == "addition_kernel<float> #1"
