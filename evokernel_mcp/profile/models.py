@@ -238,6 +238,7 @@ class HotInstruction(Model):
     stall_cycles: float | None = None
     hits: int
     source_line: str | None = None
+    source_text: str | None = Field(default=None, description="The text of source_line (when the profiler has it).")
     fraction: float = Field(description="Share of all cycles (or samples) of the kernel.")
     neighbours: list[str] = Field(default_factory=list, description="Instructions just before and after.")
 
