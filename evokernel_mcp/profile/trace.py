@@ -203,7 +203,7 @@ def trace_findings(rows: list[TraceInstruction], vendor: str) -> list[Finding]:
         ev = {"reason": reason, "share_of_stalls": round(share, 3)} | (_where(top) if top else {})
         unit = "stall cycles" if vendor == "amd" else "stall samples"
         out.append(Finding(kind="stall", evidence=ev, text=(
-            f"{100 * share:.0f}% of {unit}: {what}" + (f"; most at {_at(top)}." if top else "."))))
+            f"{100 * share:.0f}% of {unit}: {what}" + (f"; warps wait most at {_at(top)}." if top else "."))))
     conf = [r for r in ins if (r.shared_conflict_ways or 0) > 1 and r.cycles > 0]
     top = _hottest(conf, lambda r: r.cycles)
     if top:
