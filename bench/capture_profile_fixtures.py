@@ -90,6 +90,7 @@ def main() -> None:
         for preset in ("overview", "compute"):
             rep = work / f"gemm4_{preset}"
             run(common + ["--metrics", ",".join(presets.ncu_metrics(preset, None)), "--launch-count", "4",
+                          "--kernel-name", "regex:zero_kernel|gemm_kernel|swish_kernel",
                           "--export", str(rep), "python3", str(prog)], log)
             run(["ncu", "--import", f"{rep}.ncu-rep", "--csv", "--page", "raw", "--print-units", "base"], log,
                 out / f"ncu_raw_gemm4_{preset}.csv")
