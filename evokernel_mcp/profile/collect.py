@@ -11,19 +11,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evokernel_mcp import artifacts, settings
-from evokernel_mcp.errors import ParseError
+from evokernel_mcp.errors import EvoError, ParseError
 from evokernel_mcp.models import Provenance
 from evokernel_mcp.profile import ncu, rocm_pipeline, rocprof_safe, rocprofv3
-from evokernel_mcp.profile.derived import DeviceSpec, derive
-from evokernel_mcp.profile.findings import findings_for
+from evokernel_mcp.profile.derived import DeviceSpec
 from evokernel_mcp.profile.models import (
     CounterDispatch,
-    PmcDispatch,
     PmcResult,
     TraceInstruction,
     TraceResult,
 )
-from evokernel_mcp.profile.ncu_parsers import device_names, parse_ncu_raw_csv, parse_ncu_source_csv
+from evokernel_mcp.profile.ncu_parsers import device_names, has_line_info, parse_ncu_raw_csv, parse_ncu_source_csv
+from evokernel_mcp.profile.pmc_result import (  # noqa: F401  (the result assembly; tests reach it through here)
+    MAX_RESULT_CHARS,
+    _device_attributes,
+    _pmc_dispatches,
+    _pmc_result,
+    _pmc_table,
+    short_argv,
+)
 from evokernel_mcp.profile.rocprof_parsers import (
     parse_att_code_json,
     parse_att_filenames,
@@ -31,11 +37,10 @@ from evokernel_mcp.profile.rocprof_parsers import (
     parse_att_wave,
     parse_rocprofv3_agent_info,
 )
-from evokernel_mcp.profile.trace import classify_amd, classify_sass, summarize
+from evokernel_mcp.profile.trace import classify_amd, classify_sass, summarize, trace_findings
 
 log = logging.getLogger(__name__)
 MAX_WAVE_FILES = 64
-MAX_RESULT_CHARS = 14_000  # ~3,500 tokens
 
 
 @dataclass
@@ -57,17 +62,6 @@ class Launch:
 def iteration_range(spec: dict) -> str:
     w, n = int(spec.get("warmup", 1)), int(spec.get("iters", 1))
     return f"[{w + 1}-{w + n}]"
-
-
-def _pmc_dispatches(raw: list[CounterDispatch], spec: DeviceSpec, max_dispatches: int,
-                    compile_waves_per_cu: float | None = None) -> list[PmcDispatch]:
-    out = []
-    for d in raw[:max_dispatches]:
-        out.append(PmcDispatch(kernel=d.kernel, dispatch_id=d.dispatch_id, duration_ns=d.duration_ns,
-                               grid_size=d.grid_size or None, workgroup_size=d.workgroup_size or None,
-                               counters=d.counters,
-                               derived=derive(d.counters, d.duration_ns, spec, compile_waves_per_cu)))
-    return out
 
 
 def table_spec(arch: str, vendor: str, device_name: str | None = None) -> DeviceSpec:
@@ -100,10 +94,6 @@ def _names_a_product(arch: str, device_name: str | None) -> bool:
 
     return bool(device_name) and not settings.get().product and \
         table.match_product(arch, device_name) is not None
-
-
-def _pmc_table(ds: list[PmcDispatch]) -> str:
-    return "\n".join(json.dumps(d.model_dump(mode="json")) for d in ds) + "\n"
 
 
 def _amd_spec(base: DeviceSpec, out_dir: Path) -> DeviceSpec:
@@ -158,11 +148,11 @@ async def pmc_rocm(launch: Launch, passes: list[list[str]], kernel_regex: str | 
     reasons = sorted({r for r in runs.dropped.values()})
     if not runs.collected:
         reasons.insert(0, "no counter pass finished")
-    files = {k: v for k, v in rocprofv3.collect_files(launch.workdir).items() if not k.startswith("modules")}
-    files |= {"rocprofv3_stderr.txt": stderr[-200_000:],
-              "dispatches.jsonl": _pmc_table(_pmc_dispatches(merged, spec, 10_000, cw))}
+    files = {"dispatches.jsonl": _pmc_table(merged, spec, cw)}  # first: read_artifact's default file
+    files |= {k: v for k, v in rocprofv3.collect_files(launch.workdir).items() if not k.startswith("modules")}
+    files |= {"rocprofv3_stderr.txt": stderr[-200_000:]}
     res = _pmc_result("rocprofv3", exe, ver, argv, spec, ds, len(merged), files, counters,
-                      [g for g, _ in runs.collected], preset)
+                      [g for g, _ in runs.collected], preset, raw=merged)
     res.notes = notes + runs.notes + res.notes
     res.kernel_filter, res.kernel_filter_source = kfilter, ksrc
     res.counters_not_collected = missing
@@ -190,43 +180,25 @@ async def pmc_cuda(launch: Launch, metrics: list[str], kernel_regex: str | None,
         raise ParseError("ncu", str(report), version=ver, message="no report written: no kernel matched the filter "
                          f"in the profiled iterations.\nncu output tail:\n{log_text[-2000:]}")
     raw = await ncu.run(ncu.raw_export_argv(exe, report), timeout_s=120, env=launch.env, cwd=launch.workdir)
+    return ncu_pmc_result(raw, log_text, report.read_bytes(), exe, ver, argv, spec, metrics, max_dispatches, preset)
+
+
+def ncu_pmc_result(raw: str, log_text: str, report: bytes, exe: str, ver: str | None, argv: list, spec: DeviceSpec,
+                   metrics: list[str], max_dispatches: int, preset: str | None) -> PmcResult:
+    """The ncu raw page (and the run's log and report) -> the result: the peaks of the live product, the
+    heaviest dispatches, the table of all, static device values once, the artifact."""
     parsed = parse_ncu_raw_csv(raw, "ncu_raw.csv")
     names = device_names(raw, "ncu_raw.csv")
     if names and _names_a_product(spec.arch, names[0]):
         spec = table_spec(spec.arch, "nvidia", names[0])
     ds = _pmc_dispatches(parsed, spec, max_dispatches)
-    files = {"ncu_raw.csv": raw, "ncu_log.txt": log_text[-200_000:],
-             "dispatches.jsonl": _pmc_table(_pmc_dispatches(parsed, spec, 10_000)),
-             "pmc.ncu-rep": report.read_bytes()}
+    attrs, attrs_json = _device_attributes(parsed, names)
+    files = {"dispatches.jsonl": _pmc_table(parsed, spec),  # first: read_artifact's default file
+             "device_attributes.json": attrs_json, "ncu_raw.csv": raw, "ncu_log.txt": log_text[-200_000:],
+             "pmc.ncu-rep": report}
     # ncu schedules its own replay passes: passes=[] (the metric list is counters_requested)
-    return _pmc_result("ncu", exe, ver, argv, spec, ds, len(parsed), files, metrics, [], preset)
-
-
-def short_argv(argv: list) -> list[str]:
-    """The command line with long lists (metric names, pmc lines) elided; the full one is in the artifact."""
-    return [a if len(str(a)) <= 160 else f"{str(a)[:60]}...({str(a).count(',') + 1} items)" for a in map(str, argv)]
-
-
-def _pmc_result(tool, exe, ver, argv, spec, ds, total, files, counters, passes, preset) -> PmcResult:
-    bound, found = findings_for(ds)
-    files = dict(files) | {"command.txt": " ".join(map(str, argv)) + "\n"}
-    aid = artifacts.put("profile_pmc", files, detail=f"{tool} {ver or ''} raw outputs; dispatches.jsonl = full table")
-    notes = [] if len(ds) == total else [f"showing {len(ds)} of {total} dispatches; all are in artifact "
-                                         f"{aid} (dispatches.jsonl)"]
-    prov = [Provenance(field="dispatches[].counters", source=tool, detail=f"{ver or 'version unknown'}; measured"),
-            Provenance(field="dispatches[].duration_ns", source=tool,
-                       detail="End_Timestamp - Start_Timestamp" if tool == "rocprofv3" else "gpu__time_duration.sum"),
-            Provenance(field="dispatches[].derived", source="evokernel_mcp.profile.derived",
-                       detail=f"formulas per value; peaks from {spec.source}"),
-            Provenance(field="findings", source="evokernel_mcp.profile.findings", detail="rules on derived metrics")]
-    res = PmcResult(tool={"name": tool, "version": ver, "path": exe, "command": short_argv(argv)},
-                    arch=spec.arch, preset=preset, counters_requested=list(counters), passes=passes, dispatches=ds,
-                    dispatches_total=total, bound=bound, findings=found, notes=notes, artifact_id=aid,
-                    provenance=prov)
-    while len(res.dispatches) > 1 and len(res.model_dump_json()) > MAX_RESULT_CHARS:  # keep the default output small
-        res.dispatches = res.dispatches[:-1]
-        res.notes = [f"showing {len(res.dispatches)} of {total} dispatches (output budget); all are in artifact "
-                     f"{aid} (dispatches.jsonl)"]
+    res = _pmc_result("ncu", exe, ver, argv, spec, ds, len(parsed), files, metrics, [], preset, raw=parsed)
+    res.device_attributes = attrs
     return res
 
 
@@ -268,17 +240,21 @@ def read_att_dir(ui: Path) -> tuple[list[TraceInstruction], str, list[str]]:
 
 def trace_result(rows, vendor, kernel, tool, exe, ver, argv, top_n, files, notes) -> TraceResult:
     breakdown, hot, stall, src, total = summarize(rows, vendor, top_n)
-    files = dict(files) | {"instructions.csv": _full_table(rows, vendor)}
+    files = {"instructions.csv": _full_table(rows, vendor)} | dict(files)  # first: read_artifact's default
     aid = artifacts.put("thread_trace", files, detail=f"{tool} {ver or ''}; instructions.csv = full table")
     unit = "latency cycles summed over traced waves" if vendor == "amd" else "warp-stall samples (PC sampling)"
     prov = [Provenance(field="hot_instructions[].cycles", source=tool, detail=f"{ver or 'version unknown'}; {unit}"),
             Provenance(field="class_breakdown", source="evokernel_mcp.profile.trace",
-                       detail="sum of cycles per instruction class / total cycles")]
+                       detail="sum of cycles per instruction class / total cycles"),
+            Provenance(field="findings", source="evokernel_mcp.profile.trace",
+                       detail="rules on per-instruction stall samples")]
     return TraceResult(tool={"name": tool, "version": ver, "path": exe, "command": short_argv(argv)},
                        kernel=kernel, cycles_unit=unit, total_cycles=total,
                        instructions_total=sum(1 for r in rows if not r.is_label), class_breakdown=breakdown,
-                       hot_instructions=hot, stall_reasons=stall, source_lines=src, notes=notes, artifact_id=aid,
-                       provenance=prov)
+                       hot_instructions=hot, stall_reasons=stall, source_lines=src,
+                       findings=trace_findings(rows, vendor),
+                       notes=list(notes) + [f"every instruction: read_artifact('{aid}', name='instructions.csv')"],
+                       artifact_id=aid, provenance=prov)
 
 
 async def trace_rocm(launch: Launch, kernel_regex: str | None, top_n: int, *, target_cu: int, se_mask: str,
@@ -293,17 +269,34 @@ async def trace_cuda(launch: Launch, kernel_regex: str | None, top_n: int) -> Tr
     exe, ver = ncu.find_ncu()
     report = launch.workdir / "trace.ncu-rep"
     argv = ncu.source_argv(exe, report, kernel_regex, launch.child())
-    log_text = await ncu.run(argv, timeout_s=launch.timeout_s, env=launch.env, cwd=launch.workdir)
+    env = {k: v for k, v in launch.env.items() if k != "TRITON_DISABLE_LINE_INFO"}  # keep SASS -> source lines
+    log_text = await ncu.run(argv, timeout_s=launch.timeout_s, env=env, cwd=launch.workdir)
     if not report.exists():
         raise ParseError("ncu", str(report), version=ver, message=f"no report written (no kernel matched).\n{log_text[-2000:]}")
-    src = await ncu.run(ncu.source_export_argv(exe, report), timeout_s=120, env=launch.env, cwd=launch.workdir)
-    rows = parse_ncu_source_csv(src, "ncu_source_sass.csv")
+    src, rows, notes = await _source_rows(exe, report, launch)
     raw = await ncu.run(ncu.raw_export_argv(exe, report), timeout_s=120, env=launch.env, cwd=launch.workdir)
     kernels = parse_ncu_raw_csv(raw, "ncu_raw.csv")
     kernel = kernels[0].kernel if kernels else (kernel_regex or "?")
     files = {"ncu_source_sass.csv": src, "ncu_raw.csv": raw, "ncu_log.txt": log_text[-200_000:],
              "trace.ncu-rep": report.read_bytes()}
-    return trace_result(rows, "nvidia", kernel, "ncu", exe, ver, argv, top_n, files, [])
+    return trace_result(rows, "nvidia", kernel, "ncu", exe, ver, argv, top_n, files, notes)
+
+
+async def _source_rows(exe: str, report: Path, launch: Launch) -> tuple[str, list[TraceInstruction], list[str]]:
+    """The source page with line info (cuda,sass view: each SASS instruction with its file:line; Triton keeps
+    line info in its cubins unless TRITON_DISABLE_LINE_INFO is set), else the SASS view."""
+    try:
+        src = await ncu.run(ncu.source_export_argv(exe, report, "cuda,sass"), timeout_s=120, env=launch.env,
+                            cwd=launch.workdir)
+        rows = parse_ncu_source_csv(src, "ncu_source_cuda_sass.csv")
+        if has_line_info(rows):
+            return src, rows, []
+    except EvoError as e:
+        log.info("ncu cuda,sass source view unavailable: %s", e)
+    src = await ncu.run(ncu.source_export_argv(exe, report), timeout_s=120, env=launch.env, cwd=launch.workdir)
+    return src, parse_ncu_source_csv(src, "ncu_source_sass.csv"), [
+        "no source lines: the kernel's cubin has no line info (Triton: TRITON_DISABLE_LINE_INFO set; CUDA: "
+        "compile with -lineinfo); instructions are shown without file:line"]
 
 
 def child_env(device: str | None) -> dict[str, str]:

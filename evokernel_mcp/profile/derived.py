@@ -124,8 +124,84 @@ def _nvidia(c: dict[str, float], dur: float | None, spec: DeviceSpec, out: dict[
                 k = 2 if op.endswith("fma") else 1
                 total += k * c[m]
                 terms.append(f"{k}*{m}" if k > 1 else m)
-    if terms:
-        out["flops"] = _dv(total, "FLOP", " + ".join(terms) + " (CUDA-core only; tensor-core FLOPs not counted)")
+    tensor = [m for m in NV_TENSOR_FLOP if m in c]
+    if tensor:
+        out["tensor_flops"] = _dv(sum(c[m] for m in tensor), "FLOP", " + ".join(tensor)
+                                  + " (ncu counts tensor-pipe ops as FLOPs: an FMA is 2)")
+    itensor = [m for m in NV_TENSOR_INT if m in c]
+    if itensor and sum(c[m] for m in itensor) > 0:
+        out["tensor_int_ops"] = _dv(sum(c[m] for m in itensor), "OP", " + ".join(itensor) + " (integer MMA)")
+    if terms or tensor:
+        what = ("CUDA cores + tensor pipe" if terms and tensor else "tensor pipe only; CUDA-core FLOPs not "
+                "collected" if tensor else "CUDA cores only; tensor-pipe FLOPs not collected")
+        formula = " + ".join(terms + (["tensor_flops"] if tensor else []))
+        out["flops"] = _dv(total + (out["tensor_flops"].value if tensor else 0.0), "FLOP", f"{formula} ({what})")
+
+
+# ncu tensor-pipe op counters (names as recorded on an H200, Nsight Compute 2025.3.1; the per-source-type
+# aggregates over HMMA and HGMMA, dense) -> the arch-table peak their FLOPs are measured against.
+NV_TENSOR_FLOP = {
+    "sm__ops_path_tensor_src_fp16.sum": ("fp16_bf16_tensor_dense",),
+    "sm__ops_path_tensor_src_bf16_dst_fp32.sum": ("fp16_bf16_tensor_dense",),
+    "sm__ops_path_tensor_src_tf32_dst_fp32.sum": ("tf32_tensor_dense",),
+    "sm__ops_path_tensor_src_fp8_sparsity_off.sum": ("fp8_tensor_dense",),
+    "sm__ops_path_tensor_src_fp64.sum": ("fp64_tensor",),
+}
+NV_TENSOR_INT = ("sm__ops_path_tensor_src_int8.sum",)
+_NV_CORE_PEAK = {"ffma": ("fp32", "fp32_vector"), "fadd": ("fp32", "fp32_vector"), "fmul": ("fp32", "fp32_vector"),
+                 "hfma": ("fp16_vector",), "hadd": ("fp16_vector",), "hmul": ("fp16_vector",),
+                 "dfma": ("fp64_vector",), "dadd": ("fp64_vector",), "dmul": ("fp64_vector",)}
+
+
+# Dense per-cycle peak of each tensor FLOP counter, device-wide (ncu `.peak_sustained`, recorded on an H200: bf16
+# 540,672 = 4,096 FLOP/SM/cycle, the dense HGMMA rate); times the measured SM clock it stands in for a peak the arch
+# table lacks (e.g. TF32 on the H200 row).
+NV_TENSOR_PEAK = {
+    "sm__ops_path_tensor_src_fp16.sum": "sm__ops_path_tensor_op_hgmma_src_fp16_sparsity_off.sum.peak_sustained",
+    "sm__ops_path_tensor_src_bf16_dst_fp32.sum":
+        "sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32_sparsity_off.sum.peak_sustained",
+    "sm__ops_path_tensor_src_tf32_dst_fp32.sum":
+        "sm__ops_path_tensor_op_hgmma_src_tf32_dst_fp32_sparsity_off.sum.peak_sustained",
+    "sm__ops_path_tensor_src_fp8_sparsity_off.sum": "sm__ops_path_tensor_src_fp8_sparsity_off.sum.peak_sustained",
+    "sm__ops_path_tensor_src_fp64.sum": "sm__ops_path_tensor_src_fp64.sum.peak_sustained",
+}
+NV_SM_CLOCK = "sm__cycles_elapsed.avg.per_second"
+
+
+def _nvidia_peak(c: dict[str, float], spec: DeviceSpec) -> tuple[str | None, float | None, str | None]:
+    """(peak names, FLOP-weighted peak TFLOP/s, why none) for the FLOPs counted: each kind of work against
+    its own peak (time = sum flops_i / peak_i), so a TF32 GEMM is measured against the TF32 tensor peak and an
+    FFMA loop against the FP32 peak. A tensor peak missing from the arch table comes from ncu's own dense
+    peak per cycle times the measured SM clock, when both were collected."""
+    work: list[tuple[str, float, str | None, float | None]] = []
+    for op, keys in _NV_CORE_PEAK.items():
+        m = f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum"
+        if c.get(m):
+            k = _first_peak(keys, spec)
+            work.append((m, (2 if op.endswith("fma") else 1) * c[m], k, spec.peak_tflops.get(k) if k else None))
+    for m, keys in NV_TENSOR_FLOP.items():
+        if c.get(m):
+            k = _first_peak(keys, spec)
+            if k:
+                work.append((m, c[m], k, spec.peak_tflops[k]))
+            elif c.get(NV_TENSOR_PEAK[m]) and c.get(NV_SM_CLOCK):
+                work.append((m, c[m], f"{keys[0]} = {NV_TENSOR_PEAK[m]} * {NV_SM_CLOCK}",
+                             c[NV_TENSOR_PEAK[m]] * c[NV_SM_CLOCK] / 1e12))
+            else:
+                work.append((m, c[m], None, None))
+    if not work:
+        return None, None, None
+    missing = sorted({m for m, _, _, p in work if not p})
+    if missing:
+        return None, None, (f"no peak in the arch table ({spec.source}) for the work counted by "
+                            + ", ".join(missing))
+    total = sum(f for _, f, _, _ in work)
+    peak = total / sum(f / p for _, f, _, p in work)
+    return "+".join(sorted({k for _, _, k, _ in work})), peak, None
+
+
+def _first_peak(keys: tuple[str, ...], spec: DeviceSpec) -> str | None:
+    return next((k for k in keys if spec.peak_tflops.get(k)), None)
 
 
 # MFMA MOPS counter suffix -> arch-table peak keys (first present wins), so a bf16 GEMM is measured against the
@@ -153,30 +229,57 @@ def _amd_mfma_peak(counters: dict[str, float], spec: DeviceSpec) -> tuple[str | 
     return "+".join(sorted(key for key, _ in work.values())), peak
 
 
-def _peak_for_counted_flops(spec: DeviceSpec, counters: dict[str, float]) -> tuple[str | None, float | None]:
-    """The peak that matches the FLOPs the counters count: NVIDIA counts CUDA-core FP32 instructions (so the
-    FP32 vector peak), AMD counts MFMA ops per dtype (so the matrix peak of those dtypes)."""
+def _peak_for_counted_flops(spec: DeviceSpec, counters: dict[str, float]) -> tuple[str | None, float | None,
+                                                                                 str | None]:
+    """The peak that matches the FLOPs the counters count (NVIDIA: CUDA-core and tensor-pipe work, each against
+    its own peak; AMD: MFMA ops per dtype against the matrix peak of those dtypes), and why there is none."""
     if not spec.peak_tflops:
-        return None, None
+        return None, None, f"no peak TFLOP/s in the arch table ({spec.source})"
     if spec.vendor != "amd":
-        for key in ("fp32", "fp32_vector"):
-            if key in spec.peak_tflops:
-                return key, spec.peak_tflops[key]
-        return None, None  # no CUDA-core peak known: no roofline rather than one against tensor-core peaks
-    return _amd_mfma_peak(counters, spec)
+        return _nvidia_peak(counters, spec)
+    name, peak = _amd_mfma_peak(counters, spec)
+    return name, peak, None if peak else f"no matrix peak in the arch table ({spec.source}) for a counted dtype"
 
 
-def derive(counters: dict[str, float], duration_ns: float | None, spec: DeviceSpec,
-           compile_waves_per_cu: float | None = None) -> dict[str, DerivedValue]:
+BUSY_PCT = 1.0  # a matrix pipe busier than this did work that a FLOP count without its counters would miss
+
+
+def _uncounted_matrix_work(counters: dict[str, float], out: dict[str, DerivedValue], vendor: str) -> str | None:
+    if vendor == "amd":
+        busy = out.get("mfma_busy")
+        counted = any(k.startswith("SQ_INSTS_VALU_MFMA_MOPS_") for k in counters)
+        what = "MFMA", "SQ_INSTS_VALU_MFMA_MOPS_* (preset 'compute')"
+    else:
+        busy = out.get("tensor_pipe_busy")
+        counted = any(m in counters for m in NV_TENSOR_FLOP)
+        what = "tensor pipe", "sm__ops_path_tensor_src_* (presets 'overview' and 'compute')"
+    if busy is not None and busy.value >= BUSY_PCT and not counted:
+        return (f"roofline does not apply: the {what[0]} is {busy.value:.0f}% busy but its FLOPs were not "
+                f"collected ({what[1]}); a FLOP count without them understates the work")
+    return None
+
+
+def derive_with_notes(counters: dict[str, float], duration_ns: float | None, spec: DeviceSpec,
+                      compile_waves_per_cu: float | None = None) -> tuple[dict[str, DerivedValue], list[str]]:
+    """Derived metrics, and notes saying why the roofline is absent where it does not apply."""
     out: dict[str, DerivedValue] = {}
+    notes: list[str] = []
     if spec.vendor == "amd":
         _amd(counters, duration_ns, spec, out, compile_waves_per_cu)
     else:
         _nvidia(counters, duration_ns, spec, out)
+    gap = _uncounted_matrix_work(counters, out, spec.vendor)
+    if gap:
+        notes.append(gap)
+        return out, notes
     if "flops" in out and out["flops"].value > 0 and out.get("dram_bytes") and out["dram_bytes"].value > 0:
         ai = out["flops"].value / out["dram_bytes"].value
         out["arithmetic_intensity"] = _dv(ai, "FLOP/byte", "flops / dram_bytes")
-        peak_name, peak = _peak_for_counted_flops(spec, counters)
+        peak_name, peak, why = _peak_for_counted_flops(spec, counters)
+        if why:
+            notes.append(f"roofline does not apply: {why}")
+        if peak and not spec.peak_gbs:
+            notes.append(f"roofline does not apply: no peak GB/s in the arch table ({spec.source})")
         if peak and spec.peak_gbs:
             ridge = peak * 1e3 / spec.peak_gbs
             out["roofline_ridge_point"] = _dv(ridge, "FLOP/byte", f"{peak:g} TFLOP/s ({peak_name}) * 1e3 / "
@@ -186,5 +289,11 @@ def derive(counters: dict[str, float], duration_ns: float | None, spec: DeviceSp
                 attainable = min(peak, ai * spec.peak_gbs / 1e3)
                 out["roofline_fraction"] = _dv(100 * achieved / attainable, "%",
                                                "100 * (flops / duration_ns / 1e3) / min(peak_tflops, "
-                                               "arithmetic_intensity * peak_gbs / 1e3)")
-    return out
+                                               f"arithmetic_intensity * peak_gbs / 1e3); peak_tflops = {peak:.4g} "
+                                               f"({peak_name})")
+    return out, notes
+
+
+def derive(counters: dict[str, float], duration_ns: float | None, spec: DeviceSpec,
+           compile_waves_per_cu: float | None = None) -> dict[str, DerivedValue]:
+    return derive_with_notes(counters, duration_ns, spec, compile_waves_per_cu)[0]

@@ -9,6 +9,7 @@ Bottleneck classification (per dispatch, on percentages of peak):
 
 from __future__ import annotations
 
+from evokernel_mcp.profile.derived import BUSY_PCT
 from evokernel_mcp.profile.models import Bound, DerivedValue, Finding, PmcDispatch
 
 HIGH, LOW = 60.0, 40.0
@@ -39,8 +40,7 @@ def classify(derived: dict[str, DerivedValue]) -> tuple[Bound, Finding | None]:
             "narrower dtypes, reuse through LDS/L2) before tuning math."))
     if c >= HIGH:
         return "compute-bound", Finding(kind="bottleneck", evidence=ev, text=(
-            f"compute-bound: {cname} {c:.0f}%, DRAM throughput {m:.0f}% of peak. Use faster instructions "
-            "(matrix cores, lower precision) or remove redundant math."))
+            f"compute-bound: {cname} {c:.0f}%, DRAM throughput {m:.0f}% of peak. " + _compute_advice(derived)))
     if max(m, c) < LOW:
         return "latency-bound", Finding(kind="bottleneck", evidence=ev, text=(
             f"latency-bound: neither memory ({m:.0f}% of peak DRAM) nor compute ({cname} {c:.0f}%) is near "
@@ -50,8 +50,35 @@ def classify(derived: dict[str, DerivedValue]) -> tuple[Bound, Finding | None]:
         f"partially {bound}: DRAM throughput {m:.0f}% of peak, {cname} {c:.0f}% (neither saturated)."))
 
 
+MATRIX_KEYS = ("tensor_pipe_busy", "mfma_busy")
+ON_MATRIX = 10.0  # % busy: the kernel already runs on the matrix pipe
+
+
+def _matrix_busy(d: dict[str, DerivedValue]) -> tuple[str | None, float | None]:
+    k = next((k for k in MATRIX_KEYS if k in d), None)
+    return (k, d[k].value) if k else (None, None)
+
+
+def _compute_advice(d: dict[str, DerivedValue]) -> str:
+    key, busy = _matrix_busy(d)
+    if busy is not None and busy >= ON_MATRIX:
+        return (f"It already runs on the matrix pipe ({key.replace('_', ' ')} {busy:.0f}%): cut the work around the "
+                "MMAs (address math, conversions, epilogue), overlap loads with MMAs (more stages), or use a lower "
+                "precision.")
+    if busy is not None:
+        return (f"The matrix pipe is idle ({key.replace('_', ' ')} {busy:.0f}%): move the math onto matrix cores "
+                "(tl.dot / MFMA / wgmma), use a lower precision, or remove redundant math.")
+    return "Use faster instructions (matrix cores, lower precision) or remove redundant math."
+
+
 def _rules(d: dict[str, DerivedValue], duration_ns: float | None) -> list[Finding]:
     out = []
+    key, busy = _matrix_busy(d)
+    if busy is not None and busy >= BUSY_SHOWN:
+        ev: dict[str, float | str] = {key: round(busy, 1)}
+        if "tensor_flops" in d:
+            ev["tensor_flops"] = d["tensor_flops"].value
+        out.append(Finding(kind="compute", evidence=ev, text=f"{key.replace('_', ' ')} {busy:.0f}% of peak."))
     l2 = _v(d, "l2_hit_rate")
     if l2 is not None and l2 < 50 and (_v(d, "dram_pct_of_peak") or 0) > 30:
         out.append(Finding(kind="memory", evidence={"l2_hit_rate": round(l2, 1)}, text=(
@@ -75,23 +102,62 @@ def _rules(d: dict[str, DerivedValue], duration_ns: float | None) -> list[Findin
             "counters are noisy at this size.")))
     rf = _v(d, "roofline_fraction")
     if rf is not None:
+        what = "tensor-pipe and CUDA-core FLOPs" if "tensor_flops" in d else "the FLOPs counted"
         out.append(Finding(kind="compute", evidence={"roofline_fraction": round(rf, 1),
                                                      "arithmetic_intensity": _v(d, "arithmetic_intensity")},
-                           text=f"at {rf:.0f}% of the roofline for its arithmetic intensity."))
+                           text=f"at {rf:.0f}% of the roofline for its arithmetic intensity ({what})."))
     return out
 
 
+BUSY_SHOWN = BUSY_PCT
+MAX_FINDING_KERNELS = 3
+MIN_TIME_SHARE = 0.10
+
+
+def _label(d: PmcDispatch) -> str:
+    """'void addition_kernel<float>(float*, ...)' -> 'addition_kernel<float> #1' (the evidence keeps the full name)."""
+    name = d.kernel.split("(", 1)[0].removeprefix("void ").strip()[:60] or d.kernel[:60]
+    return f"{name} #{d.dispatch_id}" if d.dispatch_id is not None else name
+
+
+def main_dispatches(dispatches: list[PmcDispatch]) -> list[PmcDispatch]:
+    """The dispatches findings are about: per kernel name its longest dispatch, kernels ranked by their total
+    time, those with at least 10% of all profiled time (always the first), at most 3."""
+    if not dispatches:
+        return []
+    total: dict[str, float] = {}
+    longest: dict[str, PmcDispatch] = {}
+    for d in dispatches:
+        total[d.kernel] = total.get(d.kernel, 0.0) + (d.duration_ns or 0.0)
+        if d.kernel not in longest or (d.duration_ns or 0) > (longest[d.kernel].duration_ns or 0):
+            longest[d.kernel] = d
+    ranked = sorted(total, key=lambda k: -total[k])
+    all_time = sum(total.values())
+    keep = [k for i, k in enumerate(ranked) if i == 0 or (all_time and total[k] / all_time >= MIN_TIME_SHARE)]
+    return [longest[k] for k in keep[:MAX_FINDING_KERNELS]]
+
+
 def findings_for(dispatches: list[PmcDispatch]) -> tuple[Bound, list[Finding]]:
-    """Findings of the longest dispatch (the one that matters), tagged with its kernel name."""
-    timed = [d for d in dispatches if d.duration_ns is not None] or dispatches
-    if not timed:
+    """Findings of the dispatches that matter (main_dispatches), each naming its dispatch (kernel and
+    index, in the text and the evidence); the bound is that of the heaviest."""
+    mains = main_dispatches(dispatches)
+    if not mains:
         return "unknown", []
-    main = max(timed, key=lambda d: d.duration_ns or 0)
-    bound, f = classify(main.derived)
-    found = ([f] if f else []) + _rules(main.derived, main.duration_ns)
-    for x in found:
-        x.evidence.setdefault("kernel", main.kernel[:80])
-    if not found:
-        found.append(Finding(kind="note", evidence={"kernel": main.kernel[:80]}, text=(
-            "not enough counters to classify the bottleneck; use preset 'overview' or 'memory'.")))
+    found: list[Finding] = []
+    bound: Bound = "unknown"
+    for i, d in enumerate(mains):
+        b, f = classify(d.derived)
+        if i == 0:
+            bound = b
+        fs = ([f] if f else []) + _rules(d.derived, d.duration_ns) + [
+            Finding(kind="compute", evidence={}, text=n) for n in d.notes]
+        if not fs and i == 0:
+            fs.append(Finding(kind="note", evidence={}, text=(
+                "not enough counters to classify the bottleneck; use preset 'overview' or 'memory'.")))
+        for x in fs:
+            x.text = f"{_label(d)}: {x.text}"
+            x.evidence.setdefault("kernel", d.kernel[:80])
+            if d.dispatch_id is not None:
+                x.evidence.setdefault("dispatch", str(d.dispatch_id))
+        found += fs
     return bound, found

@@ -55,6 +55,8 @@ class CounterDispatch(Model):
     start_ns: int | None = None
     end_ns: int | None = None
     duration_ns: int | None = None
+    grid: str | None = Field(default=None, description="Grid dims as the profiler prints them, e.g. '(30208, 6, 1)'.")
+    block: str | None = Field(default=None, description="Block (workgroup) dims, e.g. '(128, 1, 1)'.")
 
 
 class StatsRow(Model):
@@ -120,6 +122,8 @@ class TraceInstruction(Model):
     stall_cycles: float | None = Field(default=None, description="AMD: stall cycles; NVIDIA: not-issued samples.")
     idle_cycles: float | None = None
     source: str | None = Field(default=None, description="file:line when debug info exists.")
+    source_text: str | None = Field(default=None, description="The source line's text (ncu cuda,sass view).")
+    shared_conflict_ways: float | None = Field(default=None, description="NVIDIA: 'L1 Conflicts Shared N-Way'.")
     is_label: bool = Field(default=False, description="A kernel-name row ('; name'), not an instruction.")
     stall_reasons: dict[str, float] = Field(default_factory=dict, description="NVIDIA: samples per stall reason.")
 
@@ -162,13 +166,28 @@ class PmcDispatch(Model):
     duration_ns: float | None = None
     grid_size: int | None = None
     workgroup_size: int | None = None
-    counters: dict[str, float]
+    counters: dict[str, float] = Field(description="Measured counters only; static device attributes are in "
+                                       "the result's device_attributes.")
     derived: dict[str, DerivedValue] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list, description="Why a derived value is absent (e.g. the "
+                             "roofline does not apply).")
+
+
+class DispatchRow(Model):
+    """One line of the compact table of every profiled dispatch."""
+
+    index: int | None = Field(default=None, description="The profiler's dispatch id (ncu ID, rocprofv3 Dispatch_Id).")
+    kernel: str
+    grid: str | None = None
+    block: str | None = None
+    duration_ns: float | None = None
+    time_pct: float | None = Field(default=None, description="Share of all profiled dispatches' time.")
+    metrics: dict[str, float] = Field(default_factory=dict, description="3-4 headline derived metrics (% of peak).")
 
 
 class Finding(Model):
     text: str
-    kind: Literal["bottleneck", "memory", "compute", "lds", "occupancy", "note"] = "note"
+    kind: Literal["bottleneck", "memory", "compute", "lds", "occupancy", "note", "stall"] = "note"
     evidence: dict[str, float | str]
 
 
@@ -183,9 +202,14 @@ class PmcResult(Model):
     counters_requested: list[str] = Field(default_factory=list)
     passes: list[list[str]] = Field(default_factory=list, description="rocprofv3: counters per application pass (one `pmc:` line "
                                     "each). Empty for ncu, which schedules its own replay passes.")
-    dispatches: list[PmcDispatch] = Field(default_factory=list, description="Profiled dispatches (first "
-                                          "max_dispatches shown).")
+    dispatches: list[PmcDispatch] = Field(default_factory=list, description="Profiled dispatches in detail: "
+                                          "the heaviest (longest) first, at most max_dispatches.")
     dispatches_total: int = 0
+    dispatch_table: list[DispatchRow] = Field(default_factory=list, description="Every profiled dispatch in launch "
+                                              "order, compact (name, index, grid, block, duration, headline metrics).")
+    device_attributes: dict[str, float | str] = Field(default_factory=dict, description="Static device values "
+                                                      "(ncu device__attribute_*), once; the full set is in the "
+                                                      "artifact's device_attributes.json.")
     bound: Bound = "unknown"
     findings: list[Finding] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
@@ -214,6 +238,7 @@ class HotInstruction(Model):
     stall_cycles: float | None = None
     hits: int
     source_line: str | None = None
+    source_text: str | None = Field(default=None, description="The text of source_line (when the profiler has it).")
     fraction: float = Field(description="Share of all cycles (or samples) of the kernel.")
     neighbours: list[str] = Field(default_factory=list, description="Instructions just before and after.")
 
@@ -234,6 +259,9 @@ class TraceResult(Model):
     hot_instructions: list[HotInstruction] = Field(default_factory=list)
     stall_reasons: dict[str, float] = Field(default_factory=dict, description="Reason -> fraction of stall cycles/samples.")
     source_lines: dict[str, float] = Field(default_factory=dict, description="Top source lines -> fraction.")
+    findings: list[Finding] = Field(default_factory=list, description="Rules on the hot instructions and their "
+                                    "stall reasons (waits on tensor cores, global-load scoreboard, barriers, "
+                                    "shared-memory bank conflicts), each with its evidence.")
     notes: list[str] = Field(default_factory=list)
     degraded: bool = Field(default=False, description="True when no usable trace came back (profiler hang/abort, "
                            "or no traced wave even after wider CU/SE selections); degraded_reasons says why.")
@@ -245,7 +273,7 @@ class TraceResult(Model):
 
 
 __all__ = [
-    "AgentRecord", "AvailCounter", "AvailList", "Bound", "CounterDispatch", "DerivedValue", "Finding",
+    "AgentRecord", "AvailCounter", "AvailList", "Bound", "CounterDispatch", "DerivedValue", "DispatchRow", "Finding",
     "HotInstruction", "KernelDispatchRecord", "PmcDispatch", "PmcResult", "StatsRow", "ToolInfo",
     "TraceInstruction", "TraceResult", "WaveTrace",
 ]

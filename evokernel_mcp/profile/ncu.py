@@ -4,8 +4,9 @@ Collection: `ncu --metrics M --clock-control none --profile-from-start off --tar
 --replay-mode kernel --cache-control all --kernel-name regex:R --launch-count N --export R -f -- python -m
 evokernel_mcp.profile.runner --spec S`. The runner brackets the measured launches with
 cudaProfilerStart/Stop, so warm-up (and Triton compilation) launches are not profiled.
-Thread trace: `--section SourceCounters` (+ `--import-source yes`), then
-`ncu --import R --page source --print-source sass --csv`.
+Thread trace: `--section SourceCounters --import-source yes`, then `ncu --import R --page source
+--print-source cuda,sass --csv` (SASS with the source lines it came from), or `--print-source sass` when the
+kernel has no line info.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def metrics_argv(exe: str, report: Path, metrics: list[str], kernel_regex: str |
 
 def source_argv(exe: str, report: Path, kernel_regex: str | None, child: list[str]) -> list[str]:
     return _common(exe, report, kernel_regex, 1) + ["--section", "SourceCounters", "--section", "WarpStateStats",
-                                                    "--section", "LaunchStats",
+                                                    "--section", "LaunchStats", "--import-source", "yes",
                                                     "--metrics", "gpu__time_duration.sum", "--", *child]
 
 
@@ -52,8 +53,9 @@ def raw_export_argv(exe: str, report: Path) -> list[str]:
     return [exe, "--import", str(report), "--csv", "--page", "raw", "--print-units", "base"]
 
 
-def source_export_argv(exe: str, report: Path) -> list[str]:
-    return [exe, "--import", str(report), "--csv", "--page", "source", "--print-source", "sass"]
+def source_export_argv(exe: str, report: Path, view: str = "sass") -> list[str]:
+    """view 'sass' (one row per instruction) or 'cuda,sass' (source lines, each followed by its SASS)."""
+    return [exe, "--import", str(report), "--csv", "--page", "source", "--print-source", view]
 
 
 async def run(argv: list[str], *, timeout_s: float, env: dict[str, str] | None, cwd: Path) -> str:

@@ -133,7 +133,26 @@ def _dispatch(rec: dict[str, str], counters: dict[str, float], where: str, line:
     return CounterDispatch(dispatch_id=did, kernel=rec["Kernel Name"], agent=rec.get("Device", ""),
                            grid_size=_dims(rec.get("Grid Size", "")) or 0,
                            workgroup_size=_dims(rec.get("Block Size", "")) or 0, counters=counters,
-                           duration_ns=int(dur) if dur is not None else None)
+                           duration_ns=int(dur) if dur is not None else None,
+                           grid=rec.get("Grid Size") or None, block=rec.get("Block Size") or None)
+
+
+# Values that describe the device or the profiler, not the kernel: the same for every dispatch.
+STATIC_PREFIXES = ("device__attribute_", "c2clink__", "nvlink__", "numa__", "profiler__")
+
+
+def is_static(name: str) -> bool:
+    """True for a static value (device attribute, link topology, profiler bookkeeping, a metric's
+    `.peak_sustained` constant), False for a measured counter."""
+    return name.startswith(STATIC_PREFIXES) or name.endswith(".peak_sustained")
+
+
+def split_static(counters: dict[str, float]) -> tuple[dict[str, float], dict[str, float]]:
+    """-> (measured counters, static values)."""
+    measured, static = {}, {}
+    for k, v in counters.items():
+        (static if is_static(k) else measured)[k] = v
+    return measured, static
 
 
 def _parse_long(rows: list[tuple[int, list[str]]], where: str) -> list[CounterDispatch]:
@@ -172,39 +191,119 @@ def device_names(text: str, where: str = "raw.csv") -> list[str]:
 
 
 def parse_ncu_source_csv(text: str, where: str = "source.csv") -> list[TraceInstruction]:
-    """Source page with SASS -> per-instruction rows. cycles = warp-stall samples (All Samples)."""
+    """Source page -> per-SASS-instruction rows. cycles = warp-stall samples (All Samples).
+
+    Two views: `--print-source sass` (header "Address","Source",<metrics>; one row per instruction) and
+    `--print-source cuda,sass` (per source file a "File Path" row, a header "Line No","Source","Address",
+    "Source",<metrics>, then each source line (its number and text, Address "-", with the sum of its
+    instructions) followed by its SASS rows (Line No empty, Address 0x...)). In the second view each
+    instruction carries `file:line`; the source-line rows are sums and are not counted again. That layout is
+    as published parsers of ncu's output describe it; no recording of it is in tests/fixtures yet
+    (bench/capture_profile_fixtures.py records one), and collect.py falls back to the sass view when it
+    yields no line info."""
     rows = _rows(text, where)
+    if not any(r and r[0].strip() == "Line No" for _, r in rows):
+        return _parse_sass_view(rows, where)
+    return _parse_cuda_sass_view(rows, where)
+
+
+def _columns(header: list[str]) -> tuple[str | None, str | None, str | None, list[str]]:
+    samples = next((h for h in header if h.startswith("Warp Stall Sampling (All")), None)
+    not_issued = next((h for h in header if h.startswith("Warp Stall Sampling (Not")), None)
+    execd = "Instructions Executed" if "Instructions Executed" in header else None
+    reasons = [h for h in header if (h.startswith("stall_") or h.startswith("smsp__pcsamp_warps_issue_stalled_"))
+               and not h.endswith("_not_issued") and not h.endswith("(Not Issued)")]
+    return samples, not_issued, execd, reasons
+
+
+def _instruction(k: int, r: list[str], col: dict[str, int], cols, addr_i: int, src_i: int, w: str,
+                 source: str | None = None, source_text: str | None = None) -> TraceInstruction:
+    samples, not_issued, execd, reasons = cols
+    addr_raw = r[addr_i].strip()
+    try:
+        addr = int(addr_raw, 16) if addr_raw.lower().startswith("0x") else (int(addr_raw) if addr_raw else None)
+    except ValueError:
+        addr = None
+    rs = {}
+    for h in reasons:
+        v = _num(r[col[h]], f"{w} field {h}")
+        if v:
+            rs[h.removeprefix("smsp__pcsamp_warps_issue_stalled_").removeprefix("stall_")] = v
+    ways = None
+    if "L1 Conflicts Shared N-Way" in col:
+        try:
+            ways = number(r[col["L1 Conflicts Shared N-Way"]])
+        except ValueError:
+            ways = None
+    return TraceInstruction(
+        index=k, instruction=r[src_i].strip(), address=addr, shared_conflict_ways=ways,
+        hits=int(_num(r[col[execd]], f"{w} field {execd}") or 0) if execd else 0,
+        cycles=(_num(r[col[samples]], f"{w} field {samples}") or 0.0) if samples else 0.0,
+        stall_cycles=_num(r[col[not_issued]], f"{w} field {not_issued}") if not_issued else None,
+        stall_reasons=rs, source=source, source_text=source_text,
+    )
+
+
+def _parse_sass_view(rows: list[tuple[int, list[str]]], where: str) -> list[TraceInstruction]:
     hidx = next((k for k, (_, r) in enumerate(rows) if "Source" in r and "Address" in r), None)
     if hidx is None:
         raise ParseError(TOOL, where, message="no header row with 'Address' and 'Source' (was --print-source sass "
                          "given to an import of a report with SourceCounters?)")
     header = [h.strip() for h in rows[hidx][1]]
     col = {h: i for i, h in enumerate(header)}
-    samples = next((h for h in header if h.startswith("Warp Stall Sampling (All")), None)
-    not_issued = next((h for h in header if h.startswith("Warp Stall Sampling (Not")), None)
-    execd = "Instructions Executed" if "Instructions Executed" in col else None
-    reasons = [h for h in header if (h.startswith("stall_") or h.startswith("smsp__pcsamp_warps_issue_stalled_"))
-               and not h.endswith("_not_issued") and not h.endswith("(Not Issued)")]
+    cols = _columns(header)
     out = []
     for k, (line, r) in enumerate(rows[hidx + 1:]):
         if len(r) != len(header):
             raise ParseError(TOOL, f"{where} line {line}", message=f"{len(r)} fields, header has {len(header)}")
-        w = f"{where} line {line}"
-        addr_raw = r[col["Address"]].strip()
-        try:
-            addr = int(addr_raw, 16) if addr_raw.lower().startswith("0x") else (int(addr_raw) if addr_raw else None)
-        except ValueError:
-            addr = None
-        rs = {}
-        for h in reasons:
-            v = _num(r[col[h]], f"{w} field {h}")
-            if v:
-                rs[h.removeprefix("smsp__pcsamp_warps_issue_stalled_").removeprefix("stall_")] = v
-        out.append(TraceInstruction(
-            index=k, instruction=r[col["Source"]].strip(), address=addr,
-            hits=int(_num(r[col[execd]], f"{w} field {execd}") or 0) if execd else 0,
-            cycles=(_num(r[col[samples]], f"{w} field {samples}") or 0.0) if samples else 0.0,
-            stall_cycles=_num(r[col[not_issued]], f"{w} field {not_issued}") if not_issued else None,
-            stall_reasons=rs,
-        ))
+        out.append(_instruction(k, r, col, cols, col["Address"], col["Source"], f"{where} line {line}"))
     return out
+
+
+def _parse_cuda_sass_view(rows: list[tuple[int, list[str]]], where: str) -> list[TraceInstruction]:
+    out: list[TraceInstruction] = []
+    header: list[str] | None = None
+    col: dict[str, int] = {}
+    cols = None
+    file, lineno, text = "?", None, None
+    addr_i = src_i = 0
+    for line, r in rows:
+        first = r[0].strip() if r else ""
+        if first == "File Path":
+            file = r[1].strip() if len(r) > 1 else "?"
+            continue
+        if first in ("Function Name", "Kernel Name"):
+            continue
+        if first == "Line No":
+            header = [h.strip() for h in r]
+            col = {h: i for i, h in enumerate(header)}  # duplicate "Source": the SASS text (the later one) wins
+            if "Address" not in col:
+                raise ParseError(TOOL, f"{where} line {line}", message="cuda,sass header without 'Address'")
+            addr_i, src_i = col["Address"], max(i for i, h in enumerate(header) if h == "Source")
+            cols = _columns(header)
+            continue
+        if header is None:
+            continue
+        w = f"{where} line {line}"
+        is_sass = len(r) > addr_i and r[addr_i].strip().lower().startswith("0x")  # source rows show "-" there
+        if len(r) != len(header):
+            if is_sass and not first:  # an instruction row that does not fit the header
+                raise ParseError(TOOL, w, message=f"{len(r)} fields, header has {len(header)}")
+            continue  # a short elision row
+        if first:  # a source line: its number and text; its counters are the sum of the SASS rows below it
+            try:
+                lineno, text = int(first.replace(",", "")), r[1].strip()[:160]
+            except ValueError:
+                pass  # an elision row ("...") between source lines
+            continue
+        if not is_sass:
+            continue
+        src = f"{file.rsplit('/', 1)[-1]}:{lineno}" if lineno is not None else None
+        out.append(_instruction(len(out), r, col, cols, addr_i, src_i, w, src, text))
+    if header is None:
+        raise ParseError(TOOL, where, message="no 'Line No' header in the cuda,sass source view")
+    return out
+
+
+def has_line_info(rows: list[TraceInstruction]) -> bool:
+    return any(r.source for r in rows)

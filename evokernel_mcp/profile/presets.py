@@ -177,15 +177,28 @@ NCU_FLOP = ["smsp__sass_thread_inst_executed_op_ffma_pred_on.sum", "smsp__sass_t
             "smsp__sass_thread_inst_executed_op_hadd_pred_on.sum", "smsp__sass_thread_inst_executed_op_hmul_pred_on.sum",
             "smsp__sass_thread_inst_executed_op_dfma_pred_on.sum", "sm__inst_executed_pipe_tensor.sum",
             "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed"]
+# Tensor-pipe work in FLOPs (ncu counts an MMA's multiply-add as 2 ops): per source type, dense. Without them a
+# GEMM on tensor cores would be counted by its FFMAs alone (derived.py then says the roofline does not apply).
+NCU_TENSOR_FLOP = ["sm__ops_path_tensor_src_fp16.sum", "sm__ops_path_tensor_src_bf16_dst_fp32.sum",
+                   "sm__ops_path_tensor_src_tf32_dst_fp32.sum", "sm__ops_path_tensor_src_fp8_sparsity_off.sum",
+                   "sm__ops_path_tensor_src_fp64.sum",
+                   # their dense peaks per cycle and the SM clock: the roofline's peak where the arch table has none
+                   "sm__ops_path_tensor_op_hgmma_src_fp16_sparsity_off.sum.peak_sustained",
+                   "sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32_sparsity_off.sum.peak_sustained",
+                   "sm__ops_path_tensor_op_hgmma_src_tf32_dst_fp32_sparsity_off.sum.peak_sustained",
+                   "sm__ops_path_tensor_src_fp8_sparsity_off.sum.peak_sustained",
+                   "sm__ops_path_tensor_src_fp64.sum.peak_sustained", "sm__cycles_elapsed.avg.per_second"]
 NCU_PRESETS: dict[str, list[str]] = {
     "overview": NCU_BASE + ["lts__t_sector_hit_rate.pct", "sm__warps_active.avg.pct_of_peak_sustained_active",
                             "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed",
-                            "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum"],
+                            "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum",
+                            "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum",
+                            "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum"] + NCU_TENSOR_FLOP,
     "memory": NCU_BASE + ["lts__t_sector_hit_rate.pct", "l1tex__t_sector_hit_rate.pct", "lts__t_bytes.sum",
                           "l1tex__t_bytes.sum"],
-    "compute": NCU_BASE + NCU_FLOP + ["sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active",
-                                      "sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active",
-                                      "smsp__inst_executed.sum"],
+    "compute": NCU_BASE + NCU_FLOP + NCU_TENSOR_FLOP + [
+        "sm__ops_path_tensor_src_int8.sum", "sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active",
+        "sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active", "smsp__inst_executed.sum"],
     "lds": NCU_BASE + ["l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum",
                        "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum",
                        "smsp__inst_executed_op_shared_ld.sum", "smsp__inst_executed_op_shared_st.sum"],

@@ -88,6 +88,7 @@ def test_replay_thread_trace_att(replay, tmp_path, monkeypatch):
     assert res.instructions_total == 921 and len(res.hot_instructions) == 20
     assert sum(res.class_breakdown.values()) == pytest.approx(1.0, abs=1e-3)
     assert res.hot_instructions[0].instruction == "s_barrier"
+    assert res.findings and all(f.evidence for f in res.findings)  # e.g. waves waiting at s_barrier
     assert res.stall_reasons and sum(res.stall_reasons.values()) == pytest.approx(1.0, abs=1e-3)
     assert any("1 of 48" in n for n in res.notes)
     dumped = json.dumps(res.model_dump(mode="json", by_alias=True))
