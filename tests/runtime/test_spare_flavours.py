@@ -180,13 +180,13 @@ def test_a_gated_child_says_gate_and_waits_for_the_go_ahead(tmp_path, monkeypatc
         kid.discard()
 
 
-def test_a_quiet_section_that_waits_for_starts_lets_them_through_the_device_gate(monkeypatch):
+def test_a_quiet_section_that_waits_for_starts_lets_them_through_the_device_gate(monkeypatch, use_settings):
     """A GPU host of few cores waits for starts in flight before its job; those starts must still pass
     the device gate (it holds them back only while arms are timed), or the wait would never end."""
     import time
 
     pool, _ = _pool(monkeypatch, n=0)
-    monkeypatch.setattr(spares, "START_TIMEOUT_S", 3600.0)  # the wait can end only by the start finishing
+    use_settings(start_timeout_s=3600.0)  # the wait can end only by the start finishing
     pool._profiles = True
     pool._starting = 1
 
