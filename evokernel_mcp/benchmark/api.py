@@ -209,7 +209,7 @@ def result_from_reply(reply: WorkerReply, task: Task, unit: str, confidence: flo
     """BenchmarkResult of a finished worker op (ok or not)."""
     r = reply.result or {}
     info = r.get("device_info") or {"name": reply.worker_info.get("device_name")}
-    err = reply.error or (ErrorInfo(**{k: v for k, v in r["error"].items() if k in ("kind", "message", "detail")})
+    err = reply.error or (ErrorInfo(**{k: v for k, v in r["error"].items() if k in ("kind", "message", "detail", "role", "limit")})
                           if r.get("error") else None)
     ceil = None
     if isinstance(r.get("ceilings"), dict) and "device" in r["ceilings"]:

@@ -156,7 +156,9 @@ class Spares:
         self._lean = untimed_queues(device) if self._profiles else None
 
     def isolation(self) -> dict[str, object]:
-        return {"level": self.level, "notes": list(self.level_notes)}
+        from evokernel_mcp.runtime.limits import current
+
+        return {"level": self.level, "notes": list(self.level_notes), "limits": current().model_dump()}
 
     def _gpu_phase(self):
         """For a background start's device phase: blocks while arms are timed, and, where DEVICE_PHASES is set,

@@ -1,0 +1,85 @@
+"""Per-job limits on the processes that run agent code (runtime/limits.py), through the real client, runner and
+sandbox on the CPU path: a candidate that grabs more host memory than its limit gets `oom` naming the limit and
+its role (never a crash or an exit code), the result states the limits, and the next jobs are right."""
+
+from __future__ import annotations
+
+import os
+
+import anyio
+import pytest
+
+from evokernel_mcp.runtime import limits
+
+GOOD = "def run(x, y):\n    return x + y\n"
+WRONG = "def run(x, y):\n    return x - y\n"
+LIMIT = "1G"
+GRABS = {
+    "python_bytes": "def run(x, y):\n    b = bytearray(3 << 30)\n    return x + y\n",
+    "torch_tensor": "import torch\ndef run(x, y):\n    t = torch.ones(3 << 30, dtype=torch.uint8)\n    return x + y\n",
+    "at_import": "blob = bytearray(3 << 30)\ndef run(x, y):\n    return x + y\n",
+}
+
+
+@pytest.fixture(scope="module")
+def server(_isolated_state):
+    os.environ["EVOKERNEL_CHILD_MEMORY"] = LIMIT
+    from evokernel_mcp.app import close_app
+    from evokernel_mcp.server import build_server
+
+    anyio.run(close_app)  # a fresh runner whose children get the limit above
+    yield build_server(lifespan=None)
+    anyio.run(close_app)
+    os.environ.pop("EVOKERNEL_CHILD_MEMORY", None)
+
+
+def _verify(srv, candidate: str) -> dict:
+    from mcp import Client
+
+    async def main():
+        async with Client(srv) as c:
+            return await c.call_tool("verify_vs_pytorch", {"task": "vector_add", "candidate": candidate,
+                                                           "shapes": ["small"], "seeds": 1, "wait_s": 120,
+                                                           "timeout_s": 60})
+    r = anyio.run(main)
+    assert not r.is_error, r.content
+    return r.structured_content
+
+
+@pytest.mark.parametrize("grab", sorted(GRABS))
+def test_memory_grab_over_the_limit_is_oom_naming_limit_and_role_and_the_next_jobs_are_right(server, grab):
+    out = _verify(server, GRABS[grab])
+    err = out["error"]
+    assert out["passed"] is False and err is not None, out
+    assert err["kind"] == "oom", err
+    assert err["role"] == "candidate" and "1.00 GiB" in err["limit"], err
+    assert "candidate" in err["message"] and "memory limit 1.00 GiB" in err["message"], err
+    assert "exited with code" not in err["message"] and "crash" not in err["message"], err
+    assert out["limits"]["memory_bytes"] == 1 << 30 and out["limits"]["cpu_s"], out["limits"]
+    good = _verify(server, GOOD)
+    assert good["passed"] is True and not good.get("error"), good
+    wrong = _verify(server, WRONG)
+    assert wrong["passed"] is False and not wrong.get("error"), wrong
+
+
+def test_an_oom_kill_seen_by_the_cgroup_is_oom_not_a_crash():
+    class Cg:
+        def oom_kills(self):
+            return 1
+
+    kind, msg, lim = limits.attribute("crash", "the process running run exited with code 137", role="reference",
+                                      limits=limits.Limits(memory_bytes=2 << 30, memory_scope="cgroup"),
+                                      cgroup=Cg(), killed_by=limits.killed_by(137))
+    assert kind == "oom" and "reference" in msg and "2.00 GiB" in lim
+    kind, msg, lim = limits.attribute("crash", "the process running run was killed by SIGXCPU", role="candidate",
+                                      limits=limits.Limits(cpu_s=30), cgroup=None, killed_by="SIGXCPU")
+    assert kind == "timeout" and "CPU-time limit 30 s" in lim
+    assert limits.attribute("crash", "exited with code 1", role="candidate", limits=None, cgroup=None,
+                            killed_by=None) == ("crash", "exited with code 1", None)
+
+
+def test_sizes_and_switches_parse():
+    assert limits.parse_bytes("512M", None) == 512 << 20 and limits.parse_bytes("8g", None) == 8 << 30
+    assert limits.parse_bytes("off", 5) is None and limits.parse_bytes("auto", 5) == 5
+    with pytest.raises(ValueError):
+        limits.parse_bytes("lots", None)
