@@ -263,6 +263,29 @@ def for_child() -> tuple[Limits, JobCgroup | None]:
     return p.describe(cg), cg
 
 
+def ref_cache_bytes() -> int | None:
+    """EVOKERNEL_REF_CACHE_MEMORY: host memory the cached reference processes may hold together between jobs
+    (default a quarter of the host's RAM; off: no budget)."""
+    return _setting_bytes("EVOKERNEL_REF_CACHE_MEMORY", _host_ram() // 4)
+
+
+def tree_rss(pid: int) -> int:
+    """Resident bytes of a process and its descendants (0 for what is gone)."""
+    from evokernel_mcp.runtime.sandbox import descendants
+
+    total = 0
+    for p in [pid, *descendants(pid)]:
+        try:
+            with open(f"/proc/{p}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"VmRSS:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
 def current() -> Limits:
     """What a new child gets here (stated in results)."""
     p = plan()

@@ -83,3 +83,34 @@ def test_sizes_and_switches_parse():
     assert limits.parse_bytes("off", 5) is None and limits.parse_bytes("auto", 5) == 5
     with pytest.raises(ValueError):
         limits.parse_bytes("lots", None)
+
+
+class _Proc:
+    def __init__(self, pid):
+        self.pid = pid
+
+
+class _Ref:
+    def __init__(self, pid):
+        self.proc, self.discarded = _Proc(pid), False
+
+    def discard(self):
+        self.discarded = True
+
+
+def test_cached_reference_processes_over_their_memory_budget_are_stopped_oldest_first(monkeypatch):
+    from collections import OrderedDict
+
+    from evokernel_mcp.runtime import spares
+
+    pool = spares.Spares.__new__(spares.Spares)
+    old, new = _Ref(os.getpid()), _Ref(os.getpid())  # each "holds" this test process's resident memory
+    pool._refs = OrderedDict([("old", old), ("new", new)])
+    one = limits.tree_rss(os.getpid())
+    assert one > 0
+    monkeypatch.setenv("EVOKERNEL_REF_CACHE_MEMORY", str(int(one * 1.5)))
+    gone = pool.trim_references()
+    assert old.discarded and not new.discarded and list(pool._refs) == ["new"]
+    assert len(gone) == 1 and "over its budget" in gone[0]
+    monkeypatch.setenv("EVOKERNEL_REF_CACHE_MEMORY", "off")
+    assert pool.trim_references() == [] and list(pool._refs) == ["new"]
