@@ -81,9 +81,10 @@ class Child:
 
     def __init__(self, device: str, level: str, warm: bool = True, gated: bool = False, triton_key: str | None = None,
                  queues: int | None = None, wrap: list[str] | None = None, binds: list[str] | None = None,
-                 env_extra: dict[str, str] | None = None):
+                 env_extra: dict[str, str] | None = None, files: dict[str, str] | None = None):
         """wrap: a profiler's argv that runs the child inside the sandbox (profile/runner_side.py); such a child
-        speaks over its pipes only (a profiler may close other fds), with `binds` (read-only) and `env_extra`."""
+        speaks over its pipes only (a profiler may close other fds), with `binds` (read-only), `env_extra` and
+        `files` (plain names -> text, written into its scratch dir before the start: the profiler's input)."""
         self.device, self.level = device, level
         self.role = "child"  # "candidate" / "reference" once it loads a source (named in errors)
         self.limits, self.cgroup = limits.for_child()
@@ -97,6 +98,10 @@ class Child:
         self._boot_cpus = cpus.spare_cpus()  # None: no restriction (cpus.py)
         self.scratch = sub_state_dir("sandbox") / f"{device.replace(':', '')}-{secrets.token_hex(6)}"
         sandbox.prepare_scratch(self.scratch, level)
+        for name, text in (files or {}).items():
+            if "/" in name or name.startswith("."):
+                raise ValueError(f"not a plain file name: {name!r}")
+            (self.scratch / name).write_text(text, encoding="utf-8")
         kernel_cache.restore_driver(self.scratch, sandbox.scratch_owner(level))
         env = sandbox.base_env({"HOME": str(self.scratch), "TMPDIR": str(self.scratch / "tmp"),
                                 "TRITON_CACHE_DIR": str(self.scratch / ".triton")})
