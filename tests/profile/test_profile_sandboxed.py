@@ -39,6 +39,20 @@ def run(x):
     print("\\n".join(found))
     return x * 2
 """
+LINKS = """
+import os
+for name in (".boot.log", "stdout.txt", "stderr.txt"):
+    try:
+        os.unlink(name)
+    except OSError:
+        pass
+    os.symlink("/proc/self/environ", name)
+os.makedirs("rocprof/run_01/pmc_1", exist_ok=True)
+os.symlink("/proc/self/environ", "rocprof/run_01/pmc_1/prof_agent_info.csv")
+os.symlink("/", "att")
+def run(x):
+    return x * 2
+"""
 RAISES = "import os\ndef run(x):\n    raise RuntimeError('candidate bug; saw: ' + repr(dict(os.environ)))\n"
 
 
@@ -143,3 +157,12 @@ def test_ncu_pmc_and_trace_sandboxed_candidate_gets_nothing_out_and_next_job_is_
     assert bad["body"]["error"]["kind"] == "exception" and SECRET not in bad["text"], bad["body"]
     again = _call(server, "profile_pmc", {"candidate": GOOD, "preset": "memory"})
     assert again["body"].get("error") is None and again["body"]["dispatches"][0]["duration_ns"] == 44704
+
+
+def test_links_planted_where_the_harness_reads_give_nothing_out(server, leak, rocprof):
+    res = _call(server, "profile_pmc", {"candidate": LINKS, "counters": ["SQ_WAVES"], "arch": "gfx942"})
+    assert SECRET not in res["text"] and SECRET not in _artifact_text(res["body"].get("artifact_id")), res["body"]
+    res = _call(server, "thread_trace", {"candidate": LINKS, "kernel_filter": "gemm", "top_n": 5})
+    assert SECRET not in res["text"] and SECRET not in _artifact_text(res["body"].get("artifact_id")), res["body"]
+    again = _call(server, "profile_pmc", {"candidate": GOOD, "counters": ["SQ_WAVES"], "arch": "gfx942"})
+    assert again["body"].get("error") is None and again["body"]["dispatches"][0]["counters"] == {"SQ_WAVES": 16384.0}
