@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 from mcp.server.mcpserver import Context
 from pydantic import Field
 
+from evokernel_mcp.runtime.limits import Limits
+from evokernel_mcp.runtime.limits import current as limits_here
 from evokernel_mcp.benchmark import roofline as rl
 from evokernel_mcp.benchmark import stats
 from evokernel_mcp.benchmark.models import (
@@ -236,6 +238,8 @@ def result_from_reply(reply: WorkerReply, task: Task, unit: str, confidence: flo
         state="done" if err is None else "failed", error=err, stdout=r.get("stdout", reply.stdout) or None,
         stderr=r.get("stderr", reply.stderr) or None, timing_method=method,
         isolation=(r.get("isolation") or {}).get("level"),
+        limits=Limits(**(r.get("isolation") or {})["limits"]) if (r.get("isolation") or {}).get("limits")
+        else limits_here(),
         provenance=_provenance(info, method, ceil, unit, dtype, task))
 
 
