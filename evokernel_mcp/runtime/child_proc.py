@@ -226,10 +226,13 @@ class Child:
         try:
             return self._request(msg, timeout_s=timeout_s, max_bytes=max_bytes, device=device)
         except ChildFailed as e:
+            if not self.dead and self.proc.poll() is not None:  # it answered, then ended (a failed receive): it
+                self.kill()  # serves nothing more, and a cache holding it must see that
             rc = self.proc.poll() if self.dead else None
-            e.kind, e.message, e.limit = limits.attribute(e.kind, e.message, role=self.role, limits=self.limits,
+            role = "runner" if "on the runner's side" in e.message else self.role
+            e.kind, e.message, e.limit = limits.attribute(e.kind, e.message, role=role, limits=self.limits,
                                                           cgroup=self.cgroup, killed_by=limits.killed_by(rc))
-            e.role = self.role
+            e.role = role
             raise
 
     def _request(self, msg: dict[str, Any], *, timeout_s: float, max_bytes: int, device: str | None = None) -> Any:

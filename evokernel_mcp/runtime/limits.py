@@ -318,6 +318,8 @@ def preexec_limits(cgroup: JobCgroup | None):
 # ---------------------------------------------------------------- naming a hit limit
 _HOST_OOM = ("memoryerror", "not enough memory", "cannot allocate memory", "can't allocate memory",
              "std::bad_alloc", "out of memory")
+_DEVICE_OOM = ("cumemcreate failed", "cuda_error_out_of_memory", "hiperroroutofmemory", "cuda out of memory",
+               "hip out of memory", "outofmemoryerror")
 
 
 def gib(n: int | None) -> str:
@@ -341,8 +343,10 @@ def attribute(kind: str, message: str, *, role: str, limits: Limits | None, cgro
     if killed_by == "SIGXCPU":
         cpu = f"CPU-time limit {lim.cpu_s} s per process (RLIMIT_CPU)"
         return "timeout", f"the {role} process used up its {cpu} and was killed. ({message})", cpu
-    if kind == "oom":
-        return kind, f"{message} (in the {role} process)", None
+    if kind == "oom" or any(m in low for m in _DEVICE_OOM):
+        return "oom", f"the {role} process ran out of device memory: {message}", "the device's free memory"
+    if kind == "timeout":
+        return kind, f"the {role} process: {message}", "the job's wall-clock limit (timeout_s)"
     return kind, message, None
 
 

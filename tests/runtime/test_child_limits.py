@@ -76,6 +76,12 @@ def test_an_oom_kill_seen_by_the_cgroup_is_oom_not_a_crash():
     assert kind == "timeout" and "CPU-time limit 30 s" in lim
     assert limits.attribute("crash", "exited with code 1", role="candidate", limits=None, cgroup=None,
                             killed_by=None) == ("crash", "exited with code 1", None)
+    kind, msg, lim = limits.attribute("exception", "VmmError: cuMemCreate failed (2)", role="reference", limits=None,
+                                      cgroup=None, killed_by=None)
+    assert kind == "oom" and "reference" in msg and "device" in lim
+    kind, msg, lim = limits.attribute("timeout", "case did not finish within 5 s", role="candidate", limits=None,
+                                      cgroup=None, killed_by="SIGKILL")
+    assert kind == "timeout" and msg.startswith("the candidate process") and "timeout_s" in lim
 
 
 def test_sizes_and_switches_parse():
