@@ -69,6 +69,7 @@ class Launch:
     timeout_s: float
     session: Session
     pass_timeout_s: float | None = None  # one rocprofv3 run; default min(150, max(30, timeout_s / 4))
+    info: dict = field(default_factory=dict)  # what the sessions said about themselves (isolation, limits)
 
     async def run(self, profiler: list[str], *, timeout_s: float, **kw) -> SessionOutcome:
         out = await self.session(profiler, timeout_s=timeout_s, **kw)

@@ -126,6 +126,7 @@ def _start(ctx, req: SessionRequest, deadline: float):
     child = spawn(lambda: Child(ctx.device, level, warm=False, wrap=[*req.profiler, "--"], binds=req.binds,
                                 env_extra=req.env, files=req.files_in))
     child.wait_ready(timeout_s=wall_deadline(deadline))
+    child.unnice()  # started at the spares' nice value and CPUs, like any child; this one serves a job now
     note("profiled child started under %s", req.profiler[0] if req.profiler else "?")
     return child
 

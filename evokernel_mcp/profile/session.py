@@ -26,7 +26,7 @@ def launch_for(jctx, task: Task, spec: dict[str, Any], timeout_s: float) -> coll
     workdir.mkdir(parents=True, exist_ok=True)
     base = {"task": task.model_dump(), "candidate": spec["candidate"], "shape": spec.get("shape"),
             "seed": int(spec.get("seed", 0)), "warmup": int(spec.get("warmup", 1)), "iters": int(spec.get("iters", 1))}
-    seen: dict[str, Any] = {}
+    seen: dict[str, Any] = {}  # (the Launch's info)
 
     async def session(profiler: list[str], *, timeout_s: float, files_in: dict[str, str] | None = None,
                       collect: list[str] | tuple = (), exports: list[list[str]] | tuple = (),
@@ -42,14 +42,10 @@ def launch_for(jctx, task: Task, spec: dict[str, Any], timeout_s: float) -> coll
         r = SessionReply(**reply.result)
         seen["isolation"] = r.isolation
         materialize(workdir, r.files, {k: base64.b64decode(v) for k, v in r.binary.items()})
-        return SessionOutcome(returncode=r.returncode, timed_out=r.timed_out, stderr=r.stderr,
-                                          exports=r.exports, error=ErrorInfo(**r.error) if r.error else None,
-                                          refused=r.refused)
+        return SessionOutcome(returncode=r.returncode, timed_out=r.timed_out, stderr=r.stderr, exports=r.exports,
+                              error=ErrorInfo(**r.error) if r.error else None, refused=r.refused)
 
-    launch = collect.Launch(spec=spec, workdir=workdir, timeout_s=timeout_s, session=session)
-    launch.seen = seen  # type: ignore[attr-defined]
-    return launch
-
+    return collect.Launch(spec=spec, workdir=workdir, timeout_s=timeout_s, session=session, info=seen)
 
 
 async def run_pipeline(launch: collect.Launch, pipeline, model):
@@ -65,7 +61,7 @@ async def run_pipeline(launch: collect.Launch, pipeline, model):
         text = str(e)
         err = ErrorInfo(kind=classify_text(text) or "harness", message=f"the profiler failed: {text[:3000]}")
         res = model(error=err, message=f"No profile: {err.message[:300]}")
-    iso = getattr(launch, "seen", {}).get("isolation") or {}
+    iso = launch.info.get("isolation") or {}
     res.isolation = iso.get("level")
     res.limits = Limits(**iso["limits"]) if iso.get("limits") else current()
     return res

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from evokernel_mcp.errors import ToolTimeout
-from evokernel_mcp.profile import collect
+from evokernel_mcp.profile import collect as pipelines
 from evokernel_mcp.profile.runner_side import ExportOut
 from evokernel_mcp.subproc import run_async
 
@@ -17,7 +17,7 @@ NOOP_CHILD = [sys.executable, "-c", "pass"]
 
 
 def local_launch(work: Path, spec: dict, timeout_s: float = 60.0, pass_timeout_s: float | None = None,
-                 argvs: list | None = None) -> collect.Launch:
+                 argvs: list | None = None) -> pipelines.Launch:
     work.mkdir(parents=True, exist_ok=True)
 
     async def session(profiler, *, timeout_s, files_in=None, collect=(), exports=(), export_if=None, binds=()):
@@ -29,15 +29,13 @@ def local_launch(work: Path, spec: dict, timeout_s: float = 60.0, pass_timeout_s
         try:
             res = await run_async(argv, timeout_s=timeout_s, env=dict(os.environ), cwd=work, tool="profiler")
         except ToolTimeout as e:
-            return collect_mod.SessionOutcome(returncode=None, timed_out=True, stderr=e.stderr_tail)
+            return pipelines.SessionOutcome(returncode=None, timed_out=True, stderr=e.stderr_tail)
         outs = []
         if export_if is None or (work / export_if).exists():
             for e in exports:
                 r = await run_async(list(map(str, e)), timeout_s=60, env=dict(os.environ), cwd=work, tool="export")
                 outs.append(ExportOut(returncode=r.returncode, stdout=r.stdout, stderr=r.stderr))
-        return collect_mod.SessionOutcome(returncode=res.returncode, stderr=res.stderr, exports=outs)
+        return pipelines.SessionOutcome(returncode=res.returncode, stderr=res.stderr, exports=outs)
 
-    return collect.Launch(spec=spec, workdir=work, timeout_s=timeout_s, session=session, pass_timeout_s=pass_timeout_s)
+    return pipelines.Launch(spec=spec, workdir=work, timeout_s=timeout_s, session=session, pass_timeout_s=pass_timeout_s)
 
-
-collect_mod = collect
