@@ -213,8 +213,12 @@ async def _ncu_session(launch: Launch, exe: str, ver: str | None, argv: list[str
     log_text = (log_text + "\n" + res.stderr).strip()
     if res.timed_out:
         raise ToolTimeout("ncu", launch.timeout_s, log_text[-2000:])
-    if res.returncode != 0:
-        raise ToolFailed("ncu", res.returncode if res.returncode is not None else -1, log_text[-4000:])
+    if res.returncode != 0 or "ERR_NVGPUCTRPERM" in log_text:
+        hint = ("\nThe profiled process runs sandboxed as an unprivileged user, and this driver lets only admin users "
+                "read GPU counters: allow them for all users (NVreg_RestrictProfilingToAdminUsers=0, see NVIDIA's "
+                "ERR_NVGPUCTRPERM page)."
+                if "ERR_NVGPUCTRPERM" in log_text else "")
+        raise ToolFailed("ncu", res.returncode if res.returncode is not None else -1, log_text[-4000:] + hint)
     if not (launch.workdir / report).is_file():
         raise ParseError("ncu", report, version=ver, message="no report written: no kernel matched the filter "
                          f"in the profiled iterations.\nncu output tail:\n{log_text[-2000:]}")
