@@ -120,3 +120,28 @@ def test_cached_reference_processes_over_their_memory_budget_are_stopped_oldest_
     assert len(gone) == 1 and "over its budget" in gone[0]
     monkeypatch.setenv("EVOKERNEL_REF_CACHE_MEMORY", "off")
     assert pool.trim_references() == [] and list(pool._refs) == ["new"]
+
+
+def test_a_child_joins_its_own_cgroup_with_the_caps_where_this_host_has_one(monkeypatch):
+    import subprocess
+
+    monkeypatch.setenv("EVOKERNEL_CHILD_MEMORY", "768M")
+    monkeypatch.setenv("EVOKERNEL_CHILD_PIDS", "77")
+    lim, cg = limits.for_child()
+    if cg is None:
+        assert lim.processes_scope.startswith("uid") and "cgroup" not in lim.memory_scope
+        pytest.skip("no writable cgroup hierarchy here: RLIMIT_NPROC per uid, RLIMIT_DATA per process")
+    try:
+        assert lim.processes == 77 and lim.processes_scope == "job (pids cgroup)"
+        out = subprocess.run(["sh", "-c", "cat /proc/self/cgroup; grep -E 'data|processes' /proc/self/limits"],
+                             capture_output=True, text=True, preexec_fn=limits.preexec_limits(cg)).stdout
+        for d in cg.dirs.values():
+            assert d.name in out  # the child is in the job's own cgroup(s)
+        assert str(768 << 20) in out  # and under RLIMIT_DATA
+        if "pids" in cg.dirs:
+            assert (cg.dirs["pids"] / ("pids.max")).read_text().strip() == "77"
+        if "memory" in cg.dirs and not cg.v2:
+            assert int((cg.dirs["memory"] / "memory.limit_in_bytes").read_text()) == 768 << 20
+    finally:
+        cg.remove()
+    assert not any(d.exists() for d in cg.dirs.values())
