@@ -195,6 +195,19 @@ class _Plan:
                     b = _v1_base(c, own)
                     if b is not None:
                         self.v1[c] = b
+        for base in {*self.v1.values(), *([self.v2] if self.v2 else [])}:
+            self._sweep(base)
+
+    @staticmethod
+    def _sweep(base: Path) -> None:
+        """Remove job cgroups left by runners that were killed (empty by now: their processes are gone)."""
+        for d in base.glob("evokernel-*"):
+            pid = d.name.split("-")[1] if d.name.count("-") >= 2 else ""
+            if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+                try:
+                    os.rmdir(d)
+                except OSError:
+                    pass
 
     def make(self) -> JobCgroup | None:
         MEMORY_BYTES, JOB_PIDS = memory_bytes(), job_pids()
