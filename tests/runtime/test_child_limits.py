@@ -56,8 +56,11 @@ def test_memory_grab_over_the_limit_is_oom_naming_limit_and_role_and_the_next_jo
     assert "candidate" in err["message"] and "memory limit 1.00 GiB" in err["message"], err
     assert "exited with code" not in err["message"] and "crash" not in err["message"], err
     assert out["limits"]["memory_bytes"] == 1 << 30 and out["limits"]["cpu_s"], out["limits"]
-    good = _verify(server, GOOD)
+    good = _verify(server, GOOD)  # the next job passes
     assert good["passed"] is True and not good.get("error"), good
+
+
+def test_after_the_grabs_a_wrong_candidate_still_fails_on_its_numbers(server):
     wrong = _verify(server, WRONG)
     assert wrong["passed"] is False and not wrong.get("error"), wrong
 
