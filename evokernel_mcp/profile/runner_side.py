@@ -33,6 +33,10 @@ from evokernel_mcp.profile.safe_files import read_capped, read_tree
 from evokernel_mcp.runtime.spares import ChildFailed, note, wall_deadline
 
 EXPORT_MAX_BYTES = 64 << 20
+# A profiled process that died or hung: reported through the profiler's exit status and messages (the pipeline
+# classifies them: a hang, an abort, a group it cannot schedule, the application's own fault), not as an error
+# the candidate's code reported (its exception, its out-of-memory, its GPU fault: the result's error).
+PROFILER_OUTCOMES = ("crash", "timeout")
 LOAD_TIMEOUT_S = 120.0
 
 
@@ -88,16 +92,22 @@ def runner_profile_session(payload: dict[str, Any], progress) -> dict[str, Any]:
         out.error = e.info()
         return out.model_dump()
     progress(0.2, 1.0, "inputs from the reference's process")
-    child = None
+    child, died = None, None
     try:
-        child = _start(ctx, req, deadline)
+        child = _spawn(ctx, req)
         _run(child, req, case, deadline)
         progress(0.8, 1.0, "profiled launches done")
     except ChildFailed as e:
-        out.error = e.info()
+        if e.kind in PROFILER_OUTCOMES:  # the process under the profiler died or hung: often the profiler's doing
+            died = e  # (a counter group it cannot schedule aborts the application): its exit status decides
+        else:
+            out.error = e.info()
     finally:
         if child is not None:
             _finish(child, req, out, deadline)
+    if died is not None:
+        out.timed_out = out.timed_out or died.kind == "timeout"
+        out.stderr = (out.stderr + f"\n[harness] the profiled process: {died.message}").strip()
     return out.model_dump()
 
 
@@ -119,22 +129,21 @@ def _inputs(ctx, req: SessionRequest, deadline: float) -> dict[str, Any]:
     return {k: case.get(k) for k in ("inputs", "init_inputs", "state")}
 
 
-def _start(ctx, req: SessionRequest, deadline: float):
+def _spawn(ctx, req: SessionRequest):
     from evokernel_mcp.runtime.spares import Child, spawn
 
     level = ctx.spares.level
-    child = spawn(lambda: Child(ctx.device, level, warm=False, wrap=[*req.profiler, "--"], binds=req.binds,
-                                env_extra=req.env, files=req.files_in))
-    child.wait_ready(timeout_s=wall_deadline(deadline))
-    child.unnice()  # started at the spares' nice value and CPUs, like any child; this one serves a job now
-    note("profiled child started under %s", req.profiler[0] if req.profiler else "?")
-    return child
+    return spawn(lambda: Child(ctx.device, level, warm=False, wrap=[*req.profiler, "--"], binds=req.binds,
+                               env_extra=req.env, files=req.files_in))
 
 
 def _run(child, req: SessionRequest, case: dict[str, Any], deadline: float) -> None:
     from evokernel_mcp.tasks import Task
 
     task = Task(**req.task)
+    child.wait_ready(timeout_s=wall_deadline(deadline))
+    child.unnice()  # started at the spares' nice value and CPUs, like any child; this one serves a job now
+    note("profiled child started under %s", req.profiler[0] if req.profiler else "?")
     child.request({"op": "load", "role": "candidate", "source": req.candidate, "task": task.model_dump()},
                   timeout_s=min(LOAD_TIMEOUT_S, wall_deadline(deadline)), max_bytes=1 << 20)
     child.request({"op": "profile_run", **case, "seed": req.seed, "warmup": req.warmup, "iters": req.iters},

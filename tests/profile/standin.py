@@ -4,7 +4,9 @@ genuine recorded outputs where the tools would:
 - rocprofv3: then hands over to tests/fixtures/rocm_replay/rocprofv3 (verbatim recorded CSV/ATT files);
 - ncu: writes the report named by --export and its messages to --log-file; `--import R --page raw|source
   --csv` prints the recorded H200 pages of tests/fixtures/cuda.
-Each prints its argv as a JSON line on stderr (the session hands the profiler's stderr back)."""
+Each prints its argv as a JSON line on stderr (the session hands the profiler's stderr back). The rocprofv3
+one exits 134 before the application runs when its pmc input names a counter listed in abort_if.txt beside it
+(how several rocprofv3 releases fail on a counter group they cannot collect)."""
 
 from __future__ import annotations
 
@@ -32,6 +34,11 @@ def run_child():
 '''
 
 ROCPROFV3 = _RUN_CHILD + '''
+abort_if = os.path.join(os.path.dirname(os.path.abspath(__file__)), "abort_if.txt")
+if "-i" in argv and os.path.exists(abort_if):  # rocprofv3 on a group it cannot collect: rc 134, no application
+    if set(open(abort_if).read().split()) & set(open(argv[argv.index("-i") + 1]).read().split()):
+        sys.stderr.write("standin: aborting before the application runs (abort_if.txt)\\n")
+        os._exit(134)
 if "--" in argv:
     run_child()
 os.environ.pop("REPLAY_RUN_CHILD", None)

@@ -164,3 +164,15 @@ def test_links_planted_where_the_harness_reads_give_nothing_out(server, leak, ro
     assert SECRET not in res["text"] and SECRET not in _artifact_text(res["body"].get("artifact_id")), res["body"]
     res = _call(server, "thread_trace", {"candidate": LINKS, "kernel_filter": "gemm", "top_n": 5})
     assert SECRET not in res["text"] and SECRET not in _artifact_text(res["body"].get("artifact_id")), res["body"]
+
+
+def test_profiler_that_aborts_before_the_application_runs_is_bisected_not_a_candidate_error(server, rocprof,
+                                                                                            tmp_path):
+    (tmp_path / "bin" / "abort_if.txt").write_text("SQ_INSTS_LDS\n")
+    res = _call(server, "profile_pmc", {"candidate": GOOD, "counters": ["SQ_WAVES", "SQ_INSTS_LDS"],
+                                        "arch": "gfx942"})
+    body = res["body"]
+    assert body.get("error") is None, body
+    assert "fails alone" in body["counters_not_collected"]["SQ_INSTS_LDS"] and "rc 134" in \
+        body["counters_not_collected"]["SQ_INSTS_LDS"], body
+    assert body["dispatches"] and body["dispatches"][0]["counters"] == {"SQ_WAVES": 16384.0}
