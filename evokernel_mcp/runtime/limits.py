@@ -348,14 +348,13 @@ def attribute(kind: str, message: str, *, role: str, limits: Limits | None, cgro
     mem = f"memory limit {gib(lim.memory_bytes)} ({lim.memory_scope})"
     low = message.lower()
     if killed_by == "SIGKILL" and cgroup is not None and cgroup.oom_kills() > 0:
-        return "oom", (f"the {role} process was killed by the out-of-memory killer: it went over its {mem}. "
-                       f"({message})"), mem
+        return "oom", f"the {role} process was killed by the out-of-memory killer: it went over its {mem}", mem
     if kind in ("exception", "bad_candidate", "crash", "oom") and any(m in low for m in _HOST_OOM) \
             and "cuda" not in low and "hip" not in low:
         return "oom", f"the {role} process ran out of host memory under its {mem}: {message}", mem
     if killed_by == "SIGXCPU":
         cpu = f"CPU-time limit {lim.cpu_s} s per process (RLIMIT_CPU)"
-        return "timeout", f"the {role} process used up its {cpu} and was killed. ({message})", cpu
+        return "timeout", f"the {role} process used up its {cpu} and was killed", cpu
     if kind == "oom" or any(m in low for m in _DEVICE_OOM):
         return "oom", f"the {role} process ran out of device memory: {message}", "the device's free memory"
     if kind == "timeout":

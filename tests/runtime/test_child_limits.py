@@ -60,6 +60,28 @@ def test_memory_grab_over_the_limit_is_oom_naming_limit_and_role_and_the_next_jo
     assert good["passed"] is True and not good.get("error"), good
 
 
+TMPFS_GRAB = """
+def run(x, y):
+    chunk = b"\\1" * (200 << 20)  # files in the sandbox's /tmp are memory (tmpfs), out of RLIMIT_DATA's reach
+    for i in range(8):
+        with open(f"/tmp/fill{i}", "wb") as f:
+            f.write(chunk)
+    return x + y
+"""
+
+
+def test_memory_taken_past_rlimit_data_is_oom_from_the_cgroup_not_a_crash(server):
+    if "cgroup" not in limits.current().memory_scope:
+        pytest.skip("no writable memory cgroup here: RLIMIT_DATA alone (tmpfs memory is not counted by it)")
+    out = _verify(server, TMPFS_GRAB)
+    err = out["error"]
+    assert err["kind"] == "oom" and err["role"] == "candidate", err
+    assert "out-of-memory killer" in err["message"] and "1.00 GiB" in err["limit"], err
+    assert "exited with code" not in err["message"] and "137" not in err["message"], err
+    good = _verify(server, GOOD)
+    assert good["passed"] is True and not good.get("error"), good
+
+
 def test_after_the_grabs_a_wrong_candidate_still_fails_on_its_numbers(server):
     wrong = _verify(server, WRONG)
     assert wrong["passed"] is False and not wrong.get("error"), wrong
