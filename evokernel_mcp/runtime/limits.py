@@ -150,6 +150,7 @@ class JobCgroup:
 
     def __init__(self, dirs: dict[str, Path], v2: bool):
         self.dirs, self.v2 = dirs, v2
+        self._kills_at_removal: int | None = None  # read before the dirs go (their counters go with them)
 
     @property
     def procs_files(self) -> list[str]:
@@ -159,6 +160,8 @@ class JobCgroup:
         d = self.dirs.get("memory")
         if d is None:
             return 0
+        if self._kills_at_removal is not None:
+            return self._kills_at_removal
         name = "memory.events" if self.v2 else "memory.oom_control"
         try:
             for line in (d / name).read_text().splitlines():
@@ -175,11 +178,23 @@ class JobCgroup:
         return 0
 
     def remove(self) -> None:
-        for d in dict.fromkeys(self.dirs.values()):
-            try:
-                os.rmdir(d)
-            except OSError:
-                pass
+        if self._kills_at_removal is None:
+            self._kills_at_removal = self.oom_kills()
+        import time
+
+        left = list(dict.fromkeys(self.dirs.values()))
+        for _ in range(20):  # a killed process leaves its cgroup as it exits: moments after our wait returns
+            for d in list(left):
+                try:
+                    os.rmdir(d)
+                    left.remove(d)
+                except FileNotFoundError:
+                    left.remove(d)
+                except OSError:
+                    pass
+            if not left:
+                return
+            time.sleep(0.05)
 
 
 class _Plan:
