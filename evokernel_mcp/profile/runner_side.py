@@ -74,8 +74,6 @@ class SessionReply(Model):
     refused: list[str] = Field(default_factory=list, description="Named outputs not read: links, FIFOs, too big.")
     exports: list[ExportOut] = Field(default_factory=list)
     error: dict[str, Any] | None = None
-    stdout_candidate: str = ""
-    stderr_candidate: str = ""
     isolation: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -164,8 +162,6 @@ def _finish(child, req: SessionRequest, out: SessionReply, deadline: float) -> N
         child.kill()
     try:
         out.stderr = read_capped(child.scratch, ".boot.log", 200_000, tail=True)
-        out.stdout_candidate = read_capped(child.scratch, "stdout.txt", 8000, tail=True)
-        out.stderr_candidate = read_capped(child.scratch, "stderr.txt", 8000, tail=True)
         texts, blobs, refused = read_tree(child.scratch, req.collect)
         out.files, out.refused = texts, refused
         out.binary = {k: base64.b64encode(v).decode() for k, v in blobs.items()}
