@@ -158,3 +158,15 @@ def test_replay_mcp_client_thread_trace_and_errors(replay, tmp_path, monkeypatch
             assert r.is_error and "TCC_HIT_sum" in r.content[0].text
 
     anyio.run(go)
+
+
+def test_a_job_that_fails_is_a_result_with_error_not_a_raise(replay, monkeypatch):
+    from evokernel_mcp.profile import session
+
+    async def broken(*a, **k):
+        raise RuntimeError("pipeline bug")
+    monkeypatch.setattr(session, "run_pipeline", broken)
+    res = anyio.run(lambda: api.profile_pmc(candidate=CAND, reference=REF, preset="occupancy", arch="gfx942",
+                                            device="cpu", wait_s=60, timeout_s=60))
+    assert res.state == "failed" and res.error is not None and "pipeline bug" in res.error.message
+    assert res.job_id and res.dispatches == []
