@@ -170,3 +170,16 @@ def test_a_child_joins_its_own_cgroup_with_the_caps_where_this_host_has_one(monk
     finally:
         cg.remove()
     assert not any(d.exists() for d in cg.dirs.values())
+
+
+def test_the_memory_plan_sees_the_per_process_limit():
+    """verify's plan (sides._host_free) counts RLIMIT_DATA: a case too big for the limit is planned for it (or
+    refused as too_big with the sizes) instead of running into the limit."""
+    import subprocess
+    import sys
+
+    code = ("import resource\nfrom evokernel_mcp.verify import sides\n"
+            "resource.setrlimit(resource.RLIMIT_DATA, (1 << 30, resource.RLIM_INFINITY))\n"
+            "print(sides._host_free())\n")
+    free = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert 0 < free < 1 << 30
