@@ -294,17 +294,17 @@ async def bench_kind(client, wl: dict, max_time_s: float, left_s: float) -> tupl
 def ncu_kind(kind: str, wl: dict, timeout_s: float, raw_path: Path) -> tuple[dict, dict]:
     """ncu on the runner child (subprocess through evokernel_mcp.subproc); the raw stdout is kept at raw_path."""
     from evokernel_mcp.errors import EvoError, ParseError
-    from evokernel_mcp.profile.collect import Launch, child_env
     from evokernel_mcp.profile.ncu import find_ncu
     from evokernel_mcp.profile.ncu_parsers import parse_ncu_raw_csv
+    from evokernel_mcp.profile.runner import LocalLaunch, local_env
     from evokernel_mcp.subproc import run_sync
 
     spec = {"reference": wl["source"], "candidate": same_code(wl["source"]), "warmup": WARMUP, "iters": ITERS,
             "seed": 0}
     with tempfile.TemporaryDirectory(prefix=f"evk_ncu_{kind}_") as d, ClockSampler() as cs:
         try:
-            env = child_env(None)
-            argv = [find_ncu()[0], *NCU_FLAGS, "--", *Launch(spec, env, Path(d), timeout_s).child()]
+            env = local_env(None)
+            argv = [find_ncu()[0], *NCU_FLAGS, "--", *LocalLaunch(spec, env, Path(d), timeout_s).child()]
             res = run_sync(argv, timeout_s=timeout_s, env=env, cwd=d, tool="ncu")
             raw_path.write_text(res.stdout + "\n==STDERR==\n" + res.tail("stderr", 20000))
             if res.returncode != 0:

@@ -42,6 +42,10 @@ class ErrorInfo(Model):
     ]
     message: str
     detail: str | None = None
+    role: str | None = Field(default=None, description="The process that failed: candidate, reference, runner ... "
+                             "(when known).")
+    limit: str | None = Field(default=None, description="The limit it went over (oom / timeout from a limit), e.g. "
+                              "'memory limit 2.00 GiB (RLIMIT_DATA per process + cgroup (the process tree))'.")
 
 
 class ToolchainInfo(Model):

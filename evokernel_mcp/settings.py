@@ -39,7 +39,7 @@ ENV: dict[str, str] = {
     "bwrap": "EVOKERNEL_BWRAP",
     "clang": "EVOKERNEL_CLANG",
     "start_timeout_s": "EVOKERNEL_START_TIMEOUT_S",
-    "cpu_split": "EVOKERNEL_CPU_SPLIT",
+    "child_memory": "EVOKERNEL_CHILD_MEMORY",
     "product": "EVOKERNEL_PRODUCT",
 }
 
@@ -71,7 +71,15 @@ class Settings(BaseModel):
     clang: str | None = Field(None, description="the clang-19 of the offline HIP compiles; None: looked up")
     start_timeout_s: float = Field(180.0, gt=0, description="longest start of a runner, a sandboxed child or a "
                                    "Ray actor")
+    child_memory: str = Field("auto", description="memory of each process that runs agent code and of its job's "
+                              "process tree: bytes, 512M, 8G, 'auto' (half the host's RAM, at least 2 GiB) or 'off'")
+    # knobs with a measured default and no variable (tests and the code set them; docs/configuration.md)
     cpu_split: Literal["auto", "even", "off"] = "auto"
+    child_cpu_s: int | None = Field(14400, ge=1, description="CPU seconds of each process of agent code")
+    child_pids: int | None = Field(1024, ge=1, description="processes and threads of a job (pids cgroup)")
+    cgroup: str = Field("auto", description="'auto', 'off' or a delegated cgroup v2 directory for per-job cgroups")
+    ref_cache_memory: str = Field("auto", description="host memory the cached reference processes may hold "
+                                  "between jobs ('auto': a quarter of the host's RAM; 'off': no budget)")
     product: str | None = Field(None, description="the arch-table product whose peaks the profiler uses; None: "
                                 "the one the live device names")
     secret_env: tuple[str, ...] = Field((), description="environment variables that never reach a runner or agent "

@@ -27,6 +27,8 @@ from evokernel_mcp.benchmark.outcome import shapes_outcome, verdict_reason
 from evokernel_mcp.benchmark.timing import TimingOptions
 from evokernel_mcp.errors import BadInput, EvoError
 from evokernel_mcp.models import ErrorInfo, Provenance
+from evokernel_mcp.runtime.limits import Limits
+from evokernel_mcp.runtime.limits import current as limits_here
 from evokernel_mcp.runtime.protocol import WorkerReply
 from evokernel_mcp.shape_defaults import ShapeChoice, choose_shapes
 from evokernel_mcp.tasks import Task, with_overrides
@@ -219,7 +221,8 @@ def result_from_reply(reply: WorkerReply, task: Task, unit: str, confidence: flo
     """BenchmarkResult of a finished runner op (ok or not); `choice`: the shape sets it was given."""
     r = reply.result or {}
     info = r.get("device_info") or {"name": reply.worker_info.get("device_name")}
-    err = reply.error or (ErrorInfo(**{k: v for k, v in r["error"].items() if k in ("kind", "message", "detail")})
+    keep = ("kind", "message", "detail", "role", "limit")
+    err = reply.error or (ErrorInfo(**{k: v for k, v in r["error"].items() if k in keep})
                           if r.get("error") else None)
     ceil = None
     if isinstance(r.get("ceilings"), dict) and "device" in r["ceilings"]:
@@ -248,6 +251,8 @@ def result_from_reply(reply: WorkerReply, task: Task, unit: str, confidence: flo
         stderr=r.get("stderr", reply.stderr) or None, timing_method=method,
         isolation=(r.get("isolation") or {}).get("level"), shapes_run=[x.shape for x in results],
         shapes_skipped=skipped, shape_rule=choice.rule if choice else None,
+        limits=Limits(**(r.get("isolation") or {})["limits"]) if (r.get("isolation") or {}).get("limits")
+        else limits_here(),
         provenance=_provenance(info, method, ceil, unit, dtype, task))
     res.reason = verdict_reason(res)
     return res

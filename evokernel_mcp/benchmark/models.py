@@ -8,6 +8,7 @@ from pydantic import Field
 
 from evokernel_mcp.benchmark.verdict import InvalidReason
 from evokernel_mcp.models import ErrorInfo, Model, Provenance
+from evokernel_mcp.runtime.limits import Limits
 from evokernel_mcp.shape_defaults import SkippedShape
 
 
@@ -194,6 +195,8 @@ class BenchmarkResult(Model):
     stderr: str | None = None
     isolation: str | None = Field(default=None, description="How the candidate was contained (bwrap+uid, bwrap "
                                   "or process).")
+    limits: Limits | None = Field(default=None, description="Memory, CPU-time and process limits of the processes "
+                                  "that ran agent code (a limit hit is error kind oom / timeout naming it).")
     overrides_applied: dict[str, Any] | None = Field(default=None, description="KernelBench constants set.")
     result_id: str | None = Field(default=None, description="Journal entry id (with experiment).")
     reason: str | None = Field(default=None, description="Why it is not a valid result, in one line: the first "

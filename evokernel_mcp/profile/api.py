@@ -1,5 +1,7 @@
 """profile_pmc and thread_trace: typed tool functions. Each checks its inputs and the profiler up front
-(clear errors before any job), then runs the pipeline (collect.py) as a job alone on its device."""
+(clear errors before any job), then runs the pipeline (collect.py) as a job alone on its device; every
+profiler run is a runner op over a sandboxed child that loads only the candidate (runner_side.py). A failure
+after the checks is a result with `error` (session.py), as verify_vs_pytorch's."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from pydantic import Field
 from evokernel_mcp import executables
 from evokernel_mcp.errors import BadInput, EvoError, ToolNotFound
 from evokernel_mcp.journal import ExperimentArg, journaled
+from evokernel_mcp.models import ErrorInfo
 from evokernel_mcp.profile import collect, ncu, presets, rocprofv3
 from evokernel_mcp.profile.models import PmcResult, TraceResult
 from evokernel_mcp.profile.rocprof_parsers import parse_rocprofv3_list_avail
@@ -88,17 +91,32 @@ async def _as_job(kind: str, device: str | None, fn, timeout_s: float, wait_s: f
     if out.state == "done":
         out.result.job_id = job_id
         return out.result
-    if out.state in ("failed", "cancelled"):
-        err = out.error
-        raise EvoError(f"{kind} job {job_id} {out.state}: {err.message if err else 'no detail'}")
+    if out.state in ("failed", "cancelled"):  # one failure convention: a result with error, as verify's
+        err = out.error or ErrorInfo(kind="internal", message=f"{kind} job {job_id} {out.state} without detail")
+        return model(state=out.state, job_id=job_id, device=out.device, error=err,
+                     message=f"{kind} job {job_id} {out.state}: {err.message[:500]}")
     return model(state=out.state, job_id=job_id, device=out.device,
                  message=f"Not finished within wait_s={wait_s:g} s. Call job_result('{job_id}', wait_s) to fetch the "
                  "result, job_status to look, cancel_job to stop it.")
 
 
-def _launch(jctx, spec, device, timeout_s) -> collect.Launch:
-    return collect.Launch(spec=spec, env=collect.child_env(device or jctx.device), workdir=jctx.scratch_dir,
-                          timeout_s=timeout_s)
+def _task(spec: dict[str, Any]):
+    from evokernel_mcp.tasks import load_task, task_from_reference
+
+    return load_task(spec["task"]) if spec["task"] else task_from_reference(spec["reference"])
+
+
+def _job(spec: dict[str, Any], timeout_s: float, pipeline, model):
+    """The job function: the pipeline over runner-op sessions (profile/session.py)."""
+    from evokernel_mcp.profile import session
+
+    task = _task(spec)
+    if spec["shape"] is not None:
+        task.shape_set(spec["shape"])  # BadInput for an unknown name, before any job
+
+    async def fn(jctx):
+        return await session.run_pipeline(session.launch_for(jctx, task, spec, timeout_s), pipeline, model)
+    return fn
 
 
 async def profile_pmc(
@@ -149,22 +167,22 @@ async def profile_pmc(
         passes = presets.split_passes(names, the_arch, avail)
         dspec = collect.table_spec(the_arch, "amd")
 
-        async def fn(jctx):
-            return await collect.pmc_rocm(_launch(jctx, spec, device, timeout_s), passes, kernel_filter, dspec,
-                                          max_dispatches, names, preset, compile_waves_per_simd)
+        def pipeline(launch):
+            return collect.pmc_rocm(launch, passes, kernel_filter, dspec, max_dispatches, names, preset,
+                                    compile_waves_per_simd)
     else:
         if executables.find("ncu") is None:
             raise ToolNotFound("ncu", env_var="NCU", hint=ncu.INSTALL_HINT)
         metrics = presets.ncu_metrics(preset, counters)
         dspec = collect.table_spec("sm_90", "nvidia")
 
-        async def fn(jctx):
-            return await collect.pmc_cuda(_launch(jctx, spec, device, timeout_s), metrics, kernel_filter, dspec,
-                                          max_dispatches, preset)
-    fn = journaled(fn, "profile_pmc", experiment=experiment, task=task, source=candidate, arguments={
+        def pipeline(launch):
+            return collect.pmc_cuda(launch, metrics, kernel_filter, dspec, max_dispatches, preset)
+    fn = journaled(_job(spec, timeout_s, pipeline, PmcResult), "profile_pmc", experiment=experiment, task=task,
+                   source=candidate, arguments={
         "task": task, "reference": reference, "shape": spec["shape"], "preset": preset, "counters": counters,
         "kernel_filter": kernel_filter, "device": device})
-    return await _as_job("profile", device, fn, timeout_s + 60, wait_s, ctx, PmcResult)
+    return await _as_job("profile", device, fn, timeout_s + 300, wait_s, ctx, PmcResult)
 
 
 async def thread_trace(
@@ -200,18 +218,18 @@ async def thread_trace(
             raise ToolNotFound("rocprofv3", env_var="ROCPROFV3", hint=rocprofv3.INSTALL_HINT)
         rocprofv3.find_att_library(att_library_path)  # clear error before any job
 
-        async def fn(jctx):
-            return await collect.trace_rocm(_launch(jctx, spec, device, timeout_s), kernel_filter, top_n,
-                                            target_cu=att_target_cu, se_mask=att_shader_engine_mask,
-                                            simd_select=att_simd_select, buffer_size=att_buffer_size,
-                                            att_library_path=att_library_path)
+        def pipeline(launch):
+            return collect.trace_rocm(launch, kernel_filter, top_n, target_cu=att_target_cu,
+                                      se_mask=att_shader_engine_mask, simd_select=att_simd_select,
+                                      buffer_size=att_buffer_size, att_library_path=att_library_path)
     else:
         if executables.find("ncu") is None:
             raise ToolNotFound("ncu", env_var="NCU", hint=ncu.INSTALL_HINT)
 
-        async def fn(jctx):
-            return await collect.trace_cuda(_launch(jctx, spec, device, timeout_s), kernel_filter, top_n)
-    fn = journaled(fn, "thread_trace", experiment=experiment, task=task, source=candidate, arguments={
+        def pipeline(launch):
+            return collect.trace_cuda(launch, kernel_filter, top_n)
+    fn = journaled(_job(spec, timeout_s, pipeline, TraceResult), "thread_trace", experiment=experiment, task=task,
+                   source=candidate, arguments={
         "task": task, "reference": reference, "shape": spec["shape"], "kernel_filter": kernel_filter, "top_n": top_n,
         "device": device})
-    return await _as_job("trace", device, fn, timeout_s + 60, wait_s, ctx, TraceResult)
+    return await _as_job("trace", device, fn, timeout_s + 300, wait_s, ctx, TraceResult)

@@ -1,18 +1,18 @@
-"""The profiling pipelines, as plain async functions over a work directory (no job system here):
-run the profiler on the runner child, parse its files, derive, summarize. api.py wraps them in jobs."""
+"""The profiling pipelines, as plain async functions (no job system here): each profiler run is a session
+(Launch.session: the runner op of profile/runner_side.py, a sandboxed child with only the candidate, under the
+profiler); its named outputs come back into a harness-only dir, where they are parsed, derived and summarized.
+api.py wraps the pipelines in jobs."""
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import sys
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from evokernel_mcp import artifacts, settings
-from evokernel_mcp.errors import EvoError, ParseError
-from evokernel_mcp.models import Provenance
+from evokernel_mcp.errors import ParseError, ToolFailed, ToolTimeout
+from evokernel_mcp.models import ErrorInfo, Provenance
 from evokernel_mcp.profile import ncu, rocm_pipeline, rocprof_safe, rocprofv3
 from evokernel_mcp.profile.derived import DeviceSpec
 from evokernel_mcp.profile.models import (
@@ -44,19 +44,49 @@ MAX_WAVE_FILES = 64
 
 
 @dataclass
+class SessionOutcome:
+    """One profiler run over the sandboxed candidate (profile/runner_side.py): the profiler's exit status
+    (None when killed at its time limit), its messages, the exports' outputs, and the profiled child's or the
+    reference's failure (error) when there was one. Named output files are under Launch.workdir."""
+
+    returncode: int | None
+    timed_out: bool = False
+    stderr: str = ""
+    exports: list = field(default_factory=list)  # runner_side.ExportOut
+    error: ErrorInfo | None = None
+    refused: list[str] = field(default_factory=list)
+
+
+class SessionFailed(Exception):
+    """The profiled session could not run the candidate (the reference, the candidate, a limit): the tool
+    returns a result with this error (api.py), as verify does."""
+
+    def __init__(self, error: ErrorInfo):
+        super().__init__(error.message)
+        self.error = error
+
+
+# session(profiler_argv_before_dashes, *, timeout_s, files_in, collect, exports, export_if) -> SessionOutcome
+Session = Callable[..., Awaitable[SessionOutcome]]
+
+
+@dataclass
 class Launch:
-    """What the runner child gets: the spec, and how to start it."""
+    """What a pipeline needs: the spec (candidate, warmup, iters, shape), a harness-only dir where the
+    session's named outputs are put, the time limit, and the session runner (a runner op in the server)."""
 
     spec: dict
-    env: dict[str, str]
     workdir: Path
     timeout_s: float
+    session: Session
     pass_timeout_s: float | None = None  # one rocprofv3 run; default min(150, max(30, timeout_s / 4))
+    info: dict = field(default_factory=dict)  # what the sessions said about themselves (isolation, limits)
 
-    def child(self) -> list[str]:
-        path = self.workdir / "spec.json"
-        path.write_text(json.dumps({"module_dir": str(self.workdir / "modules"), **self.spec}), encoding="utf-8")
-        return [sys.executable, "-m", "evokernel_mcp.profile.runner", "--spec", str(path)]
+    async def run(self, profiler: list[str], *, timeout_s: float, **kw) -> SessionOutcome:
+        out = await self.session(profiler, timeout_s=timeout_s, **kw)
+        if out.error is not None:
+            raise SessionFailed(out.error)
+        return out
 
 
 def iteration_range(spec: dict) -> str:
@@ -122,10 +152,10 @@ async def pmc_rocm(launch: Launch, passes: list[list[str]], kernel_regex: str | 
                    max_dispatches: int, counters: list[str], preset: str | None,
                    compile_waves_per_simd: int | None = None) -> PmcResult:
     exe, ver = rocprofv3.find_rocprofv3()
-    env, notes = rocprof_safe.single_visibility_env(launch.env)
+    notes: list[str] = []
     kfilter, ksrc = rocprof_safe.effective_filter(kernel_regex, launch.spec.get("candidate", ""))
     rng = iteration_range(launch.spec)
-    runs, argv, stderr = await rocm_pipeline.counter_runs(exe, launch, env, passes, kfilter, rng)
+    runs, argv, stderr = await rocm_pipeline.counter_runs(exe, launch, passes, kfilter, rng)
     out_dir = launch.workdir / "rocprof"
     merged: list[CounterDispatch] = []
     if runs.collected:
@@ -138,7 +168,7 @@ async def pmc_rocm(launch: Launch, passes: list[list[str]], kernel_regex: str | 
             notes.append(f"the derived kernel filter {kfilter!r} matched no dispatch; profiled without a filter")
             _clear(out_dir)
             kfilter, ksrc = None, "none: the derived filter matched no dispatch"
-            runs, argv, stderr = await rocm_pipeline.counter_runs(exe, launch, env, passes, None, rng)
+            runs, argv, stderr = await rocm_pipeline.counter_runs(exe, launch, passes, None, rng)
             raw_passes, trace = rocprofv3.read_counter_passes(out_dir) if runs.collected else ([[]], [])
         merged = rocprofv3.merge_passes(raw_passes, trace)
     spec = _amd_spec(spec, out_dir)
@@ -169,18 +199,48 @@ def _clear(d: Path) -> None:
     shutil.rmtree(d, ignore_errors=True)
 
 
+async def _ncu_session(launch: Launch, exe: str, ver: str | None, argv: list[str], report: str,
+                       exports: list[list[str]], optional: tuple[int, ...] = ()) -> tuple[str, list[str | None]]:
+    """One ncu session (its messages in its --log-file) and the exports of its report; (log, export stdouts).
+    An export whose index is in `optional` may fail (None in its place)."""
+    res = await launch.run(argv, timeout_s=launch.timeout_s, collect=[report, ncu.LOG_FILE], exports=exports,
+                           export_if=report, binds=ncu.binds(exe))
+    log_text = (launch.workdir / ncu.LOG_FILE).read_text(errors="replace") \
+        if (launch.workdir / ncu.LOG_FILE).is_file() else ""
+    log_text = (log_text + "\n" + res.stderr).strip()
+    if res.timed_out:
+        raise ToolTimeout("ncu", launch.timeout_s, log_text[-2000:])
+    if res.returncode != 0 or "ERR_NVGPUCTRPERM" in log_text:
+        hint = ("\nThe profiled process runs sandboxed as an unprivileged user, and this driver lets only admin users "
+                "read GPU counters: allow them for all users (NVreg_RestrictProfilingToAdminUsers=0, see NVIDIA's "
+                "ERR_NVGPUCTRPERM page)."
+                if "ERR_NVGPUCTRPERM" in log_text else "")
+        raise ToolFailed("ncu", res.returncode if res.returncode is not None else -1, log_text[-4000:] + hint)
+    if not (launch.workdir / report).is_file():
+        raise ParseError("ncu", report, version=ver, message="no report written: no kernel matched the filter "
+                         f"in the profiled iterations.\nncu output tail:\n{log_text[-2000:]}")
+    outs = []
+    for i, e in enumerate(res.exports):
+        if e.returncode != 0:
+            if i in optional:
+                outs.append(None)
+                continue
+            raise ToolFailed("ncu", e.returncode if e.returncode is not None else -1, e.stderr[-4000:])
+        outs.append(e.stdout)
+    if len(outs) != len(exports):
+        raise ToolFailed("ncu", -1, "the report's export did not run")
+    return log_text, outs
+
+
 async def pmc_cuda(launch: Launch, metrics: list[str], kernel_regex: str | None, spec: DeviceSpec,
                    max_dispatches: int, preset: str | None) -> PmcResult:
     exe, ver = ncu.find_ncu()
-    report = launch.workdir / "pmc.ncu-rep"
+    report = "pmc.ncu-rep"
     n = int(launch.spec.get("iters", 1)) * 8  # several kernels per launch are possible
-    argv = ncu.metrics_argv(exe, report, metrics, kernel_regex, n, launch.child())
-    log_text = await ncu.run(argv, timeout_s=launch.timeout_s, env=launch.env, cwd=launch.workdir)
-    if not report.exists():
-        raise ParseError("ncu", str(report), version=ver, message="no report written: no kernel matched the filter "
-                         f"in the profiled iterations.\nncu output tail:\n{log_text[-2000:]}")
-    raw = await ncu.run(ncu.raw_export_argv(exe, report), timeout_s=120, env=launch.env, cwd=launch.workdir)
-    return ncu_pmc_result(raw, log_text, report.read_bytes(), exe, ver, argv, spec, metrics, max_dispatches, preset)
+    argv = ncu.metrics_argv(exe, Path(report), metrics, kernel_regex, n)
+    log_text, (raw,) = await _ncu_session(launch, exe, ver, argv, report, [ncu.raw_export_argv(exe, Path(report))])
+    return ncu_pmc_result(raw, log_text, (launch.workdir / report).read_bytes(), exe, ver, argv, spec, metrics,
+                          max_dispatches, preset)
 
 
 def ncu_pmc_result(raw: str, log_text: str, report: bytes, exe: str, ver: str | None, argv: list, spec: DeviceSpec,
@@ -267,44 +327,30 @@ async def trace_rocm(launch: Launch, kernel_regex: str | None, top_n: int, *, ta
 
 async def trace_cuda(launch: Launch, kernel_regex: str | None, top_n: int) -> TraceResult:
     exe, ver = ncu.find_ncu()
-    report = launch.workdir / "trace.ncu-rep"
-    argv = ncu.source_argv(exe, report, kernel_regex, launch.child())
-    env = {k: v for k, v in launch.env.items() if k != "TRITON_DISABLE_LINE_INFO"}  # keep SASS -> source lines
-    log_text = await ncu.run(argv, timeout_s=launch.timeout_s, env=env, cwd=launch.workdir)
-    if not report.exists():
-        raise ParseError("ncu", str(report), version=ver, message=f"no report written (no kernel matched).\n{log_text[-2000:]}")
-    src, rows, notes = await _source_rows(exe, report, launch)
-    raw = await ncu.run(ncu.raw_export_argv(exe, report), timeout_s=120, env=launch.env, cwd=launch.workdir)
+    report = "trace.ncu-rep"
+    argv = ncu.source_argv(exe, Path(report), kernel_regex)
+    log_text, (sass_src, raw, cuda_src) = await _ncu_session(
+        launch, exe, ver, argv, report,
+        [ncu.source_export_argv(exe, Path(report)), ncu.raw_export_argv(exe, Path(report)),
+         ncu.source_export_argv(exe, Path(report), "cuda,sass")], optional=(2,))
+    src, rows, notes = _source_rows(sass_src, cuda_src)
     kernels = parse_ncu_raw_csv(raw, "ncu_raw.csv")
     kernel = kernels[0].kernel if kernels else (kernel_regex or "?")
     files = {"ncu_source_sass.csv": src, "ncu_raw.csv": raw, "ncu_log.txt": log_text[-200_000:],
-             "trace.ncu-rep": report.read_bytes()}
+             "trace.ncu-rep": (launch.workdir / report).read_bytes()}
     return trace_result(rows, "nvidia", kernel, "ncu", exe, ver, argv, top_n, files, notes)
 
 
-async def _source_rows(exe: str, report: Path, launch: Launch) -> tuple[str, list[TraceInstruction], list[str]]:
+def _source_rows(sass_src: str, cuda_src: str | None) -> tuple[str, list[TraceInstruction], list[str]]:
     """The source page with line info (cuda,sass view: each SASS instruction with its file:line; Triton keeps
     line info in its cubins unless TRITON_DISABLE_LINE_INFO is set), else the SASS view."""
-    try:
-        src = await ncu.run(ncu.source_export_argv(exe, report, "cuda,sass"), timeout_s=120, env=launch.env,
-                            cwd=launch.workdir)
-        rows = parse_ncu_source_csv(src, "ncu_source_cuda_sass.csv")
-        if has_line_info(rows):
-            return src, rows, []
-    except EvoError as e:
-        log.info("ncu cuda,sass source view unavailable: %s", e)
-    src = await ncu.run(ncu.source_export_argv(exe, report), timeout_s=120, env=launch.env, cwd=launch.workdir)
-    return src, parse_ncu_source_csv(src, "ncu_source_sass.csv"), [
+    if cuda_src:
+        try:
+            rows = parse_ncu_source_csv(cuda_src, "ncu_source_cuda_sass.csv")
+            if has_line_info(rows):
+                return cuda_src, rows, []
+        except ParseError as e:
+            log.info("ncu cuda,sass source view unusable: %s", e)
+    return sass_src, parse_ncu_source_csv(sass_src, "ncu_source_sass.csv"), [
         "no source lines: the kernel's cubin has no line info (Triton: TRITON_DISABLE_LINE_INFO set; CUDA: "
         "compile with -lineinfo); instructions are shown without file:line"]
-
-
-def child_env(device: str | None) -> dict[str, str]:
-    from evokernel_mcp.runtime.pool import worker_env
-
-    if device and not device.startswith("cpu"):
-        return worker_env(device)
-    env = dict(os.environ)
-    repo = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)
-    return env

@@ -10,7 +10,8 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
-from evokernel_mcp.models import Model, Provenance
+from evokernel_mcp.models import ErrorInfo, Model, Provenance
+from evokernel_mcp.runtime.limits import Limits
 
 Bound = Literal["memory-bound", "compute-bound", "latency-bound", "unknown"]
 
@@ -192,9 +193,16 @@ class Finding(Model):
 
 
 class PmcResult(Model):
-    state: Literal["done", "queued", "running"] = Field(
+    state: Literal["done", "queued", "running", "failed", "cancelled"] = Field(
         default="done", description="Not 'done': the job outlived wait_s; call job_result(job_id, wait_s).")
     message: str | None = None
+    error: ErrorInfo | None = Field(default=None, description="Why no profile came back: the candidate's fault "
+                                    "(exception, crash, timeout, oom with the limit and role) or the harness's "
+                                    "(harness: the reference or the profiler), as in verify_vs_pytorch.")
+    isolation: str | None = Field(default=None, description="How the profiled candidate was contained: bwrap+uid, "
+                                  "bwrap or process.")
+    limits: Limits | None = Field(default=None, description="Memory, CPU-time and process limits of the processes "
+                                  "that ran agent code.")
     tool: ToolInfo | None = None
     device: str | None = None
     arch: str | None = None
@@ -244,9 +252,16 @@ class HotInstruction(Model):
 
 
 class TraceResult(Model):
-    state: Literal["done", "queued", "running"] = Field(
+    state: Literal["done", "queued", "running", "failed", "cancelled"] = Field(
         default="done", description="Not 'done': the job outlived wait_s; call job_result(job_id, wait_s).")
     message: str | None = None
+    error: ErrorInfo | None = Field(default=None, description="Why no profile came back: the candidate's fault "
+                                    "(exception, crash, timeout, oom with the limit and role) or the harness's "
+                                    "(harness: the reference or the profiler), as in verify_vs_pytorch.")
+    isolation: str | None = Field(default=None, description="How the profiled candidate was contained: bwrap+uid, "
+                                  "bwrap or process.")
+    limits: Limits | None = Field(default=None, description="Memory, CPU-time and process limits of the processes "
+                                  "that ran agent code.")
     tool: ToolInfo | None = None
     kernel: str | None = None
     device: str | None = None

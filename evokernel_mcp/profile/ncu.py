@@ -1,9 +1,10 @@
 """Running Nsight Compute: profile into a report (--export), then export CSV pages from it (--import).
 
-Collection: `ncu --metrics M --clock-control none --profile-from-start off --target-processes all
---replay-mode kernel --cache-control all --kernel-name regex:R --launch-count N --export R -f -- python -m
-evokernel_mcp.profile.runner --spec S`. The runner brackets the measured launches with
-cudaProfilerStart/Stop, so warm-up (and Triton compilation) launches are not profiled.
+Collection (inside the sandbox, profile/runner_side.py): `ncu --metrics M --clock-control none
+--profile-from-start off --target-processes all --replay-mode kernel --cache-control all --kernel-name regex:R
+--launch-count N --export R -f --log-file ncu_log.txt -- python -m evokernel_mcp.runtime.child ...`. The child
+brackets the measured launches with cudaProfilerStart/Stop, so warm-up (and Triton compilation) launches are not
+profiled.
 Thread trace: `--section SourceCounters --import-source yes`, then `ncu --import R --page source
 --print-source cuda,sass --csv` (SASS with the source lines it came from), or `--print-source sass` when the
 kernel has no line info.
@@ -14,8 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from evokernel_mcp import executables
-from evokernel_mcp.errors import ToolFailed
-from evokernel_mcp.subproc import probe_version, run_async
+from evokernel_mcp.subproc import probe_version
 
 TOOL = "ncu"
 INSTALL_HINT = ("Install NVIDIA Nsight Compute (part of the CUDA toolkit: /usr/local/cuda/bin/ncu, or the "
@@ -29,24 +29,34 @@ def find_ncu() -> tuple[str, str | None]:
     return path, ver
 
 
+LOG_FILE = "ncu_log.txt"  # ncu's own messages: never on the profiled child's stdout (the runner's channel)
+
+
+def binds(exe: str) -> list[str]:
+    """Directories of this ncu install to bind into the sandbox (its launcher and where it resolves to)."""
+    import os
+
+    return list(dict.fromkeys([os.path.dirname(os.path.abspath(exe)), os.path.dirname(os.path.realpath(exe))]))
+
+
 def _common(exe: str, report: Path, kernel_regex: str | None, launch_count: int) -> list[str]:
     argv = [exe, "--clock-control", "none", "--profile-from-start", "off", "--target-processes", "all",
             "--replay-mode", "kernel", "--cache-control", "all", "--launch-count", str(launch_count),
-            "--export", str(report), "--force-overwrite"]
+            "--export", str(report), "--force-overwrite", "--log-file", LOG_FILE]
     if kernel_regex:
         argv += ["--kernel-name", f"regex:{kernel_regex}"]
     return argv
 
 
-def metrics_argv(exe: str, report: Path, metrics: list[str], kernel_regex: str | None, launch_count: int,
-                 child: list[str]) -> list[str]:
-    return _common(exe, report, kernel_regex, launch_count) + ["--metrics", ",".join(metrics), "--", *child]
+def metrics_argv(exe: str, report: Path, metrics: list[str], kernel_regex: str | None, launch_count: int) -> list[str]:
+    """The collection command before '--' (the session adds the sandboxed child after it)."""
+    return _common(exe, report, kernel_regex, launch_count) + ["--metrics", ",".join(metrics)]
 
 
-def source_argv(exe: str, report: Path, kernel_regex: str | None, child: list[str]) -> list[str]:
+def source_argv(exe: str, report: Path, kernel_regex: str | None) -> list[str]:
     return _common(exe, report, kernel_regex, 1) + ["--section", "SourceCounters", "--section", "WarpStateStats",
                                                     "--section", "LaunchStats", "--import-source", "yes",
-                                                    "--metrics", "gpu__time_duration.sum", "--", *child]
+                                                    "--metrics", "gpu__time_duration.sum"]
 
 
 def raw_export_argv(exe: str, report: Path) -> list[str]:
@@ -58,9 +68,3 @@ def source_export_argv(exe: str, report: Path, view: str = "sass") -> list[str]:
     return [exe, "--import", str(report), "--csv", "--page", "source", "--print-source", view]
 
 
-async def run(argv: list[str], *, timeout_s: float, env: dict[str, str] | None, cwd: Path) -> str:
-    """Run ncu; return stdout. ncu exits 0 even when nothing matched: callers check the report exists."""
-    res = await run_async(argv, timeout_s=timeout_s, env=env, cwd=cwd, tool=TOOL)
-    if res.returncode != 0:
-        raise ToolFailed(TOOL, res.returncode, (res.tail("stderr") + "\n" + res.tail("stdout", 2000)).strip())
-    return res.stdout

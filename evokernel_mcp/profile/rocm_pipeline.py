@@ -19,53 +19,46 @@ from evokernel_mcp.profile.models import Finding, TraceResult
 ATT_WIDER = ((0, "0xF"), (0, "0xFF"))
 
 
-def _move_aside(d: Path, failed_root: Path, name: str) -> None:
-    if d.exists():
-        failed_root.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(d), str(failed_root / name))
+def _clear(d: Path) -> None:
+    shutil.rmtree(d, ignore_errors=True)
 
 
-async def counter_runs(exe: str, launch, env: dict[str, str], passes: list[list[str]], kfilter: str | None,
+async def _session(launch, argv: list[str], out_rel: str, timeout_s: float, files_in: dict[str, str] | None = None,
+                   binds: list[str] | None = None) -> safe.RunOutcome:
+    """One rocprofv3 run over the sandboxed candidate; its files under launch.workdir/out_rel. A failure of the
+    profiled child itself (the candidate raised, a limit) ends the pipeline (collect.SessionFailed)."""
+    res = await launch.run(argv, timeout_s=timeout_s, files_in=files_in or {}, collect=[out_rel],
+                           binds=[*rocprofv3.binds(argv[0]), *(binds or [])])
+    if res.timed_out:
+        return safe.RunOutcome("timeout", None, res.stderr, f"rocprofv3 did not finish within {timeout_s:g} s and "
+                               "was killed (a hang: the collection is DEGRADED, not zero)")
+    return safe.classify(res.returncode, res.stderr)
+
+
+async def counter_runs(exe: str, launch, passes: list[list[str]], kfilter: str | None,
                        iteration_range: str) -> tuple[safe.GroupRuns, list[str], str]:
-    """Collect every group: one combined run when there are several, pass by pass (bisected) when that fails.
-    Returns (runs, the first argv, all stderr)."""
-    out_dir, failed = launch.workdir / "rocprof", launch.workdir / "rocprof_failed"
+    """Collect every group, pass by pass (bisected when a run hangs, aborts or cannot be scheduled): each pass
+    is one run of a fresh sandboxed child (rocprofv3 reruns its application once per `pmc:` line, and a child
+    serves one run). Returns (runs, the first argv, all stderr)."""
+    out_dir = launch.workdir / "rocprof"
     budget = safe.Budget.start(launch.timeout_s, getattr(launch, "pass_timeout_s", None))
     argvs: list[list[str]] = []
     stderrs: list[str] = []
-
-    async def run(lines: list[list[str]], d: Path, inp: Path, timeout_s: float) -> safe.RunOutcome:
-        inp.write_text(rocprofv3.input_file_text(lines), encoding="utf-8")
-        argv = rocprofv3.counter_argv(exe, inp, d, kfilter, iteration_range, launch.child())
-        argvs.append(argv)
-        res = await safe.guarded_run(argv, timeout_s=timeout_s, env=env, cwd=launch.workdir)
-        stderrs.append(f"--- {' '.join(map(str, argv[:3]))} ... ({res.kind})\n{res.stderr}")
-        return res
-
-    if len(passes) > 1:
-        res = await run(passes, out_dir, launch.workdir / "pmc_input.txt", budget.for_run(len(passes)))
-        if res.ok:
-            return safe.GroupRuns(collected=[(p, out_dir) for p in passes]), argvs[0], "\n".join(stderrs)
-        if res.kind == "failed":
-            safe.raise_failed(res)
-        _move_aside(out_dir, failed, "combined")
-        note = f"the combined run of {len(passes)} passes failed ({res.reason}); collected pass by pass"
-    else:
-        note = ""
     counter = iter(range(1, 10_000))
 
     async def run_one(group: list[str], timeout_s: float):
         k = next(counter)
-        d = out_dir / f"run_{k:02d}"
-        res = await run([group], d, launch.workdir / f"pmc_input_run{k:02d}.txt", timeout_s)
+        rel, inp = f"rocprof/run_{k:02d}", f"pmc_input_run{k:02d}.txt"
+        argv = rocprofv3.counter_argv(exe, Path(inp), Path(rel), kfilter, iteration_range)
+        argvs.append(argv)
+        res = await _session(launch, argv, rel, timeout_s, {inp: rocprofv3.input_file_text([group])})
+        stderrs.append(f"--- {' '.join(map(str, argv[:3]))} ... ({res.kind})\n{res.stderr}")
         if not res.ok:
-            _move_aside(d, failed, f"run_{k:02d}")
-        return res, d
+            _clear(launch.workdir / rel)
+        return res, out_dir / f"run_{k:02d}"
 
     runs = await safe.collect_groups(passes, run_one, budget)
-    if note:
-        runs.notes.insert(0, note)
-    return runs, argvs[0], "\n".join(stderrs)
+    return runs, argvs[0] if argvs else [exe], "\n".join(stderrs)
 
 
 def missing_counters(requested: list[str], dispatches, dropped: dict[str, str], stderr: str) -> dict[str, str]:
@@ -129,7 +122,7 @@ async def trace_rocm(launch, kernel_regex: str | None, top_n: int, *, target_cu:
                      short_argv) -> TraceResult:
     exe, ver = rocprofv3.find_rocprofv3()
     lib = rocprofv3.find_att_library(att_library_path)
-    env, notes = safe.single_visibility_env(launch.env)
+    notes: list[str] = []
     kfilter, ksrc = safe.effective_filter(kernel_regex, launch.spec.get("candidate", ""))
     notes.append(f"kernel filter {kfilter!r} ({ksrc})")
     budget = safe.Budget.start(launch.timeout_s, getattr(launch, "pass_timeout_s", None))
@@ -138,10 +131,11 @@ async def trace_rocm(launch, kernel_regex: str | None, top_n: int, *, target_cu:
     reasons: list[str] = []
     argv: list[str] = []
     for i, (cu, mask) in enumerate(att_attempts(target_cu, se_mask)):
-        out_dir = launch.workdir / ("att" if i == 0 else f"att_retry{i}")
-        argv = rocprofv3.att_argv(exe, out_dir, kfilter, rng, target_cu=cu, se_mask=mask, simd_select=simd_select,
-                                  buffer_size=buffer_size, library_dir=lib, child=launch.child())
-        res = await safe.guarded_run(argv, timeout_s=budget.for_run(), env=env, cwd=launch.workdir)
+        rel = "att" if i == 0 else f"att_retry{i}"
+        out_dir = launch.workdir / rel
+        argv = rocprofv3.att_argv(exe, Path(rel), kfilter, rng, target_cu=cu, se_mask=mask, simd_select=simd_select,
+                                  buffer_size=buffer_size, library_dir=lib)
+        res = await _session(launch, argv, rel, budget.for_run(), binds=[lib] if lib else None)
         files |= {f"attempt{i}_{k}": v for k, v in rocprofv3.collect_files(out_dir).items()} if out_dir.exists() else {}
         files[f"attempt{i}_rocprofv3_stderr.txt"] = res.stderr[-200_000:]
         if res.kind == "failed":

@@ -7,7 +7,8 @@ scripts/kernel_tools/rocprofv3_safe.sh and parse_pmc.collect_pmc_group), as plai
    the capabilities of the hardware to collect"; older releases SIGABRT or hang instead) is BISECTED:
    halves are retried, and only a counter that fails alone is dropped (and named, with the reason).
 3. rocprofv3 aborts when HIP_VISIBLE_DEVICES and ROCR_VISIBLE_DEVICES are both set (HIP is then an
-   index into the ROCR list): the profiled process gets ONE visibility variable, same device.
+   index into the ROCR list): the profiled child gets HIP_VISIBLE_DEVICES only (a sandboxed child's environment
+   is an allow-list without ROCR_VISIBLE_DEVICES: runtime/child_proc.py).
 4. A kernel-name filter is always passed when one can be known (one GEAK run went from >7 min to ~80 s):
    the agent's kernel_filter, else the kernel names defined in the candidate source.
 5. An ATT run whose traced CU caught no waves is retried with a wider CU/SE selection (collect.py).
@@ -22,8 +23,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from evokernel_mcp.errors import ToolFailed, ToolTimeout
-from evokernel_mcp.subproc import run_async, tail
+from evokernel_mcp.errors import ToolFailed
+from evokernel_mcp.subproc import tail
 
 TOOL = "rocprofv3"
 Kind = Literal["ok", "timeout", "abort", "unschedulable", "failed"]
@@ -49,7 +50,7 @@ class RunOutcome:
 
 
 def classify(returncode: int, stderr: str) -> RunOutcome:
-    """What a finished rocprofv3 run means (a timeout never gets here: see guarded_run)."""
+    """What a finished rocprofv3 run means (a timeout never gets here: rocm_pipeline._session)."""
     if returncode == 0:
         return RunOutcome("ok", 0, stderr, "")
     t = tail(stderr, 600).strip()
@@ -63,16 +64,6 @@ def classify(returncode: int, stderr: str) -> RunOutcome:
         return RunOutcome("abort", returncode, stderr, f"rocprofv3 aborted (rc {returncode}, signal {sig}; on "
                           "ROCm this is how an over-budget counter group fails on several releases)")
     return RunOutcome("failed", returncode, stderr, f"rocprofv3 failed with exit code {returncode}: {t}")
-
-
-async def guarded_run(argv: list[str], *, timeout_s: float, env: dict[str, str], cwd) -> RunOutcome:
-    """Run rocprofv3 once; a hang becomes kind='timeout' (the process group is killed)."""
-    try:
-        res = await run_async(argv, timeout_s=timeout_s, env=env, cwd=cwd, tool=TOOL)
-    except ToolTimeout as e:
-        return RunOutcome("timeout", None, e.stderr_tail, f"rocprofv3 did not finish within {timeout_s:g} s and "
-                          "was killed (a hang: the collection is DEGRADED, not zero)")
-    return classify(res.returncode, res.stderr)
 
 
 def raise_failed(out: RunOutcome) -> None:
@@ -100,7 +91,8 @@ def single_visibility_env(env: dict[str, str]) -> tuple[dict[str, str], list[str
                              f"pair; profiled with ROCR_VISIBLE_DEVICES={rocr} only (the same device).")
             else:
                 notes.append(f"{name}={val!r} dropped beside ROCR_VISIBLE_DEVICES={rocr} (one visibility variable "
-                             "per profiled process; rocprofv3 aborts on the pair).")
+                             "per profiled process: rocprofv3 aborts on the pair; only the bench and selftest capture "
+                             "runs of shipped sources set it, a sandboxed child never gets ROCR_VISIBLE_DEVICES).")
             del out[name]
         elif name == "CUDA_VISIBLE_DEVICES" and out.get("HIP_VISIBLE_DEVICES") is not None:
             del out[name]

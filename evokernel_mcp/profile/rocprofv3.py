@@ -14,13 +14,13 @@ import re
 from pathlib import Path
 
 from evokernel_mcp import executables
-from evokernel_mcp.errors import ParseError, ToolFailed, ToolNotFound
+from evokernel_mcp.errors import ParseError, ToolNotFound
 from evokernel_mcp.profile.models import CounterDispatch, KernelDispatchRecord
 from evokernel_mcp.profile.rocprof_parsers import (
     parse_rocprofv3_counter_collection,
     parse_rocprofv3_kernel_trace,
 )
-from evokernel_mcp.subproc import probe_version, run_async
+from evokernel_mcp.subproc import probe_version
 
 log = logging.getLogger(__name__)
 TOOL = "rocprofv3"
@@ -58,19 +58,27 @@ def input_file_text(passes: list[list[str]]) -> str:
     return "".join("pmc: " + " ".join(p) + "\n" for p in passes)
 
 
-def counter_argv(exe: str, input_txt: Path, out_dir: Path, kernel_regex: str | None, iteration_range: str | None,
-                 child: list[str]) -> list[str]:
+def binds(exe: str) -> list[str]:
+    """Directories of this rocprofv3 install to bind into the sandbox (its launcher and its ROCm tree)."""
+    here = [os.path.dirname(os.path.abspath(exe)), os.path.dirname(os.path.realpath(exe))]
+    return list(dict.fromkeys(here + [os.path.dirname(h) for h in here]))
+
+
+def counter_argv(exe: str, input_txt: Path, out_dir: Path, kernel_regex: str | None,
+                 iteration_range: str | None) -> list[str]:
+    """The collection command before '--' (the session adds the sandboxed child after it); paths relative to
+    the child's scratch dir."""
     argv = [exe, "-i", str(input_txt), "--kernel-trace", "--output-format", "csv", "-d", str(out_dir),
             "-o", "prof"]
     if kernel_regex:
         argv += ["--kernel-include-regex", kernel_regex]
     if iteration_range:
         argv += ["--kernel-iteration-range", iteration_range]
-    return argv + ["--", *child]
+    return argv
 
 
 def att_argv(exe: str, out_dir: Path, kernel_regex: str | None, iteration_range: str | None, *, target_cu: int,
-             se_mask: str, simd_select: str, buffer_size: str, library_dir: str | None, child: list[str]) -> list[str]:
+             se_mask: str, simd_select: str, buffer_size: str, library_dir: str | None) -> list[str]:
     argv = [exe, "--att", "--att-target-cu", str(target_cu), "--att-shader-engine-mask", se_mask,
             "--att-simd-select", simd_select, "--att-buffer-size", buffer_size, "--kernel-trace",
             "--output-format", "csv", "-d", str(out_dir), "-o", "prof"]
@@ -80,14 +88,7 @@ def att_argv(exe: str, out_dir: Path, kernel_regex: str | None, iteration_range:
         argv += ["--kernel-include-regex", kernel_regex]
     if iteration_range:
         argv += ["--kernel-iteration-range", iteration_range]
-    return argv + ["--", *child]
-
-
-async def run(argv: list[str], *, timeout_s: float, env: dict[str, str], cwd: Path) -> str:
-    res = await run_async(argv, timeout_s=timeout_s, env=env, cwd=cwd, tool=TOOL)
-    if res.returncode != 0:
-        raise ToolFailed(TOOL, res.returncode, res.tail("stderr") or res.tail("stdout"))
-    return res.stderr
+    return argv
 
 
 _PASS_RE = re.compile(r"(?:^|/)pmc_(\d+)(?:/|$)")

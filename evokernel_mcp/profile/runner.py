@@ -1,6 +1,8 @@
-"""Child-process entry run UNDER a profiler: load a task/reference and a candidate, launch the
-candidate `warmup` times, then `iters` times between cudaProfilerStart/Stop (ncu uses
---profile-from-start off; rocprofv3 selects by --kernel-iteration-range), and exit.
+"""For bench scripts and `selftest --capture` only, on the harness's OWN shipped sources (never agent code: the
+tools profile agent code through profile/runner_side.py, sandboxed, candidate alone): a process run UNDER a
+profiler that loads a task/reference and a candidate, launches the candidate `warmup` times, then `iters`
+times between cudaProfilerStart/Stop (ncu uses --profile-from-start off; rocprofv3 selects by
+--kernel-iteration-range), and exits.
 
     python -m evokernel_mcp.profile.runner --spec spec.json
 
@@ -14,8 +16,37 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+
+@dataclass
+class LocalLaunch:
+    """A profiler run of shipped sources on this host (bench, selftest capture): spec, env, workdir, limit."""
+
+    spec: dict
+    env: dict[str, str]
+    workdir: Path
+    timeout_s: float
+
+    def child(self) -> list[str]:
+        path = self.workdir / "spec.json"
+        path.write_text(json.dumps({"module_dir": str(self.workdir / "modules"), **self.spec}), encoding="utf-8")
+        return [sys.executable, "-m", "evokernel_mcp.profile.runner", "--spec", str(path)]
+
+
+def local_env(device: str | None) -> dict[str, str]:
+    from evokernel_mcp.runtime.pool import worker_env
+
+    if device and not device.startswith("cpu"):
+        return worker_env(device)
+    env = dict(os.environ)
+    repo = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)
+    return env
 
 
 def load(spec: dict[str, Any]):

@@ -30,7 +30,8 @@ OPS = {
                   "expected": "evokernel_mcp.verify.sides:ref_expected", **_ARM},
     "candidate": {"run": "evokernel_mcp.verify.sides:cand_run", **_ARM,
                   "settled": "evokernel_mcp.benchmark.sides:cand_settled",
-                  "bench_checks": "evokernel_mcp.benchmark.sides:cand_checks"},
+                  "bench_checks": "evokernel_mcp.benchmark.sides:cand_checks",
+                  "profile_run": "evokernel_mcp.profile.sides:profile_run"},
 }
 # After these ops the process gives the device memory its allocator caches back to the driver: GPU memory
 # one process caches is memory no other can use (the runner, the candidate, the next job's reference).

@@ -24,7 +24,7 @@ from typing import Any
 
 from evokernel_mcp import settings
 from evokernel_mcp.paths import sub_state_dir
-from evokernel_mcp.runtime import courier, frames, kernel_cache, pycache, safefs, sandbox
+from evokernel_mcp.runtime import courier, frames, kernel_cache, limits, pycache, safefs, sandbox
 from evokernel_mcp.runtime.protocol import OUTPUT_TAIL_CHARS, classify_text
 
 log = logging.getLogger(__name__)
@@ -74,17 +74,26 @@ class ChildFailed(Exception):
     def __init__(self, kind: str, message: str, detail: str | None = None):
         super().__init__(message)
         self.kind, self.message, self.detail = kind, message, detail
+        self.role: str | None = None  # the process's role and the limit it hit (limits.attribute)
+        self.limit: str | None = None
 
     def info(self) -> dict[str, Any]:
-        return {"kind": self.kind, "message": self.message, "detail": self.detail}
+        out = {"kind": self.kind, "message": self.message, "detail": self.detail}
+        return out | ({"role": self.role} if self.role else {}) | ({"limit": self.limit} if self.limit else {})
 
 
 class Child:
     """One sandboxed process. Not thread-safe: one request at a time."""
 
     def __init__(self, device: str, level: str, warm: bool = True, gated: bool = False, triton_key: str | None = None,
-                 queues: int | None = None):
+                 queues: int | None = None, wrap: list[str] | None = None, binds: list[str] | None = None,
+                 env_extra: dict[str, str] | None = None, files: dict[str, str] | None = None):
+        """wrap: a profiler's argv that runs the child inside the sandbox (profile/runner_side.py); such a child
+        speaks over its pipes only (a profiler may close other fds), with `binds` (read-only), `env_extra` and
+        `files` (plain names -> text, written into its scratch dir before the start: the profiler's input)."""
         self.device, self.level = device, level
+        self.role = "child"  # "candidate" / "reference" once it loads a source (named in errors)
+        self.limits, self.cgroup = limits.for_child()
         self.warm = warm and device != "cpu"
         # queues: CUDA_DEVICE_MAX_CONNECTIONS for a child that never hosts a timed arm (spares.untimed_queues);
         # a context with fewer hardware queues is cheaper to make and to end, but serializes streams
@@ -94,6 +103,10 @@ class Child:
         self._unniced = False
         self.scratch = sub_state_dir("sandbox") / f"{device.replace(':', '')}-{secrets.token_hex(6)}"
         sandbox.prepare_scratch(self.scratch, level)
+        for name, text in (files or {}).items():
+            if "/" in name or name.startswith("."):
+                raise ValueError(f"not a plain file name: {name!r}")
+            (self.scratch / name).write_text(text, encoding="utf-8")
         kernel_cache.restore_driver(self.scratch, sandbox.scratch_owner(level))
         env = sandbox.base_env({"HOME": str(self.scratch), "TMPDIR": str(self.scratch / "tmp"),
                                 "TRITON_CACHE_DIR": str(self.scratch / ".triton")})
@@ -114,31 +127,38 @@ class Child:
             # default mmaps (and page-faults) every multi-MB output, measured 3x slower than its twin; fix it
             env.setdefault("MALLOC_MMAP_THRESHOLD_", str(32 << 20))
             env.setdefault("MALLOC_TRIM_THRESHOLD_", str(1 << 30))
+        env.update(env_extra or {})
         ours, theirs = courier.pair()  # big tensors by fd beside the pipes (courier.py)
-        spec = sandbox.Spec(argv=[sys.executable, "-m", "evokernel_mcp.runtime.child", "--device", kind,
-                                  "--fd-sock", str(theirs.fileno()),
-                                  *(["--warm-profiler"] if self.warm else []),
-                                  *(["--gpu-gate"] if self.gated else [])],
-                            scratch=self.scratch, env=env, devices=kind != "cpu", ro_binds=pycache.child_binds(level))
         # the capture files are made here, before any agent code runs, and read through these descriptors only:
         # the scratch dir is the sandbox's, so a name there may be a link, a FIFO or a device by the time we read
         self._captures = _capture_files(self.scratch, sandbox.scratch_owner(level))
         out_fd, err_fd, boot_fd = (f.fileno() for f in self._captures)
-        spec.argv += ["--capture-fds", f"{out_fd},{err_fd}"]
+        argv = [sys.executable, "-m", "evokernel_mcp.runtime.child", "--device", kind,
+                *([] if wrap else ["--fd-sock", str(theirs.fileno())]),
+                *(["--warm-profiler"] if self.warm else []), *(["--gpu-gate"] if self.gated else []),
+                "--capture-fds", f"{out_fd},{err_fd}"]
+        # a wrapped child (a profiler around it) inherits the capture descriptors through the profiler
+        spec = sandbox.Spec(argv=[*(wrap or []), *argv], scratch=self.scratch, env=env, devices=kind != "cpu",
+                            ro_binds=pycache.child_binds(level) + list(binds or []))
         try:
             self.proc = subprocess.Popen(sandbox.argv_for(spec, level), stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=boot_fd, cwd=str(self.scratch),
                                          start_new_session=True, env=env, bufsize=0,
-                                         preexec_fn=sandbox.preexec(level, None, SPARE_NICE),
-                                         pass_fds=(theirs.fileno(), out_fd, err_fd))
+                                         preexec_fn=sandbox.preexec(level, None, SPARE_NICE,
+                                                                    limits=limits.preexec_limits(self.cgroup)),
+                                         pass_fds=(out_fd, err_fd) if wrap else (theirs.fileno(), out_fd, err_fd))
         except BaseException:
             ours.close()
             self._close_captures()
+            if self.cgroup is not None:
+                self.cgroup.remove()
             raise
         finally:
             theirs.close()
         sandbox.own(self.proc.pid)
-        self.courier = courier.Courier(ours)
+        if wrap:
+            ours.close()
+        self.courier = courier.Courier(ours) if not wrap else None
         self.rx = io.BufferedReader(self.proc.stdout, buffer_size=1 << 20)
         self.tx = io.BufferedWriter(self.proc.stdin, buffer_size=1 << 20)
         self.info: dict[str, Any] = {}
@@ -210,7 +230,23 @@ class Child:
         return f"exited with code {rc}"
 
     def request(self, msg: dict[str, Any], *, timeout_s: float, max_bytes: int, device: str | None = None) -> Any:
-        """Send one op and return its result; ChildFailed on any failure (the op's own error included)."""
+        """Send one op and return its result; ChildFailed on any failure (the op's own error included), an
+        out-of-memory or a CPU-time limit named as such, with the limit and this process's role (limits.py)."""
+        if msg.get("op") == "load" and msg.get("role"):
+            self.role = str(msg["role"])
+        try:
+            return self._request(msg, timeout_s=timeout_s, max_bytes=max_bytes, device=device)
+        except ChildFailed as e:
+            if not self.dead and self.proc.poll() is not None:  # it answered, then ended (a failed receive): it
+                self.kill()  # serves nothing more, and a cache holding it must see that
+            rc = self.proc.poll() if self.dead else None
+            role = "runner" if "on the runner's side" in e.message else self.role
+            e.kind, e.message, e.limit = limits.attribute(e.kind, e.message, role=role, limits=self.limits,
+                                                          cgroup=self.cgroup, killed_by=limits.killed_by(rc))
+            e.role = role
+            raise
+
+    def _request(self, msg: dict[str, Any], *, timeout_s: float, max_bytes: int, device: str | None = None) -> Any:
         if self.dead:
             raise ChildFailed("internal", "this child was killed already")
         t0 = time.perf_counter()
@@ -229,7 +265,7 @@ class Child:
         finally:
             REQUESTS["n"] += 1
             REQUESTS["wall_s"] += time.perf_counter() - t0
-        moved = self.courier.drain_stats()
+        moved = self.courier.drain_stats() if self.courier is not None else {}
         took = reply.get("duration_s")
         if isinstance(took, (int, float)):
             REQUESTS["child_s"] += took
@@ -281,10 +317,13 @@ class Child:
         except subprocess.TimeoutExpired:
             log.warning("child %s did not exit after SIGKILL", self.proc.pid)
         sandbox.disown(self.proc.pid)
+        if self.cgroup is not None:  # empty now: its processes are gone
+            self.cgroup.remove()
 
     def _close(self) -> None:
         """Close its pipes and fd socket (our mappings of its memory released)."""
-        self.courier.close()
+        if self.courier is not None:
+            self.courier.close()
         for s in (self.tx, self.rx):
             try:
                 s.close()

@@ -23,6 +23,7 @@ OPS: dict[str, str] = {
     "verify": "evokernel_mcp.verify.runner_side:runner_verify",
     "verify_steps": "evokernel_mcp.verify.runner_side:runner_verify_steps",
     "benchmark": "evokernel_mcp.benchmark.runner_side:runner_benchmark",
+    "profile_session": "evokernel_mcp.profile.runner_side:runner_profile_session",
 }
 
 Progress = Callable[[float, float, str], None]

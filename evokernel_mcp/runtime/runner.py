@@ -108,11 +108,16 @@ def _cpu_s() -> float:
 def _error_event(req_id: int, e: BaseException) -> dict[str, Any]:
     text = f"{type(e).__name__}: {e}"
     kind = protocol.classify_text(text) or "exception"
+    role = None
+    if isinstance(e, MemoryError) or (kind == "oom" and not hasattr(e, "role")):  # the runner's own (harness code)
+        kind, role = "oom", "runner"
+        text = f"the runner process (harness code) ran out of memory: {text}"
     tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
     # After any device error the CUDA/HIP context may be poisoned (sticky): ask for a new runner.
     fatal = kind in ("gpu_fault", "oom") or protocol.classify_text(tb) == "gpu_fault"
     return {"event": "error", "id": req_id, "fatal": fatal,
-            "error": {"kind": kind, "message": protocol.tail(text, 2000), "detail": protocol.tail(tb, 6000)}}
+            "error": {"kind": kind, "message": protocol.tail(text, 2000), "detail": protocol.tail(tb, 6000),
+                      **({"role": role} if role else {})}}
 
 
 class RunnerContext:
@@ -189,6 +194,10 @@ def serve(device: str, chan: Channel) -> None:
             msg = _error_event(req_id, e)
         finally:
             os.chdir(home)
+            try:
+                CTX.spares.trim_references()  # cached reference processes within their memory budget
+            except Exception:  # noqa: BLE001 - a /proc race; the next job trims again
+                log_exc()
             sandbox.reap_zombies()
             release_cached()  # what this job left cached: the next job's children need it
         msg["duration_s"] = time.perf_counter() - t0

@@ -230,10 +230,12 @@ def prepare_scratch(scratch: Path, level: str) -> None:
         os.chmod(scratch, 0o700)
 
 
-def preexec(level: str, cpu_s: int | None, nice: int = 0):
+def preexec(level: str, cpu_s: int | None, nice: int = 0, limits=None):
     """Runs in the child between fork and exec: rlimits, parent-death signal, niceness, uid switch (process
-    level)."""
+    level). `limits`: limits.preexec_limits(...) (the job's cgroup, memory and CPU time)."""
     def fn() -> None:
+        if limits is not None:
+            limits()
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if nice:
             os.nice(nice)
@@ -443,7 +445,12 @@ def tool_argv(argv: list[str], workdir: Path, *, env: dict[str, str] | None = No
     inner = list(argv)
     lim = shutil.which("prlimit")
     if lim:
-        inner = [lim, f"--fsize={FSIZE_BYTES}", f"--nproc={NPROC}", "--core=0", "--"] + inner
+        from evokernel_mcp.runtime import limits as job_limits
+
+        mem, cpu = job_limits.memory_bytes(), job_limits.cpu_s()
+        extra = [f"--data={mem}"] if mem else []
+        extra += [f"--cpu={cpu}"] if cpu else []
+        inner = [lim, f"--fsize={FSIZE_BYTES}", f"--nproc={NPROC}", "--core=0", *extra, "--"] + inner
     if level == "process":
         if process_level_drops_uid() and shutil.which("setpriv"):
             inner = [_setpriv(), f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"] + inner

@@ -128,7 +128,9 @@ class Spares:
         self._lean = untimed_queues(device) if self._profiles else None
 
     def isolation(self) -> dict[str, object]:
-        return {"level": self.level, "notes": list(self.level_notes)}
+        from evokernel_mcp.runtime.limits import current
+
+        return {"level": self.level, "notes": list(self.level_notes), "limits": current().model_dump()}
 
     def _gpu_phase(self):
         """For a background start's device phase: blocks while arms are timed; then counts it as device work in
@@ -366,6 +368,27 @@ class Spares:
             raise ChildFailed("harness" if e.kind in ("exception", "bad_candidate") else e.kind,
                               f"the reference failed to load: {e.message}", e.detail) from e
         return child
+
+    def trim_references(self) -> list[str]:
+        """Cached reference processes count against a host-memory budget (limits.ref_cache_bytes): after a
+        job, the least recently used go until the rest fit; what went, for the job's events."""
+        from evokernel_mcp.runtime import limits
+
+        budget = limits.ref_cache_bytes()
+        if budget is None or not self._refs:
+            return []
+        sizes = {k: limits.tree_rss(c.proc.pid) for k, c in self._refs.items()}
+        gone = []
+        for k in list(self._refs):
+            if sum(sizes.values()) <= budget:
+                break
+            c = self._refs.pop(k)
+            gone.append(f"cached reference process {c.proc.pid} ({sizes.pop(k) / 2**20:.0f} MiB resident) stopped: "
+                        f"the cache is over its budget of {limits.gib(budget)}")
+            c.discard()
+        for g in gone:
+            note("%s", g)
+        return gone
 
     def _evict_others_if_tight(self, key: str) -> None:
         """Cached reference processes of other sources hold device memory (context, weights, what their

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from evokernel_mcp import artifacts, executables
 from evokernel_mcp.errors import EvoError
-from evokernel_mcp.profile import collect, presets, rocprof_safe, rocprofv3
+from evokernel_mcp.profile import presets, rocprof_safe, rocprofv3
+from evokernel_mcp.profile.runner import LocalLaunch, local_env
 from evokernel_mcp.selftest import sources
 from evokernel_mcp.selftest.models import CaptureFile, Manifest, SelftestReport
 from evokernel_mcp.subproc import resolve_executable, run_sync
@@ -132,15 +133,15 @@ def _code_objects(cap: _Cap, ctx) -> None:
         cap.skip("llvm-readelf --notes", "llvm-readelf not found ($ROCM_PATH/llvm/bin or llvm-19)")
 
 
-def _launch(work: Path, ctx) -> collect.Launch:
+def _launch(work: Path, ctx) -> LocalLaunch:
     spec = {"task": sources.TASK, "candidate": sources.TRITON, "shape": "medium" if ctx.has_gpu else "small",
             "warmup": 1, "iters": 2}
-    env = collect.child_env("rocm:0" if ctx.backend == "rocm" and ctx.has_gpu else None)
+    env = local_env("rocm:0" if ctx.backend == "rocm" and ctx.has_gpu else None)
     env, _ = rocprof_safe.single_visibility_env(env)
-    return collect.Launch(spec=spec, env=env, workdir=work, timeout_s=600)
+    return LocalLaunch(spec=spec, env=env, workdir=work, timeout_s=600)
 
 
-def _profiler_run(cap: _Cap, argv: list[str], out: Path, launch: collect.Launch) -> None:
+def _profiler_run(cap: _Cap, argv: list[str], out: Path, launch: LocalLaunch) -> None:
     cmd = " ".join(map(str, argv))
     try:
         res = run_sync(argv, timeout_s=launch.timeout_s, env=launch.env, cwd=launch.workdir)
@@ -169,7 +170,7 @@ def _rocprofv3(cap: _Cap, tag: str, ctx, rocm: str | None) -> None:
     inp = work / "pmc_input.txt"
     inp.write_text(rocprofv3.input_file_text(passes), encoding="utf-8")
     out = cap.root / "rocprofv3" / f"pmc_{tag}_{sources.TASK}"
-    _profiler_run(cap, rocprofv3.counter_argv(exe, inp, out, sources.KERNEL, "[2-3]", launch.child()), out, launch)
+    _profiler_run(cap, [*rocprofv3.counter_argv(exe, inp, out, sources.KERNEL, "[2-3]"), "--", *launch.child()], out, launch)
     if out.is_dir():
         shutil.copy(inp, out / "pmc_input.txt")
         cap.add(out.relative_to(cap.root).as_posix() + "/pmc_input.txt", "the -i input file of that run", None)
@@ -185,8 +186,8 @@ def _rocprofv3(cap: _Cap, tag: str, ctx, rocm: str | None) -> None:
     if lib:
         out = cap.root / "rocprofv3" / f"att_{tag}_{sources.TASK}"
         _profiler_run(cap, rocprofv3.att_argv(exe, out, sources.KERNEL, "[2]", target_cu=0, se_mask="0xF",
-                                              simd_select="0xF", buffer_size="0x6000000", library_dir=lib,
-                                              child=launch.child()), out, launch)
+                                              simd_select="0xF", buffer_size="0x6000000", library_dir=lib)
+                      + ["--", *launch.child()], out, launch)
     shutil.rmtree(work, ignore_errors=True)
 
 

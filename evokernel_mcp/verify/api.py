@@ -19,6 +19,8 @@ from evokernel_mcp.errors import BadInput
 from evokernel_mcp.journal import RESULT_ID_DESCRIPTION, ExperimentArg, record_call, set_result_id
 from evokernel_mcp.models import ErrorInfo, Model, Provenance
 from evokernel_mcp.runtime import protocol
+from evokernel_mcp.runtime.limits import Limits
+from evokernel_mcp.runtime.limits import current as limits_here
 from evokernel_mcp.shape_defaults import ShapeChoice, SkippedShape, choose_shapes
 from evokernel_mcp.tasks import Task, check_candidate_source, load_task, task_from_reference, with_overrides
 from evokernel_mcp.verify.compare import DEFAULT_TOLERANCES
@@ -103,6 +105,8 @@ class VerifyResult(Model):
                                   "or process (see README 'Reliability and security').")
     overrides_applied: dict[str, Any] = Field(default_factory=dict, description="Module-level constants of the "
                                               "reference set by `overrides`.")
+    limits: Limits | None = Field(default=None, description="Memory, CPU-time and process limits of the processes "
+                                  "that ran agent code (a limit hit is error kind oom / timeout naming it).")
     result_id: str | None = Field(default=None, description=RESULT_ID_DESCRIPTION)
     reason: str | None = Field(default=None, description="Why it did not pass, in one line: the first failing "
                                "case's class and evidence (a wrong answer wins over a later error), else the "
@@ -173,7 +177,8 @@ def _error(r: dict[str, Any], reply: protocol.WorkerReply) -> VerifyError | None
     if not e:
         return None
     kind = e.get("kind") if e.get("kind") in get_args(VerifyError.model_fields["kind"].annotation) else "internal"
-    return VerifyError(kind=kind, message=str(e.get("message") or ""), detail=e.get("detail"))
+    return VerifyError(kind=kind, message=str(e.get("message") or ""), detail=e.get("detail"), role=e.get("role"),
+                       limit=e.get("limit"))
 
 
 def _shapes_outcome(cases: list[VerifyCase], err: VerifyError | None, choice: ShapeChoice | None,
@@ -234,6 +239,7 @@ def result_from_reply(reply: protocol.WorkerReply, task_name: str, choice: Shape
         passed=passed, cases=cases, task=task_name, device=dev, device_name=reply.worker_info.get("device_name"),
         reference_precision=r.get("reference_precision"), error=err, stdout=r.get("stdout", reply.stdout),
         stderr=r.get("stderr", reply.stderr), isolation=iso.get("level"),
+        limits=Limits(**iso["limits"]) if iso.get("limits") else limits_here(),
         overrides_applied=r.get("overrides_applied") or {},
         versions={k: v for k, v in reply.worker_info.items() if k in ("torch", "triton", "hip", "cuda", "python")},
         shapes_run=run, shapes_skipped=skipped, shape_rule=choice.rule if choice else None, provenance=prov)

@@ -109,7 +109,7 @@ def _outputs_fitting(model, inputs: list[Any], hi: bool, device: str, notes: lis
 
 # ---------------------------------------------------------------- memory
 def _host_free() -> int:
-    """Bytes this process may still allocate on the host: MemAvailable, the cgroup's limit, RLIMIT_AS."""
+    """Bytes this process may still allocate on the host: MemAvailable, the cgroup's limit, RLIMIT_AS, RLIMIT_DATA."""
     free = []
     try:
         with open("/proc/meminfo") as f:
@@ -133,6 +133,14 @@ def _host_free() -> int:
                 used = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
             free.append(soft - used)
         except (OSError, ValueError):
+            pass
+    soft, _ = resource.getrlimit(resource.RLIMIT_DATA)  # the per-job memory limit (runtime/limits.py)
+    if soft != resource.RLIM_INFINITY:
+        try:
+            with open("/proc/self/status") as f:
+                used = next(int(x.split()[1]) * 1024 for x in f if x.startswith("VmData:"))
+            free.append(soft - used)
+        except (OSError, ValueError, StopIteration):
             pass
     return max(0, min(free)) if free else 1 << 62
 

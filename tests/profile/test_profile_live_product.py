@@ -10,6 +10,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from local_session import local_launch
 
 from evokernel_mcp.profile import collect, presets
 from evokernel_mcp.profile.ncu_parsers import device_names
@@ -53,6 +54,7 @@ elif "--import" in a:
     sys.stdout.write(open({str(RAW)!r}).read())
 else:
     open(a[a.index("--export") + 1], "wb").write(b"replayed report")
+    open(a[a.index("--log-file") + 1], "w").write("==PROF== replay\\n")
 """)
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     return exe
@@ -62,8 +64,8 @@ def test_replay_ncu_pmc_uses_the_h200_peaks_from_the_recorded_device_name(tmp_pa
     monkeypatch.setenv("NCU", str(_replay_ncu(tmp_path)))
     use_settings(product=None)
     probe_version.cache_clear()
-    launch = collect.Launch(spec={"reference": REF, "candidate": "def run(x):\n    return x * 2\n", "warmup": 1,
-                                  "iters": 1}, env=collect.child_env(None), workdir=tmp_path, timeout_s=60)
+    launch = local_launch(tmp_path / "work", {"reference": REF, "candidate": "def run(x):\n    return x * 2\n",
+                                              "warmup": 1, "iters": 1})
     res = anyio.run(collect.pmc_cuda, launch, presets.ncu_metrics("memory", None), None,
                     collect.table_spec("sm_90", "nvidia"), 3, "memory")
     assert res.tool.name == "ncu" and "REPLAY" in (res.tool.version or "")

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import anyio
 import pytest
+import standin
+from local_session import local_launch
 
 from evokernel_mcp import artifacts
 from evokernel_mcp.errors import BadInput, ToolNotFound
@@ -40,16 +42,16 @@ def _argvs(log: Path) -> list[list[str]]:
 def test_replay_pmc_pipeline_multi_pass(replay, tmp_path):
     names = presets.preset_counters("memory", "gfx942")
     passes = presets.split_passes(names, "gfx942")
-    launch = collect.Launch(spec={"reference": REF, "candidate": CAND, "warmup": 1, "iters": 2},
-                            env=collect.child_env(None), workdir=tmp_path, timeout_s=60)
+    launch = local_launch(tmp_path / "work", {"reference": REF, "candidate": CAND, "warmup": 1, "iters": 2})
     spec = DeviceSpec(arch="gfx942", vendor="amd", compute_units=304, num_xcc=8, peak_gbs=5300, source="t")
     res = anyio.run(collect.pmc_rocm, launch, passes, "addition_kernel", spec, 3, names, "memory")
-    argv = [a for a in _argvs(replay) if "--" in a][0]
-    assert argv[:2] == ["-i", str(tmp_path / "pmc_input.txt")]
+    runs = [a for a in _argvs(replay) if "--" in a]
+    argv = runs[0]
+    assert argv[:2] == ["-i", "pmc_input_run01.txt"]  # relative to the child's scratch dir (its cwd)
     assert argv[argv.index("--kernel-include-regex") + 1] == "addition_kernel"
     assert argv[argv.index("--kernel-iteration-range") + 1] == "[2-3]"
-    assert argv[argv.index("--") + 1:][1:3] == ["-m", "evokernel_mcp.profile.runner"]
-    assert len((tmp_path / "pmc_input.txt").read_text().splitlines()) == len(passes) >= 2
+    assert len(runs) == len(passes) >= 2  # one run of a fresh child per pass
+    assert all(len((tmp_path / "work" / a[1]).read_text().splitlines()) == 1 for a in runs)
     # recorded 7.0 counter CSV: 4 dispatches, SQ_WAVES 16384 each, durations End-Start
     assert res.tool.name == "rocprofv3" and "REPLAY" in res.tool.version
     assert res.dispatches_total == 4 and len(res.dispatches) == 3
@@ -63,8 +65,8 @@ def test_replay_pmc_pipeline_multi_pass(replay, tmp_path):
     assert len(res.model_dump_json()) / 4 < 4000
 
 
-def test_replay_profile_pmc_api_runs_runner(replay, monkeypatch):
-    monkeypatch.setenv("REPLAY_RUN_CHILD", "1")  # the replay runs the runner child (CPU torch) first
+def test_replay_profile_pmc_api_runs_runner(replay, monkeypatch, tmp_path):
+    standin.use(monkeypatch, standin.install(tmp_path / "bin", "rocprofv3"))  # runs the sandboxed child first
     res = anyio.run(lambda: api.profile_pmc(candidate=CAND, reference=REF, preset="occupancy", arch="gfx942",
                                             device="cpu", wait_s=120, timeout_s=120))
     assert res.job_id and res.preset == "occupancy" and res.dispatches_total == 4
@@ -73,14 +75,20 @@ def test_replay_profile_pmc_api_runs_runner(replay, monkeypatch):
     assert len(out) / 4 < 4000
 
 
+def _standin_argv(aid: str, name: str) -> list[str]:
+    text = artifacts.read_artifact(aid, name=name, limit=10**9).text
+    return json.loads(text.split("STANDIN-ARGV ", 1)[1].splitlines()[0])
+
+
 def test_replay_thread_trace_att(replay, tmp_path, monkeypatch):
+    standin.use(monkeypatch, standin.install(tmp_path / "bin", "rocprofv3"))
     lib = tmp_path / "lib"
     lib.mkdir()
     (lib / "librocprof-trace-decoder.so").write_bytes(b"")  # presence check only; the replay decodes nothing
     monkeypatch.setenv("ROCPROF_ATT_LIBRARY_PATH", str(lib))
     res = anyio.run(lambda: api.thread_trace(candidate=CAND, reference=REF, kernel_filter="gemm", device="cpu",
                                              top_n=20, wait_s=120, timeout_s=120))
-    argv = [a for a in _argvs(replay) if "--att" in a][0]
+    argv = _standin_argv(res.artifact_id, "rocprofv3_stderr.txt")
     for flag, val in (("--att-target-cu", "1"), ("--att-shader-engine-mask", "0x1"), ("--att-simd-select", "0xF"),
                       ("--att-library-path", str(lib)), ("--kernel-iteration-range", "[2]")):
         assert argv[argv.index(flag) + 1] == val
@@ -132,6 +140,7 @@ def test_replay_mcp_client_thread_trace_and_errors(replay, tmp_path, monkeypatch
 
     from evokernel_mcp.server import build_server
 
+    standin.use(monkeypatch, standin.install(tmp_path / "bin", "rocprofv3"))
     lib = tmp_path / "lib"
     lib.mkdir()
     (lib / "librocprof-trace-decoder.so").write_bytes(b"")
@@ -150,3 +159,15 @@ def test_replay_mcp_client_thread_trace_and_errors(replay, tmp_path, monkeypatch
             assert r.is_error and "TCC_HIT_sum" in r.content[0].text
 
     anyio.run(go)
+
+
+def test_a_job_that_fails_is_a_result_with_error_not_a_raise(replay, monkeypatch):
+    from evokernel_mcp.profile import session
+
+    async def broken(*a, **k):
+        raise RuntimeError("pipeline bug")
+    monkeypatch.setattr(session, "run_pipeline", broken)
+    res = anyio.run(lambda: api.profile_pmc(candidate=CAND, reference=REF, preset="occupancy", arch="gfx942",
+                                            device="cpu", wait_s=60, timeout_s=60))
+    assert res.state == "failed" and res.error is not None and "pipeline bug" in res.error.message
+    assert res.job_id and res.dispatches == []
