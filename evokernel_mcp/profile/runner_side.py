@@ -186,7 +186,7 @@ def _export(child, req: SessionRequest, argv: list[str], deadline: float) -> Exp
         try:
             proc = subprocess.Popen(sandbox.argv_for(spec, child.level), stdout=out, stderr=err,
                                     stdin=subprocess.DEVNULL, cwd=str(child.scratch), env=env, start_new_session=True,
-                                    preexec_fn=sandbox.preexec(child.level, None, 0, None, limits.preexec_limits(cg)))
+                                    preexec_fn=sandbox.preexec(child.level, None, 0, limits=limits.preexec_limits(cg)))
             try:
                 rc = proc.wait(timeout=min(120.0, wall_deadline(deadline)))
             except subprocess.TimeoutExpired:

@@ -240,15 +240,21 @@ def main() -> None:
     ap.add_argument("--fd-sock", type=int, default=None, help="unix socket for tensors sent by fd")
     ap.add_argument("--warm-profiler", action="store_true", help="start and stop a profiler session while a spare")
     ap.add_argument("--gpu-gate", action="store_true", help="wait for the runner's go before touching the device")
-    ap.add_argument("--capture-fds", required=True, help="OUT,ERR: fds of the capture files the runner opened")
+    ap.add_argument("--capture-fds", default=None, help="OUT,ERR: fds of the capture files the runner opened; "
+                    "without it (a child under a profiler, which may not pass descriptors on) the files of those "
+                    "names the runner made in the scratch dir, opened before any agent code runs")
     args = ap.parse_args()
     from evokernel_mcp.runtime.sandbox import not_dumpable
 
     not_dumpable()
     proto = os.fdopen(os.dup(1), "wb", buffering=1 << 20)
-    for fd, given in zip((1, 2), (int(x) for x in args.capture_fds.split(","))):
-        os.dup2(given, fd)  # the capture files the runner made and reads through its own descriptors
-        os.close(given)
+    if args.capture_fds:
+        given = [int(x) for x in args.capture_fds.split(",")]
+    else:  # the same files by name: nothing of the candidate has run yet, so the names are still the runner's
+        given = [os.open(n, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW) for n in ("stdout.txt", "stderr.txt")]
+    for fd, g in zip((1, 2), given):
+        os.dup2(g, fd)  # the capture files the runner made and reads through its own descriptors
+        os.close(g)
     faulthandler.enable(file=sys.stderr, all_threads=True)
     courier = None
     if args.fd_sock is not None:

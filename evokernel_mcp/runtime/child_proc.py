@@ -136,8 +136,9 @@ class Child:
         argv = [sys.executable, "-m", "evokernel_mcp.runtime.child", "--device", kind,
                 *([] if wrap else ["--fd-sock", str(theirs.fileno())]),
                 *(["--warm-profiler"] if self.warm else []), *(["--gpu-gate"] if self.gated else []),
-                "--capture-fds", f"{out_fd},{err_fd}"]
-        # a wrapped child (a profiler around it) inherits the capture descriptors through the profiler
+                *([] if wrap else ["--capture-fds", f"{out_fd},{err_fd}"])]
+        # a wrapped child (a profiler around it, which may close descriptors) opens the same files by name at
+        # its start, before any agent code: the runner still reads them through the descriptors kept here
         spec = sandbox.Spec(argv=[*(wrap or []), *argv], scratch=self.scratch, env=env, devices=kind != "cpu",
                             ro_binds=pycache.child_binds(level) + list(binds or []))
         try:
@@ -146,7 +147,7 @@ class Child:
                                          start_new_session=True, env=env, bufsize=0,
                                          preexec_fn=sandbox.preexec(level, None, SPARE_NICE,
                                                                     limits=limits.preexec_limits(self.cgroup)),
-                                         pass_fds=(out_fd, err_fd) if wrap else (theirs.fileno(), out_fd, err_fd))
+                                         pass_fds=() if wrap else (theirs.fileno(), out_fd, err_fd))
         except BaseException:
             ours.close()
             self._close_captures()
