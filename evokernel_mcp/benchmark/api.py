@@ -121,6 +121,8 @@ def shape_result(raw: dict[str, Any], task: Task, info: dict[str, Any], ceil: Ce
     _paired(sr, raw, confidence)
     _confirmed(sr, raw, confidence)
     sr.clocks_moved = _clocks_moved(raw)
+    sr.runner_clock = (raw.get("runner_bound") or {}).get("detail")
+    sr.probes_checked = (raw.get("check_probes") or {}).get("checked")
     sr.flags = _flags(sr, raw, host)
     return apply_verdict(sr, raw, roof.roofline_datasheet_ms if roof else None)
 
@@ -328,9 +330,10 @@ async def benchmark(
         "(e.g. depthwise convolution, elementwise). Default: the task's `compute_unit`, else matrix.")] = None,
     seed: Annotated[int, Field(ge=0, le=2**31 - 1, description="Seed of the timed inputs (the check uses "
                                "another).")] = 0,
-    control: Annotated[bool, Field(description="Add a byte-identical copy of the baseline as a third arm: its "
-                                   "ratio to the baseline is the measured noise floor (noise_floor); a speedup "
-                                   "inside it is not resolved.")] = False,
+    control: Annotated[bool, Field(description="Time a byte-identical copy of the baseline as a third arm (on by "
+                                   "default; the three arms share the time budget of two): its ratio to the "
+                                   "baseline is the measured noise floor (noise_floor); a speedup inside it is "
+                                   "not resolved. Off: resolved only needs the paired interval to exclude 1.")] = True,
     confirm: Annotated[bool, Field(description="Re-time the candidate in a second fresh process with fresh "
                                    "inputs; the result is invalid when the two disagree.")] = False,
     overrides: Annotated[dict[str, Any] | None, Field(description="KernelBench module-level constants to "

@@ -178,7 +178,10 @@ def noise_floor(base_rounds: Sequence[float], control_rounds: Sequence[float],
     how far a difference must be before it means anything on this device, now."""
     r, lo, hi, _ = paired_speedup(base_rounds, control_rounds, confidence)
     half = max(abs(math.log(lo)), abs(math.log(hi)))
-    return NoiseFloor(ratio=r, ci=(lo, hi), band=(math.exp(-half), math.exp(half)), rounds=len(base_rounds))
+    band = (math.exp(-half), math.exp(half))
+    return NoiseFloor(ratio=r, ci=(lo, hi), band=band, rounds=len(base_rounds),
+                      source=f"control arm (a byte-identical copy of the baseline, interleaved): {len(base_rounds)} "
+                      f"rounds, ratio {r:.4f} [{lo:.4f}, {hi:.4f}], band [{band[0]:.4f}, {band[1]:.4f}]")
 
 
 def resolved(speedup_ci: tuple[float, float], floor: NoiseFloor | None) -> bool:
