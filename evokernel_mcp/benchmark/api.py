@@ -293,7 +293,8 @@ def build_payload(t: Task, candidate: str, baseline: str, shapes: list[str] | No
         t.shape_set(n)
     order = [s for s in t.shape_names() if s in names]
     return {"task": t.model_dump(), "candidate": candidate, "baseline": baseline, "shapes": order,
-            "options": dataclasses.asdict(opt), "seed": seed, "ceilings": True}
+            "options": dataclasses.asdict(opt), "seed": seed, "ceilings": True,
+            "control": True}  # the control arm is part of every default benchmark (evaluate_batch's too)
 
 
 async def benchmark(

@@ -113,7 +113,7 @@ def judge_shape(raw: dict[str, Any], floor_ms: float | None) -> tuple[bool, Inva
     if settled.get("pending") is True:
         return False, "work_pending_at_return", str(settled.get("detail") or "")[:500] or None
     for bound in (raw.get("runner_bound"), (raw.get("confirm") or {}).get("runner_bound")):
-        if _failed(bound):
+        if _failed(bound) and bound.get("enforced", True):
             return False, "time_below_runner_bound", str(bound.get("detail") or "")[:500]
     cand = raw.get("candidate") or {}
     hit = _timing_reason(cand)
