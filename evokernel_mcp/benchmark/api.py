@@ -135,7 +135,9 @@ def _paired(sr: ShapeResult, raw: dict[str, Any], confidence: float) -> None:
         s, lo, hi, noise = stats.paired_speedup(rounds["baseline"], rounds["candidate"], confidence)
         sr.speedup, sr.speedup_ci, sr.noise, sr.paired_ci = s, (lo, hi), noise, (lo, hi)
         if rounds.get("control"):
-            sr.noise_floor = stats.noise_floor(rounds["baseline"], rounds["control"], confidence)
+            host = bool((raw.get("candidate") or {}).get("host_timing"))
+            sr.noise_floor = stats.noise_floor(rounds["baseline"], rounds["control"], confidence,
+                                               min_half=stats.HOST_BAND_FLOOR if host else 0.0)
             # the candidate ran in a process of its own: its interval is only as good as two processes
             # running identical code agree, so the control's band widens it (see stats.widened)
             sr.speedup_ci = stats.widened((lo, hi), sr.noise_floor)

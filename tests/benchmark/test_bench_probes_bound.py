@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from evokernel_mcp.benchmark import probes, timing, verdict
@@ -137,3 +138,14 @@ def test_verdict_reads_probes_and_the_runner_bound():
     assert verdict.judge_shape({**base, "runner_bound": {"passed": True}, "check_probes": {"passed": True}}, None)[0]
     # on a GPU the bound is reported, not enforced (host launch work beside the device is in the wall time)
     assert verdict.judge_shape({**base, "runner_bound": {"passed": False, "enforced": False}}, None)[0]
+
+
+def test_host_timing_band_is_at_least_the_floor_and_says_so():
+    from evokernel_mcp.benchmark import stats
+
+    base = [1.0, 1.001, 0.999, 1.0, 1.0005, 0.9995, 1.0, 1.0]
+    tight = stats.noise_floor(base, base)
+    assert tight.band == (1.0, 1.0) and "host" not in tight.source
+    host = stats.noise_floor(base, base, min_half=stats.HOST_BAND_FLOOR)
+    assert host.band[1] == pytest.approx(1.01) and "at least +/-1.0% (host timing)" in host.source
+    assert not stats.resolved((1.004, 1.008), host) and stats.resolved((1.02, 1.03), host)
