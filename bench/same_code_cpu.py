@@ -62,6 +62,8 @@ async def _one(spec: dict) -> dict:
         return {"wall_s": wall, "error": str(r.error)[:200]}
     sr = r.results[0]
     nf = getattr(sr, "noise_floor", None)
+    if not sr.valid:
+        print(f"invalid: {sr.invalid_reason}: {sr.invalid_detail}", file=sys.stderr)
     return {"wall_s": wall, "valid": sr.valid, "reason": sr.invalid_reason, "speedup": sr.speedup,
             "ci": sr.speedup_ci, "paired": sr.paired_ci, "resolved": sr.resolved,
             "band": nf.band if nf is not None else None, "rounds": nf.rounds if nf is not None else None,
@@ -100,7 +102,7 @@ def main() -> None:
         for i in range(a.calls):
             row = anyio.run(_one, spec)
             rows.append(row)
-            lines.append(f"| {name} | {i + 1} | {row['wall_s']:.1f} | {row.get('valid', row.get('error'))} | "
+            lines.append(f"| {name} | {i + 1} | {row['wall_s']:.1f} | {row.get('valid', row.get('error'))}{' (' + str(row['reason']) + ')' if row.get('reason') else ''} | "
                          f"{_fmt(row.get('speedup'))} | {_fmt(row.get('ci'))} | {_fmt(row.get('paired'))} | "
                          f"{_fmt(row.get('band'))} | {_fmt(row.get('rounds'))} | {_fmt(row.get('resolved'))} |")
             print(lines[-1], flush=True)

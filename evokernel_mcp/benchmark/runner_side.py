@@ -178,8 +178,8 @@ def _probe_summary(checks: list[dict[str, Any]], bar) -> dict[str, Any] | None:
 # baseline (what two processes of identical code differ by), BOUND_NOISE_K standard errors of that excess,
 # and BOUND_ABS_MS. Forging a time therefore gains at most about BOUND_FRAC where the blocks' noise is low;
 # where it is high (a loaded host, blocks dominated by harness work) the allowance says how much.
-BOUND_FRAC = 0.10
-BOUND_NOISE_K = 3.0
+BOUND_FRAC = 0.15
+BOUND_NOISE_K = 4.0
 BOUND_ABS_MS = 0.05
 
 
