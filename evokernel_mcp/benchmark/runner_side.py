@@ -404,11 +404,17 @@ def _confirm(ctx, payload: dict, task: Task, ref, shape: str, seed: int, opt: di
         load_candidate(ctx, child, payload["candidate"], task, deadline)
         base = _baseline_child(ctx, payload, task, deadline)
         arms = _Arms(child, base, task, deadline, cpu=cpu)
-        case = arms.ask(ref, {"op": "case", "shape": shape, "seed": seed + 31337, "hi": False}, max_bytes=1 << 42)
+        s2 = seed + 31337
+        case = arms.ask(ref, {"op": "case", "shape": shape, "seed": s2, "hi": False}, max_bytes=1 << 42)
+        pool, bar = [], None
+        if not gpu:  # host path: the same per-repetition contents and probes as the first run
+            pool = [arms.ask(ref, {"op": "case", "shape": shape, "seed": s2 + 1 + i, "inputs_only": True},
+                             max_bytes=1 << 42)["inputs"] for i in range(2)]
+            bar = _probe_bar(arms, ref, case, pool, s2)
         with quiet():  # the children are taken and loaded first: only the timing holds spares back
-            timed = _interleave(arms, case, [], seed + 31337, opt, lambda *a: None, gpu)
+            timed = _interleave(arms, case, pool, s2, opt, lambda *a: None, gpu, bar)
         return {"rounds": timed["rounds"], "timer": timed["candidate"].get("timer"),
-                "runner_bound": timed.get("runner_bound")}
+                "runner_bound": timed.get("runner_bound"), "check_probes": timed.get("check_probes")}
     except ChildFailed as e:
         return {"error": e.info()}
     finally:

@@ -19,7 +19,8 @@ The raw record `judge_shape` reads (keys absent = that check was not run; it nev
                                                      (probes.py), judged by verify's bar
 - runner_bound: {passed: bool, detail, ...}          the candidate's reported times against the runner's own
                                                      clock around each block (runner_side.runner_bound); also
-                                                     under confirm: {runner_bound: ...} for the second process
+                                                     under confirm: {runner_bound, check_probes} of the
+                                                     second process
 - check_timed, check_fresh: {passed: bool, ...}      outputs after timing (refilled storage; fresh inputs)
 - candidate: the timing run dict; its `extra` may hold
     outside_window: str      device work of the call outside its timed window (side stream, after the end)
@@ -107,6 +108,8 @@ def judge_shape(raw: dict[str, Any], floor_ms: float | None) -> tuple[bool, Inva
     for key in ("check_probes", "check_sampled"):
         if _failed(raw.get(key)):
             return False, "wrong_output_in_timed_call", f"{key}: {_detail_of(raw[key])}"
+    if _failed((raw.get("confirm") or {}).get("check_probes")):
+        return False, "wrong_output_in_timed_call", f"confirm: {_detail_of(raw['confirm']['check_probes'])}"
     for key in ("check_timed", "check_fresh"):
         if _failed(raw.get(key)):
             return False, "wrong_output_after_timing", f"{key}: {_detail_of(raw[key])}"

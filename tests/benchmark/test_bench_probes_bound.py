@@ -135,6 +135,8 @@ def test_verdict_reads_probes_and_the_runner_bound():
     assert v == (False, "time_below_runner_bound", "read 12 ms")
     v = verdict.judge_shape({**base, "confirm": {"runner_bound": {"passed": False, "detail": "again"}}}, None)
     assert v[:2] == (False, "time_below_runner_bound")
+    v = verdict.judge_shape({**base, "confirm": {"check_probes": {"passed": False, "note": "rep 3"}}}, None)
+    assert v[:2] == (False, "wrong_output_in_timed_call") and v[2].startswith("confirm")
     assert verdict.judge_shape({**base, "runner_bound": {"passed": True}, "check_probes": {"passed": True}}, None)[0]
     # on a GPU the bound is reported, not enforced (host launch work beside the device is in the wall time)
     assert verdict.judge_shape({**base, "runner_bound": {"passed": False, "enforced": False}}, None)[0]
