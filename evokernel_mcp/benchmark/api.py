@@ -133,6 +133,8 @@ def shape_result(raw: dict[str, Any], task: Task, info: dict[str, Any], ceil: Ce
     _paired(sr, raw, confidence)
     _confirmed(sr, raw, confidence)
     sr.clocks_moved = _clocks_moved(raw)
+    sr.runner_clock = (raw.get("runner_bound") or {}).get("detail")
+    sr.probes_checked = (raw.get("check_probes") or {}).get("checked")
     sr.flags = _flags(sr, raw, host)
     return apply_verdict(sr, raw, roof.roofline_datasheet_ms if roof else None)
 
@@ -145,7 +147,9 @@ def _paired(sr: ShapeResult, raw: dict[str, Any], confidence: float) -> None:
         s, lo, hi, noise = stats.paired_speedup(rounds["baseline"], rounds["candidate"], confidence)
         sr.speedup, sr.speedup_ci, sr.noise, sr.paired_ci = s, (lo, hi), noise, (lo, hi)
         if rounds.get("control"):
-            sr.noise_floor = stats.noise_floor(rounds["baseline"], rounds["control"], confidence)
+            host = bool((raw.get("candidate") or {}).get("host_timing"))
+            sr.noise_floor = stats.noise_floor(rounds["baseline"], rounds["control"], confidence,
+                                               min_half=stats.HOST_BAND_FLOOR if host else 0.0)
             # the candidate ran in a process of its own: its interval is only as good as two processes
             # running identical code agree, so the control's band widens it (see stats.widened)
             sr.speedup_ci = stats.widened((lo, hi), sr.noise_floor)
@@ -305,7 +309,8 @@ def build_payload(t: Task, candidate: str, baseline: str, shapes: list[str] | No
         _check_source(baseline, "baseline")
     choice = choose_shapes(t, shapes, device)
     return {"task": t.model_dump(), "candidate": candidate, "baseline": baseline, "shapes": choice.shapes,
-            "options": dataclasses.asdict(opt), "seed": seed, "ceilings": True, "choice": choice.model_dump()}
+            "options": dataclasses.asdict(opt), "seed": seed, "ceilings": True, "choice": choice.model_dump(),
+            "control": True}  # the control arm is part of every default benchmark (evaluate_batch's too)
 
 
 async def benchmark(
@@ -343,9 +348,10 @@ async def benchmark(
         "(e.g. depthwise convolution, elementwise). Default: the task's `compute_unit`, else matrix.")] = None,
     seed: Annotated[int, Field(ge=0, le=2**31 - 1, description="Seed of the timed inputs (the check uses "
                                "another).")] = 0,
-    control: Annotated[bool, Field(description="Add a byte-identical copy of the baseline as a third arm: its "
-                                   "ratio to the baseline is the measured noise floor (noise_floor); a speedup "
-                                   "inside it is not resolved.")] = False,
+    control: Annotated[bool, Field(description="Time a byte-identical copy of the baseline as a third arm (on by "
+                                   "default; the three arms share the time budget of two): its ratio to the "
+                                   "baseline is the measured noise floor (noise_floor); a speedup inside it is "
+                                   "not resolved. Off: resolved only needs the paired interval to exclude 1.")] = True,
     confirm: Annotated[bool, Field(description="Re-time the candidate in a second fresh process with fresh "
                                    "inputs; the result is invalid when the two disagree.")] = False,
     overrides: Annotated[dict[str, Any] | None, Field(description="KernelBench module-level constants to "

@@ -2,11 +2,18 @@
 repetitions on request, with the method of timing.py (cold-cache flush, rotated inputs, activity clock
 with events behind it; host clock on the CPU path).
 
-Per block: refill the rotating input sets with new values (settle.refill_inputs; between blocks, outside
-any timed window and outside the block's profiler session, so the copies are never charged to a
-repetition), then time k repetitions, then offer the block's LAST repetition (its output and the inputs
-it used) to a seeded reservoir (settle.OutputSampler) for the runner to check. `report()` returns the
-sampled outputs, the verdict's marks (timing.window_marks) and the method, for the runner.
+Host path (per repetition, probes.py): before each repetition, outside its timed window, its input set is
+refilled with the next input content (same addresses, new values, new version counters); after it, also
+outside the window, its output is probed at the runner's positions. Every arm does the same work.
+GPU path (per block): the rotating input sets are refilled with new values between blocks
+(settle.refill_inputs; outside any timed window and outside the block's profiler session, so the copies
+are never charged to a repetition). Per-repetition contents and probes need activity.py to tell the
+harness's copy and gather kernels from the call's before they can run there.
+
+Then the block's LAST repetition (its output and the inputs it used) is offered to a seeded reservoir
+(settle.OutputSampler) for the runner's full check. `report()` returns the sampled outputs, the verdict's
+marks (timing.window_marks) and the method, for the runner. Every time this process reports is a claim:
+the runner holds it against its own clock around the block (runner_side.runner_bound).
 """
 
 from __future__ import annotations
@@ -14,18 +21,22 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from evokernel_mcp.benchmark import settle, timing
+from evokernel_mcp.benchmark import probes, settle, timing
 from evokernel_mcp.benchmark.timing import TimingOptions
 
 
 class BlockTimer:
     def __init__(self, fn: Callable[..., Any], arg_sets: Sequence[tuple], opt: TimingOptions, *, gpu: bool,
                  refill_pool: Sequence[Sequence[Any]] = (), sample_size: int = 4, seed: int = 0,
-                 flusher: Any = None) -> None:
+                 flusher: Any = None, probe_table: Sequence[Sequence[int]] | None = None) -> None:
         if not arg_sets:
             raise ValueError("no input sets to time with")
         self.fn, self.arg_sets, self.opt, self.gpu = fn, list(arg_sets), opt, gpu
         self.pool, self.flusher = list(refill_pool), flusher
+        # host path: every repetition on new input content (the timed case's inputs, then the pool's)
+        self.contents = ([settle.clone_inputs(self.arg_sets[0])] + self.pool) if self.pool and not gpu else []
+        self.prober = probes.Prober(probe_table) if probe_table and not gpu else None
+        self.block_probes: Any = None
         self.sampler = settle.OutputSampler(sample_size, seed)
         self.rep, self.block, self.last = 0, 0, None
         self.calls = [self._call_of(a) for a in self.arg_sets]
@@ -57,7 +68,7 @@ class BlockTimer:
 
     def time_block(self, k: int) -> list[float]:
         """Times (ms) of k repetitions: refill, time, offer the last repetition to the sampler."""
-        if self.block:
+        if self.block and not self.contents:
             settle.refill_inputs(self.arg_sets, self.pool, self.block)
         start = self.rep
         times = self._device_block(start, k) if self.gpu else self._host_block(start, k)
@@ -70,13 +81,22 @@ class BlockTimer:
     def _host_block(self, start: int, k: int) -> list[float]:
         import torch
 
-        out = []
+        out, n = [], len(self.calls)
+        fill, probe = bool(self.contents), self.prober
+        if probe is not None:
+            probe.begin()
         with torch.no_grad():
             for i in range(k):
-                call = self.calls[(start + i) % len(self.calls)]
+                g = start + i
+                if fill:
+                    settle.fill_set(self.arg_sets[g % n], self.contents[probes.content_of(g, n, len(self.contents))])
+                call = self.calls[g % n]
                 s = timing._perf_ns()
                 call()
                 out.append((timing._perf_ns() - s) / 1e6)
+                if probe is not None:
+                    probe.take(self.last, g)
+        self.block_probes = probe.end() if probe is not None else None
         return out
 
     def _device_block(self, start: int, k: int) -> list[float]:
@@ -108,4 +128,6 @@ class BlockTimer:
         """What the runner needs besides the times: sampled outputs, verdict marks, how it was timed."""
         return {"samples": self.sampler.samples, "offered": self.sampler.seen, "marks": dict(self.marks),
                 "timer": self.timer, "warmup_calls": self.warmup_calls, "reps": self.rep, "blocks": self.block,
-                "refilled_from_pool": len(self.pool), "activity_timer_unused": str(self.failure or "") or None}
+                "refilled_from_pool": len(self.pool), "activity_timer_unused": str(self.failure or "") or None,
+                "contents_per_rep": len(self.contents), "probes": self.prober is not None,
+                "probes_unreadable": self.prober.why_not if self.prober is not None else None}

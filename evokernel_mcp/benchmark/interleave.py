@@ -6,11 +6,12 @@ Each arm is a blocking callable `arm(k) -> list[float]`: it asks that arm's own 
 repetitions (timing.py, with the same flush and input rotation as every arm) and returns their times, ms.
 The runner never runs arm code itself; it only schedules, keeps the numbers and decides when to stop.
 
-The budget: `opt.max_time_s` is per arm, as for the separate series before, so the whole run (warm-up
-included) takes at most about `opt.max_time_s x len(arms)` plus one block: a block is never started
-when the time measured so far says it would end past the budget. Warm-up is by time (WARMUP_FRACTION of
-the budget, at least WARMUP_MIN_CALLS calls of one repetition per arm), never a fixed count. The block
-size k adapts to the kernel: a block targets about budget / (arms x TARGET_ROUNDS) of wall time, between
+The budget: `opt.max_time_s` per arm for up to BUDGET_ARMS arms, so the whole run (warm-up included) takes
+at most about `opt.max_time_s x min(len(arms), BUDGET_ARMS)` plus one block: a block is never started
+when the time measured so far says it would end past the budget. A third arm (the control) shares the
+budget of two rather than adding its own: each arm's series gets 2/3 of the time, the call costs the same.
+Warm-up is by time (WARMUP_FRACTION of the budget, at least WARMUP_MIN_CALLS calls of one repetition per
+arm), never a fixed count. The block size k adapts to the kernel: a block targets about budget / (arms x TARGET_ROUNDS) of wall time, between
 MIN_BLOCK_S and MAX_BLOCK_S, so a 2 us kernel times hundreds of reps per block (the arm's per-call cost is
 amortised) and a 50 ms kernel one or two.
 
@@ -42,6 +43,7 @@ WARMUP_FRACTION = 0.05
 WARMUP_MIN_CALLS = 2
 WARMUP_MAX_CALLS = 50
 MAX_ROUNDS = 100000
+BUDGET_ARMS = 2  # arms the time budget is counted for (more arms share it)
 
 
 @dataclass
@@ -150,7 +152,8 @@ def run_interleaved(arms: Mapping[str, Arm], *, opt: Any, rng_seed: int, order: 
     names = list(arms)
     rng = random.Random(rng_seed)
     t0 = time.monotonic()
-    run = InterleavedRun(arms=names, times_ms={a: [] for a in names}, budget_s=opt.max_time_s * len(names))
+    run = InterleavedRun(arms=names, times_ms={a: [] for a in names},
+                         budget_s=opt.max_time_s * min(len(names), BUDGET_ARMS))
     per_rep = _warm_up(arms, run, run.budget_s)
     while True:
         k = block_size(max(per_rep.values()), run.budget_s, len(names))

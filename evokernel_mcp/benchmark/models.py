@@ -91,6 +91,8 @@ class NoiseFloor(Model):
     band: tuple[float, float] = Field(
         description="The interval made symmetric in log around 1 [1/x, x]: a speedup inside it is not resolved.")
     rounds: int = Field(description="Interleaved rounds the floor was measured over.")
+    source: str | None = Field(default=None, description="Which noise floor was used, in words: the control arm, "
+                               "its rounds and band.")
 
 
 class OutputCheck(Model):
@@ -149,14 +151,21 @@ class ShapeResult(Model):
         "null when valid.")
     invalid_detail: str | None = Field(default=None, description="The evidence behind invalid_reason.")
     noise_floor: NoiseFloor | None = Field(
-        default=None, description="With control=true: the baseline's paired ratio to a byte-identical copy of "
-        "itself (the measured noise floor); null without a control arm.")
+        default=None, description="With control=true (the default): the baseline's paired ratio to a "
+        "byte-identical copy of itself (the measured noise floor; `source` says which, over how many rounds, "
+        "and its band); null without a control arm.")
     resolved: bool | None = Field(
         default=None, description="True when speedup_ci lies wholly outside the noise floor's band (without a "
         "control arm: outside 1); null when there is no speedup.")
     clocks_moved: bool | None = Field(
         default=None, description="True when the SM clock changed by more than a few % or a throttle reason "
         "appeared between the readings around this shape's series (a flag, not invalid); null: not read.")
+    runner_clock: str | None = Field(
+        default=None, description="The candidate's reported times held against the runner's own clock around "
+        "each block (what it read, what was reported, the excess over the baseline arm's and the allowance).")
+    probes_checked: int | None = Field(
+        default=None, description="Timed repetitions whose output was probed at random positions and judged by "
+        "verify's bar (host path: every one); null: not probed.")
     confirm_speedup: float | None = Field(default=None, description="With confirm=true: the paired speedup a "
                                           "second fresh process measured on fresh inputs.")
     confirm_speedup_ci: tuple[float, float] | None = None

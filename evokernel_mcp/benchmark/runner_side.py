@@ -103,29 +103,50 @@ def _run_dict(run, name: str, init: dict, report: dict, gpu: bool, cpu: int | No
             "extra": extra}
 
 
-def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progress, gpu: bool) -> dict:
-    """Time every arm in interleaved rounds; raw records per arm, the rounds, the sampled outputs."""
+def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progress, gpu: bool,
+                bar=None) -> dict:
+    """Time every arm in interleaved rounds; raw records per arm, the rounds, the sampled outputs, the runner's
+    bound on the reported times (runner_bound) and, with a ProbeBar, the check of every repetition's probes."""
+    from evokernel_mcp.benchmark import probes
     from evokernel_mcp.benchmark.interleave import run_interleaved
     from evokernel_mcp.benchmark.timing import TimingOptions
 
     inits = {}
     big = _nbytes(case["inputs"]) + _nbytes(case["native"])  # each sampled repetition keeps inputs + outputs
+    table = probes.position_table(seed) if bar is not None else None
     for name, child in arms.children().items():
         req = {"op": "arm_init", "name": name, "inputs": case["inputs"], "seed": seed,
                "init_inputs": case["init_inputs"], "state": case["state"], "options": opt,
                "sample_size": (2 if big <= POOL_FULL_BYTES else 1) if name == "candidate" else 0,
-               "refill_pool": pool}
+               "refill_pool": pool, "probe_table": table}
         inits[name] = arms.ask(child, req, max_bytes=1 << 20)
+    blocks: dict[str, list[dict[str, Any]]] = {name: [] for name in arms.children()}
+    probe_checks: list[dict[str, Any]] = []
+
     def arm(child, name: str, ovh: float | None):
         def call(k: int) -> list[float]:  # event times less the measured empty-event pair, when asked
-            times = arms.ask(child, {"op": "arm_block", "name": name, "k": k})
+            t0 = time.perf_counter()  # the runner's own clock: the candidate can lengthen it, never shorten it
+            rep = arms.ask(child, {"op": "arm_block", "name": name, "k": k}, max_bytes=64 << 20)
+            wall_ms = (time.perf_counter() - t0) * 1e3
+            times = rep["times"] if isinstance(rep, dict) else rep
+            blocks[name].append({"wall_ms": wall_ms, "sum_ms": float(sum(times)), "k": k})
+            rows = rep.get("probes") if isinstance(rep, dict) else None
+            if name == "candidate" and bar is not None and rows is not None and \
+                    (not probe_checks or probe_checks[-1].get("passed")):
+                probe_checks.append(bar.check(rows, blocks_done(name) - k, int(inits[name].get("copies") or 1)))
             return [max(t - ovh, 0.0) for t in times] if ovh else times
         return call
+
+    def blocks_done(name: str) -> int:
+        return sum(b["k"] for b in blocks[name])
     calls = {name: arm(child, name, inits[name].get("event_overhead_ms"))
              for name, child in arms.children().items()}
     run = run_interleaved(calls, opt=TimingOptions(**opt), rng_seed=seed,
                           on_progress=lambda frac, msg: progress(frac, 1.0, msg))
-    out: dict[str, Any] = {"rounds": {n: run.series(n) for n in run.arms}}
+    out: dict[str, Any] = {"rounds": {n: run.series(n) for n in run.arms},
+                           "runner_bound": runner_bound(run, blocks, enforced=not gpu)}
+    if bar is not None:
+        out["check_probes"] = _probe_summary(probe_checks, bar)
     limit = 4 * OUTPUT_SLACK * (_nbytes(case["native"]) + _nbytes(case["inputs"])) + (16 << 20)
     for name, child in arms.children().items():
         rep = arms.ask(child, {"op": "arm_report", "name": name, "samples": name == "candidate"}, max_bytes=limit)
@@ -135,6 +156,76 @@ def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progr
         else:  # the candidate's arm stays until its post-timing checks (they reuse its input storage)
             arms.ask(child, {"op": "arm_close", "name": name})
     return out
+
+
+def _probe_summary(checks: list[dict[str, Any]], bar) -> dict[str, Any] | None:
+    """One record of every block's probe check: the first failure, else how many repetitions passed."""
+    if bar.why_not is not None:
+        return {"passed": True, "checked": 0, "note": f"probes not judged: {bar.why_not}"}
+    if not checks:
+        return None
+    bad = next((c for c in checks if not c.get("passed")), None)
+    return bad or {"passed": True, "checked": sum(c.get("checked") or 0 for c in checks)}
+
+
+# The runner's bound on a reported time. Per interleaved round, each arm's block takes wall_ms on the runner's
+# clock (request sent to reply read) and reports times summing to sum_ms; the rest (unaccounted = wall - sum)
+# is the harness's work around the timed windows (the request, refills, probes, the loop). Every arm does the
+# same harness work for the same k in a round, so the candidate's unaccounted time must match the baseline's:
+# a candidate that reports less than it ran (a rescaled timer) or moves work out of its timed windows shows
+# as an excess over the mean of the baseline and control arms' (medians over rounds: a scheduler delay hits one
+# block, not most). Allowed: BOUND_FRAC of its own reported block time, BOUND_UNACC_FRAC of the baseline arms'
+# unaccounted time (a process placed worse is slower at the harness's copies too), the control arm's excess over the
+# baseline (what two processes of identical code differ by), BOUND_NOISE_K standard errors of that excess,
+# and BOUND_ABS_MS. Forging a time therefore gains at most about BOUND_FRAC where the blocks' noise is low;
+# where it is high (a loaded host, blocks dominated by harness work) the allowance says how much.
+BOUND_FRAC = 0.15
+BOUND_NOISE_K = 4.0
+BOUND_ABS_MS = 0.05
+BOUND_UNACC_FRAC = 0.15  # of the baseline arms' own unaccounted time: placement slows a process's harness work too
+
+
+def runner_bound(run, blocks: dict[str, list[dict[str, Any]]], enforced: bool = True) -> dict[str, Any] | None:
+    """The candidate's reported times against the runner's clock (the comment above): {passed, excess_ms,
+    allowance_ms, enforced, ...}; None without rounds. Not enforced on a GPU (reported only): there a block's
+    wall time also holds host work that runs beside the device (launch overhead, the GPU-sleep cushion sized
+    per arm), so a launch-bound candidate would show an honest excess; the verdict ignores it there."""
+    import statistics
+
+    n = len(run.rounds)
+    if not n or "candidate" not in blocks or "baseline" not in blocks:
+        return None
+
+    def per_round(name: str) -> list[dict[str, Any]]:
+        return blocks[name][run.warmup_calls.get(name, 0):][:n]
+
+    def unacc(b: dict[str, Any]) -> float:
+        return b["wall_ms"] - b["sum_ms"]
+    cand, base = per_round("candidate"), per_round("baseline")
+    if len(cand) != n or len(base) != n:
+        return None
+    ctrl = per_round("control") if "control" in blocks else []
+    ref = [(unacc(b) + unacc(c)) / 2 for b, c in zip(base, ctrl)] if len(ctrl) == n else [unacc(b) for b in base]
+    excess = statistics.median(unacc(c) - r for c, r in zip(cand, ref))
+    reported = statistics.median(c["sum_ms"] for c in cand)
+    wall = statistics.median(c["wall_ms"] for c in cand)
+    harness = statistics.median(ref)
+    allowance, ctrl_note = BOUND_FRAC * reported + BOUND_UNACC_FRAC * max(harness, 0.0) + BOUND_ABS_MS, "no control arm"
+    if len(ctrl) == n:
+        d = [unacc(c) - unacc(b) for c, b in zip(ctrl, base)]
+        med = statistics.median(d)
+        mad = statistics.median(abs(x - med) for x in d)
+        allowance += abs(med) + BOUND_NOISE_K * 1.4826 * mad / n ** 0.5
+        ctrl_note = f"control arm's excess {med:.4g} ms (MAD {mad:.3g} ms)"
+    passed = excess <= allowance
+    detail = (f"per block (median of {n} rounds) the runner's clock read {wall:.4g} ms, the candidate reported "
+              f"{reported:.4g} ms and left {excess:.4g} ms more unaccounted than the baseline arms for the same "
+              f"repetitions; allowed {allowance:.4g} ms ({BOUND_FRAC:g} x its time + {BOUND_UNACC_FRAC:g} x the "
+              f"baseline arms' {harness:.4g} ms + {BOUND_ABS_MS:g} ms; "
+              f"{ctrl_note})")
+    return {"passed": passed, "excess_ms": excess, "allowance_ms": allowance, "wall_ms": wall,
+            "reported_ms": reported, "rounds": n, "enforced": enforced,
+            "detail": detail + ("" if enforced else " (GPU: reported, not enforced)")}
 
 
 def _sampled(arms: _Arms, ref, samples: list, seed: int, hi: bool) -> dict[str, Any] | None:
@@ -161,8 +252,9 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
     limit = 2 * OUTPUT_SLACK * _nbytes(case["native"]) + (16 << 20)
     out["settled"] = arms.ask(arms.cand, {"op": "settled", "inputs": case["inputs"], "seed": seed,
                                           "init_inputs": case["init_inputs"], "state": case["state"]})
+    bar = _probe_bar(arms, ref, case, pool, seed) if pool and not gpu else None
     t0 = time.monotonic()
-    timed = _interleave(arms, case, pool, seed, opt, progress, gpu)
+    timed = _interleave(arms, case, pool, seed, opt, progress, gpu, bar)
     out.update({k: v for k, v in timed.items() if k != "samples"})
     note("benchmark %s: arms set up and timed in %.2f s", shape, time.monotonic() - t0)
     case["inputs"], pool = None, None  # every arm has its copies: device memory for the checks below
@@ -188,6 +280,17 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
         trim_between_cases()
     arms.ask(arms.cand, {"op": "arm_close", "name": "candidate"})
     return out
+
+
+def _probe_bar(arms: _Arms, ref, case: dict, pool: list, seed: int):
+    """The expected probe values of every input content the arms time with (the case's inputs, then the
+    pool's), from the reference's outputs on them (float64 where they fit: verify's bar)."""
+    from evokernel_mcp.benchmark.probes import ProbeBar, position_table
+
+    hi = _nbytes(case["native"]) <= HI_CHECK_BYTES
+    expected = [arms.ask(ref, {"op": "expected", "inputs": x, "seed": seed, "hi": hi}, max_bytes=1 << 42)
+                for x in [case["inputs"], *pool]]
+    return ProbeBar(arms.task, expected, position_table(seed))
 
 
 def _pool_sets(in_bytes: int, out_bytes: int, n_arms: int, gpu: bool) -> int:
@@ -301,10 +404,17 @@ def _confirm(ctx, payload: dict, task: Task, ref, shape: str, seed: int, opt: di
         load_candidate(ctx, child, payload["candidate"], task, deadline)
         base = _baseline_child(ctx, payload, task, deadline)
         arms = _Arms(child, base, task, deadline, cpu=cpu)
-        case = arms.ask(ref, {"op": "case", "shape": shape, "seed": seed + 31337, "hi": False}, max_bytes=1 << 42)
+        s2 = seed + 31337
+        case = arms.ask(ref, {"op": "case", "shape": shape, "seed": s2, "hi": False}, max_bytes=1 << 42)
+        pool, bar = [], None
+        if not gpu:  # host path: the same per-repetition contents and probes as the first run
+            pool = [arms.ask(ref, {"op": "case", "shape": shape, "seed": s2 + 1 + i, "inputs_only": True},
+                             max_bytes=1 << 42)["inputs"] for i in range(2)]
+            bar = _probe_bar(arms, ref, case, pool, s2)
         with quiet():  # the children are taken and loaded first: only the timing holds spares back
-            timed = _interleave(arms, case, [], seed + 31337, opt, lambda *a: None, gpu)
-        return {"rounds": timed["rounds"], "timer": timed["candidate"].get("timer")}
+            timed = _interleave(arms, case, pool, s2, opt, lambda *a: None, gpu, bar)
+        return {"rounds": timed["rounds"], "timer": timed["candidate"].get("timer"),
+                "runner_bound": timed.get("runner_bound"), "check_probes": timed.get("check_probes")}
     except ChildFailed as e:
         return {"error": e.info()}
     finally:

@@ -115,6 +115,22 @@ def _snapshot_any(xs: Sequence[Any]) -> list[Any]:
     return [x.detach().clone() if isinstance(x, torch.Tensor) else x for x in xs]
 
 
+def clone_inputs(args: Sequence[Any]) -> list[Any]:
+    """A copy of an input set (tensors cloned, other arguments as they are)."""
+    import torch
+
+    return [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args]
+
+
+def fill_set(args: Sequence[Any], src: Sequence[Any]) -> None:
+    """Copy the input content `src` into the input set `args` in place (tensors of equal shape and dtype)."""
+    import torch
+
+    for t, v in zip(args, src):
+        if isinstance(t, torch.Tensor) and isinstance(v, torch.Tensor) and t.shape == v.shape and t.dtype == v.dtype:
+            t.copy_(v)
+
+
 def refill_inputs(arg_sets: Sequence[Sequence[Any]], pool: Sequence[Sequence[Any]], block: int) -> int:
     """Copy new values into every rotating input set, in place (same storage and addresses): input set j
     takes pool[(block + j) % len(pool)]. The pool holds input sets the task's get_inputs made with other

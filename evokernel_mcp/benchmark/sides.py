@@ -54,7 +54,7 @@ def arm_init(loaded, req: dict[str, Any]) -> dict[str, Any]:
     sets = [inputs] + [_clone(inputs) for _ in range(k - 1)]  # the received inputs are this arm's own
     timer = arms[req["name"]] = BlockTimer(fn, sets, opt, gpu=gpu, refill_pool=pool if not opt.use_graph else [],
                                            sample_size=int(req.get("sample_size", 2)), seed=int(req["seed"]),
-                                           flusher=flusher)
+                                           flusher=flusher, probe_table=req.get("probe_table"))
     if gpu and opt.use_graph:  # replay captured graphs (launch-bound callables): the graph owns its buffers
         timer.calls = timing._make_graphs(fn, sets)
     warm = timer.warm_up()
@@ -66,9 +66,14 @@ def arm_init(loaded, req: dict[str, Any]) -> dict[str, Any]:
             "event_overhead_ms": overhead, "graph": bool(gpu and opt.use_graph)}
 
 
-def arm_block(loaded, req: dict[str, Any]) -> list[float]:
-    """Time k repetitions of arm req['name']; their times, ms."""
-    return loaded.arms[req["name"]].time_block(int(req["k"]))
+def arm_block(loaded, req: dict[str, Any]) -> dict[str, Any]:
+    """Time k repetitions of arm req['name']: {times (ms), first_rep, probes ([k, width] float64 tensor of
+    the outputs at the runner's positions, or None)}."""
+    timer = loaded.arms[req["name"]]
+    first = timer.rep
+    times = timer.time_block(int(req["k"]))
+    rows = timer.block_probes  # plain numbers: a tensor in a reply costs a shared-memory transfer per block
+    return {"times": times, "first_rep": first, "probes": rows.tolist() if rows is not None else None}
 
 
 def arm_report(loaded, req: dict[str, Any]) -> dict[str, Any]:

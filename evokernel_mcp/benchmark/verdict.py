@@ -15,6 +15,12 @@ The raw record `judge_shape` reads (keys absent = that check was not run; it nev
 - error: str                 the candidate raised / crashed on this shape
 - settled: {plain_tensor: bool, pending: bool, detail: str}    settle.settled_check
 - check_sampled: {passed: bool, checked: int, ...}   outputs kept from random timed repetitions, compared
+- check_probes: {passed: bool, checked: int, note}   every timed repetition's output at a few positions
+                                                     (probes.py), judged by verify's bar
+- runner_bound: {passed: bool, detail, ...}          the candidate's reported times against the runner's own
+                                                     clock around each block (runner_side.runner_bound); also
+                                                     under confirm: {runner_bound, check_probes} of the
+                                                     second process
 - check_timed, check_fresh: {passed: bool, ...}      outputs after timing (refilled storage; fresh inputs)
 - candidate: the timing run dict; its `extra` may hold
     outside_window: str      device work of the call outside its timed window (side stream, after the end)
@@ -39,14 +45,17 @@ InvalidReason = Literal[
     "timer_fallback",
     "below_physical_floor",
     "not_confirmed",
+    "time_below_runner_bound",
 ]
 
 EXPLAIN: dict[str, str] = {
     "candidate_error": "the candidate raised or crashed on this shape; nothing was timed to completion",
     "output_not_plain_tensor": "the output is not a plain torch.Tensor (a subclass or lazy wrapper can defer "
                                "or fake the work); return plain tensors",
-    "wrong_output_in_timed_call": "the output of a repetition taken at random from the timed loop does not match "
-                                  "the reference (work skipped or changed while being timed)",
+    "wrong_output_in_timed_call": "the output of a timed repetition (probed at random positions in every "
+                                  "repetition, or kept whole at random) does not match the reference on the "
+                                  "inputs it was given (work skipped, a cached or stale answer, a lower "
+                                  "precision than the problem's dtype)",
     "wrong_output_after_timing": "the output on refilled or fresh inputs after timing does not match the reference "
                                  "(e.g. results cached by input address, or an nth-call switch)",
     "work_pending_at_return": "the output changed after the call returned (device work on an unjoined stream "
@@ -60,6 +69,9 @@ EXPLAIN: dict[str, str] = {
                             "(roofline at datasheet peaks): the full problem was not computed",
     "not_confirmed": "with confirm=true, a second fresh process on fresh inputs measured a speedup whose "
                      "interval does not overlap the first one's",
+    "time_below_runner_bound": "the times the candidate's process reported are shorter than the runner's own "
+                               "clock around its blocks allows (same harness work as the baseline arm): a "
+                               "rescaled timer, or work moved out of the timed windows",
 }
 REASONS: tuple[str, ...] = get_args(InvalidReason)
 
@@ -93,13 +105,19 @@ def judge_shape(raw: dict[str, Any], floor_ms: float | None) -> tuple[bool, Inva
     settled = raw.get("settled") or {}
     if settled.get("plain_tensor") is False:
         return False, "output_not_plain_tensor", str(settled.get("detail") or "")[:500] or None
-    if _failed(raw.get("check_sampled")):
-        return False, "wrong_output_in_timed_call", _detail_of(raw["check_sampled"])
+    for key in ("check_probes", "check_sampled"):
+        if _failed(raw.get(key)):
+            return False, "wrong_output_in_timed_call", f"{key}: {_detail_of(raw[key])}"
+    if _failed((raw.get("confirm") or {}).get("check_probes")):
+        return False, "wrong_output_in_timed_call", f"confirm: {_detail_of(raw['confirm']['check_probes'])}"
     for key in ("check_timed", "check_fresh"):
         if _failed(raw.get(key)):
             return False, "wrong_output_after_timing", f"{key}: {_detail_of(raw[key])}"
     if settled.get("pending") is True:
         return False, "work_pending_at_return", str(settled.get("detail") or "")[:500] or None
+    for bound in (raw.get("runner_bound"), (raw.get("confirm") or {}).get("runner_bound")):
+        if _failed(bound) and bound.get("enforced", True):
+            return False, "time_below_runner_bound", str(bound.get("detail") or "")[:500]
     cand = raw.get("candidate") or {}
     hit = _timing_reason(cand)
     if hit:

@@ -1,0 +1,188 @@
+"""Every timed repetition's output checked, cheaply: per-repetition input contents and probes.
+
+Input contents. An arm's timed input sets (blocks.BlockTimer.arg_sets, N of them at different addresses) are
+refilled before EVERY repetition, outside its timed window, with one of C input contents (the timed case's
+inputs and the refill pool: inputs the task's get_inputs made with other seeds). Repetition g uses input set
+g % N holding content `content_of(g, N, C)`; two consecutive uses of one input set always hold different
+contents, and each refill bumps the tensors' version counters. So an answer cached by address, by
+(data_ptr, _version) or by "same call as last time" is the answer to other inputs: a wrong answer.
+
+Probes. After each repetition (outside its timed window) the arm's harness code reads its output at a few
+positions (row g % T of a position table the RUNNER drew and sent: `position_table`) into a float64 row;
+every arm does the same work, so no arm pays for checks the others skip. The runner knows each repetition's
+content, has the reference's outputs for every content (float64 where it fit), and judges every probed value
+by verify's bar (bar.py: RMS-floored tol of the output dtype, 2 x PyTorch's own error as the floor; integer
+and bool outputs exact): `ProbeBar.check`. A repetition that skipped work, replayed a stale or cached answer,
+or computed in a lower precision than the problem's dtype fails here, whichever repetition it was.
+
+What the probes cannot see alone: a candidate that reads the table (it is in its process) and computes only
+the probed positions. The full checks of sampled repetitions and the post-timing checks on refilled and
+fresh inputs (runner_side) judge whole outputs.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+PROBE_ROWS = 64      # rows of the position table (repetition g reads row g % PROBE_ROWS)
+PROBE_PER_LEAF = 16  # positions probed per output tensor per repetition
+
+
+def content_of(g: int, n_sets: int, n_contents: int) -> int:
+    """The input content repetition g times with (its input set is g % n_sets): consecutive uses of one set
+    hold consecutive contents, so with 2+ contents no set is timed twice in a row on the same data."""
+    return (g // n_sets + g % n_sets) % n_contents
+
+
+def position_table(seed: int, rows: int = PROBE_ROWS, per: int = PROBE_PER_LEAF) -> list[list[int]]:
+    """rows x per random positions (taken modulo each output's element count), drawn by the runner."""
+    rng = random.Random(seed * 1_000_003 + 17)
+    return [[rng.randrange(1 << 62) for _ in range(per)] for _ in range(rows)]
+
+
+# ------------------------------------------------------------------------ inside the arm's process
+class Prober:
+    """Reads each repetition's output at its table row into a float64 row (harness code beside the arm)."""
+
+    def __init__(self, table: Sequence[Sequence[int]]) -> None:
+        import torch
+
+        self.idx = torch.tensor(table, dtype=torch.int64)
+        self.rows: list[Any] | None = []
+        self.why_not: str | None = None
+
+    def begin(self) -> None:
+        self.rows = []
+
+    def take(self, out: Any, g: int) -> None:
+        import torch
+
+        if self.rows is None:
+            return
+        pos = self.idx[g % len(self.idx)]
+        vals = []
+        for t in (list(out) if isinstance(out, (list, tuple)) else [out]):
+            if not isinstance(t, torch.Tensor) or t.is_complex():
+                self.rows, self.why_not = None, "an output is not a real-valued tensor"
+                return
+            flat = t.detach().reshape(-1)
+            if flat.numel() == 0:
+                continue
+            vals.append(flat[(pos % flat.numel()).to(flat.device)].to(torch.float64))
+        self.rows.append(torch.cat(vals).cpu() if vals else torch.zeros(0, dtype=torch.float64))
+
+    def end(self) -> Any:
+        """The block's rows as one [k, width] tensor, or None (outputs probes cannot read)."""
+        import torch
+
+        rows, self.rows = self.rows, []
+        if rows is None or not rows or len({r.numel() for r in rows}) != 1:
+            return None
+        return torch.stack(rows)
+
+
+# ------------------------------------------------------------------------ in the runner
+def _leaves(obj: Any) -> list[Any] | None:
+    import torch
+
+    items = list(obj) if isinstance(obj, (list, tuple)) else [obj]
+    return items if all(isinstance(t, torch.Tensor) for t in items) else None
+
+
+class ProbeBar:
+    """The expected probe values of every (content, table row) and their allowed error, by verify's bar."""
+
+    def __init__(self, task: Any, expected: Sequence[dict[str, Any]], table: Sequence[Sequence[int]]) -> None:
+        """expected[c]: the reference's reply for content c ("native", "hi" or None, "arg_reductions")."""
+        import torch
+
+        self.idx = torch.tensor(table, dtype=torch.int64)
+        self.why_not: str | None = None
+        exp, thr, nat, exact = [], [], [], None
+        for e in expected:
+            part = self._content(task, e)
+            if isinstance(part, str):
+                self.why_not = part
+                return
+            exp.append(part[0])
+            thr.append(part[1])
+            nat.append(part[2])
+            exact = part[3]
+        self.exp, self.thr, self.nat, self.exact = torch.stack(exp), torch.stack(thr), torch.stack(nat), exact
+
+    def _content(self, task: Any, e: dict[str, Any]):
+        import torch
+
+        from evokernel_mcp.verify import bar
+        from evokernel_mcp.verify.case import _preset, tolerance_override
+
+        native, hi = _leaves(e.get("native")), _leaves(e.get("hi")) if e.get("hi") is not None else None
+        if native is None:
+            return "the reference's output is not a tensor or a tuple of tensors"
+        if e.get("arg_reductions"):
+            return "an output is an arg-reduction (ties may legally pick other indices)"
+        exp, thr, nat, exact = [], [], [], []
+        for i, n in enumerate(native):
+            if n.numel() == 0:
+                continue
+            if n.is_complex():
+                return "a complex output"
+            h = hi[i] if hi is not None and i < len(hi) and tuple(hi[i].shape) == tuple(n.shape) else None
+            dev = n.device
+            pos = (self.idx % n.numel()).to(dev)
+            nf = n.detach().reshape(-1)[pos].to(torch.float64).cpu()
+            if not n.is_floating_point():
+                exp.append(nf)
+                thr.append(torch.zeros_like(nf))
+                nat.append(nf)
+                exact.append(torch.ones(nf.shape[1], dtype=torch.bool))
+                continue
+            dname = str(n.dtype).removeprefix("torch.")
+            tol, _, _ = bar.effective_tolerance(_preset(n, []), tolerance_override(task, dname, None))
+            ref = h if h is not None else n
+            rms, err, _ = bar._reference_scale(ref, n if h is not None else None, bar.DEFAULT_CHUNK, dev)
+            tol_eff = tol if h is not None else bar.NATIVE_ONLY_FACTOR * tol
+            floor = bar.FLOOR_FACTOR * err if err is not None else 0.0
+            r = ref.detach().reshape(-1)[pos.to(ref.device)].to(torch.float64).cpu()
+            exp.append(r)
+            thr.append((tol_eff * r.abs() + tol_eff * rms).clamp_min(floor))
+            nat.append(nf)
+            exact.append(torch.zeros(nf.shape[1], dtype=torch.bool))
+        if not exp:
+            return "no output elements"
+        return torch.cat(exp, 1), torch.cat(thr, 1), torch.cat(nat, 1), torch.cat(exact)
+
+    def check(self, rows: Any, first_rep: int, n_sets: int) -> dict[str, Any]:
+        """Judge one block's probe rows (repetitions first_rep, first_rep + 1, ...): {passed, checked, ...}."""
+        import torch
+
+        rows = torch.as_tensor(rows, dtype=torch.float64)
+        if rows.dim() != 2:
+            return {"passed": False, "checked": 0, "note": "the probe rows are not a [repetitions, values] table"}
+        k = rows.shape[0]
+        if self.why_not is not None:
+            return {"passed": True, "checked": 0, "note": f"probes not judged: {self.why_not}"}
+        if rows.shape[1] != self.exp.shape[2]:
+            return {"passed": False, "checked": k, "note": f"the output has {rows.shape[1]} probed values per "
+                    f"repetition, the reference's {self.exp.shape[2]}: another number or size of outputs"}
+        g = torch.arange(first_rep, first_rep + k)
+        c = torch.tensor([content_of(int(x), n_sets, self.exp.shape[0]) for x in g])
+        t = g % self.idx.shape[0]
+        e, th, n = self.exp[c, t], self.thr[c, t], self.nat[c, t]
+        o = rows.to(torch.float64)
+        ok = torch.where(self.exact, o == e, (o - e).abs() <= th)
+        same = (o == e) | (torch.isnan(o) & torch.isnan(e))
+        ok = torch.where(torch.isfinite(e), ok, same)
+        ok |= ~torch.isfinite(n) & ((o == n) | (torch.isnan(o) & torch.isnan(n)))
+        if bool(ok.all()):
+            return {"passed": True, "checked": k}
+        bad = torch.nonzero(~ok)
+        i, j = int(bad[0, 0]), int(bad[0, 1])
+        return {"passed": False, "checked": k, "mismatches": int((~ok).sum()),
+                "rep": first_rep + i, "content": int(c[i]),
+                "note": (f"timed repetition {first_rep + i} (input content {int(c[i])}): probed value {j} is "
+                         f"{float(o[i, j]):.7g}, the reference's {float(e[i, j]):.7g} (allowed error "
+                         f"{float(th[i, j]):.3g}, verify's bar); {int((~ok).sum())} of {ok.numel()} probed values "
+                         f"of this block are wrong")}

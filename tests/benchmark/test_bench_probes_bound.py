@@ -1,0 +1,153 @@
+"""Deterministic checks of what makes a benchmark time unforgeable (no timing assertions): the per-repetition
+input contents, the probes of every repetition judged by verify's bar, and the runner's bound on reported
+times (given these block records, this verdict)."""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from evokernel_mcp.benchmark import probes, timing, verdict
+from evokernel_mcp.benchmark.blocks import BlockTimer
+from evokernel_mcp.benchmark.runner_side import runner_bound
+from evokernel_mcp.tasks import load_task
+
+TASK = load_task("vector_add")
+
+
+def test_no_input_set_is_timed_twice_in_a_row_on_the_same_content():
+    for n_sets in (1, 2, 4, 16):
+        for n_contents in (2, 3):
+            for g in range(200):
+                assert probes.content_of(g, n_sets, n_contents) != probes.content_of(g + n_sets, n_sets, n_contents)
+
+
+def _timer(fn, contents, table):
+    x = contents[0]
+    return BlockTimer(fn, [[t.clone() for t in x] for _ in range(4)], timing.TimingOptions(max_time_s=0.1),
+                      gpu=False, refill_pool=contents[1:], sample_size=0, probe_table=table)
+
+
+def _judge(fn, blocks=(3, 5, 4, 6)):
+    """Time `fn` block by block on the host path; every block's probes judged against x + y."""
+    g = torch.Generator().manual_seed(0)
+    contents = [[torch.randn(1000, generator=g), torch.randn(1000, generator=g)] for _ in range(3)]
+    table = probes.position_table(5)
+    expected = [{"native": a + b, "hi": a.double() + b.double(), "arg_reductions": {}} for a, b in contents]
+    bar = probes.ProbeBar(TASK, expected, table)
+    bt = _timer(fn, contents, table)
+    bt.warm_up()
+    out, first = [], 0
+    for k in blocks:
+        bt.time_block(k)
+        out.append(bar.check(bt.block_probes, first, len(bt.arg_sets)))
+        first += k
+    return out
+
+
+def test_probes_pass_an_honest_candidate_and_catch_skipped_stale_and_cached_answers():
+    assert all(c["passed"] and c["checked"] == k for c, k in zip(_judge(torch.add), (3, 5, 4, 6)))
+    state = {"n": 0, "out": None}
+
+    def skip_alternate(x, y):  # a quarter of the work on every other call, the rest of a reused buffer stale
+        state["n"] += 1
+        if state["out"] is None:
+            state["out"] = torch.empty_like(x)
+        q = x.numel() if state["n"] % 2 else x.numel() // 4
+        torch.add(x[:q], y[:q], out=state["out"][:q])
+        return state["out"].clone()
+
+    seen: dict = {}
+
+    def by_address(x, y):
+        return seen.setdefault((x.data_ptr(), y.data_ptr()), x + y)
+
+    def bf16(x, y):
+        return (x.bfloat16() + y.bfloat16()).float()
+
+    for fn in (skip_alternate, by_address, bf16):
+        checks = _judge(fn)
+        bad = [c for c in checks if not c["passed"]]
+        assert bad and "verify's bar" in bad[0]["note"], (fn.__name__, checks)
+
+
+def test_a_cache_keyed_by_address_and_version_never_hits():
+    memo: dict = {}
+    computed = {"n": 0}
+
+    def by_version(x, y):
+        key = (x.data_ptr(), x._version, y.data_ptr(), y._version)
+        if key not in memo:
+            computed["n"] += 1
+            memo[key] = x + y
+        return memo[key]
+
+    checks = _judge(by_version)
+    assert all(c["passed"] for c in checks)
+    timed = sum((3, 5, 4, 6))
+    assert computed["n"] >= timed  # every timed repetition computed (warm-up calls may hit: no refill there)
+
+
+def _blocks(n, k, per_rep_ms, unaccounted_ms, scale=1.0, noise_ms=0.0, seed=0):
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        true = k * per_rep_ms
+        out.append({"k": k, "sum_ms": true * scale, "wall_ms": true + unaccounted_ms + abs(rng.gauss(0, noise_ms))})
+    return out
+
+
+def _run(n, warm=2):
+    return SimpleNamespace(rounds=[{}] * n, warmup_calls={"baseline": warm, "candidate": warm, "control": warm})
+
+
+def test_runner_bound_given_these_blocks_this_verdict():
+    n, warm = 30, 2
+    base = _blocks(n + warm, 20, 1.0, 3.0, noise_ms=0.5, seed=1)
+    ctrl = _blocks(n + warm, 20, 1.0, 3.0, noise_ms=0.5, seed=2)
+    honest = _blocks(n + warm, 20, 0.5, 3.0, noise_ms=0.5, seed=3)  # twice as fast, honestly reported
+    forged = _blocks(n + warm, 20, 1.0, 3.0, scale=0.35, noise_ms=0.5, seed=3)  # reports 0.35 x its time
+    slight = _blocks(n + warm, 20, 1.0, 3.0, scale=0.9, noise_ms=0.5, seed=3)  # within the allowance
+    ok = runner_bound(_run(n), {"baseline": base, "control": ctrl, "candidate": honest})
+    assert ok["passed"] and abs(ok["excess_ms"]) < 1.0 and ok["rounds"] == n
+    bad = runner_bound(_run(n), {"baseline": base, "control": ctrl, "candidate": forged})
+    assert not bad["passed"] and bad["excess_ms"] > 10 and "runner's clock" in bad["detail"]
+    assert runner_bound(_run(n), {"baseline": base, "control": ctrl, "candidate": slight})["passed"]
+    # without a control arm: only the fraction and the fixed allowance
+    assert not runner_bound(_run(n), {"baseline": base, "candidate": forged})["passed"]
+    assert runner_bound(_run(0), {"baseline": base, "candidate": forged}) is None
+    # a noisy control arm (a loaded host) widens the allowance by its spread
+    noisy = _blocks(n + warm, 20, 1.0, 3.0, noise_ms=40.0, seed=4)
+    wide = runner_bound(_run(n), {"baseline": base, "control": noisy, "candidate": honest})
+    assert wide["allowance_ms"] > ok["allowance_ms"] + 5
+
+
+def test_verdict_reads_probes_and_the_runner_bound():
+    base = {"shape": "s", "candidate": {"times_ms": [1.0] * 10, "host_timing": True}, "check_timed": {"passed": True},
+            "check_fresh": {"passed": True}}
+    assert verdict.judge_shape(base, None)[0]
+    v = verdict.judge_shape({**base, "check_probes": {"passed": False, "checked": 40, "note": "rep 7"}}, None)
+    assert v[:2] == (False, "wrong_output_in_timed_call") and "check_probes" in v[2] and "rep 7" in v[2]
+    v = verdict.judge_shape({**base, "runner_bound": {"passed": False, "detail": "read 12 ms"}}, None)
+    assert v == (False, "time_below_runner_bound", "read 12 ms")
+    v = verdict.judge_shape({**base, "confirm": {"runner_bound": {"passed": False, "detail": "again"}}}, None)
+    assert v[:2] == (False, "time_below_runner_bound")
+    v = verdict.judge_shape({**base, "confirm": {"check_probes": {"passed": False, "note": "rep 3"}}}, None)
+    assert v[:2] == (False, "wrong_output_in_timed_call") and v[2].startswith("confirm")
+    assert verdict.judge_shape({**base, "runner_bound": {"passed": True}, "check_probes": {"passed": True}}, None)[0]
+    # on a GPU the bound is reported, not enforced (host launch work beside the device is in the wall time)
+    assert verdict.judge_shape({**base, "runner_bound": {"passed": False, "enforced": False}}, None)[0]
+
+
+def test_host_timing_band_is_at_least_the_floor_and_says_so():
+    from evokernel_mcp.benchmark import stats
+
+    base = [1.0, 1.001, 0.999, 1.0, 1.0005, 0.9995, 1.0, 1.0]
+    tight = stats.noise_floor(base, base)
+    assert tight.band == (1.0, 1.0) and "host" not in tight.source
+    host = stats.noise_floor(base, base, min_half=stats.HOST_BAND_FLOOR)
+    assert host.band[1] == pytest.approx(1.01) and "at least +/-1.0% (host timing)" in host.source
+    assert not stats.resolved((1.004, 1.008), host) and stats.resolved((1.02, 1.03), host)
