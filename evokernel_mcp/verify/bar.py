@@ -275,10 +275,13 @@ def max_abs_diff(a, b, *, chunk_elems: int = DEFAULT_CHUNK) -> float:
 
 
 def _bar_text(preset: str, tol: float, custom: bool, native_only: bool, floor: float,
-              spread: float | None = None) -> str:
+              spread: float | None = None, sampled: float | None = None) -> str:
     kind = "custom " if custom else ""
     native_bar = f"{NATIVE_ONLY_FACTOR:g}x{tol:.1e} ({preset}) vs the native-dtype reference"
-    if spread:
+    if sampled is not None and native_only:
+        native_bar += (f", floor=max({FLOOR_FACTOR:g}x its run-to-run spread, {FLOOR_FACTOR + 1:g}x PyTorch's error "
+                       f"on a float64 sample) ({floor:.2e})")
+    elif spread:
         native_bar += f", floor={FLOOR_FACTOR:g}x its run-to-run spread ({FLOOR_FACTOR * spread:.2e})"
     if native_only:
         return f"rms-floored {kind}tol={native_bar} (no float64 reference: see reference_precision)"
@@ -308,7 +311,7 @@ def _native_thr(n, tol: float, rms_n: float, spread: float):
 
 
 def _judge_float(out, ref_hi, ref_native, preset: str, tol_arg, chunk: int, unwritten,
-                 spread: float | None) -> dict[str, Any]:
+                 spread: float | None, sampled: float | None = None) -> dict[str, Any]:
     import torch
 
     tol, custom, note = effective_tolerance(preset, tol_arg)
@@ -320,7 +323,12 @@ def _judge_float(out, ref_hi, ref_native, preset: str, tol_arg, chunk: int, unwr
         spread = None  # runs that differ in non-finite places give no usable floor
     if native is None:  # the native reference alone: 2x tol, floor from its own run-to-run spread
         tol_eff, floor = NATIVE_ONLY_FACTOR * tol, FLOOR_FACTOR * (spread or 0.0)
+        if sampled is not None and math.isfinite(sampled):  # |out-native| <= |out-true| + |native-true|
+            floor, torch_err = max(floor, (FLOOR_FACTOR + 1) * sampled), sampled
+        else:
+            sampled = None
     else:
+        sampled = None
         tol_eff, floor = tol, FLOOR_FACTOR * torch_err
     check_native = native is not None and spread is not None
     acc = _Acc(tuple(out.shape), rms=rms)
@@ -347,14 +355,14 @@ def _judge_float(out, ref_hi, ref_native, preset: str, tol_arg, chunk: int, unwr
         acc.add(o, r, bad, unw, offset)
         offset += o.numel()
     res = acc.result(out.numel())
-    if torch_err is None:
+    if torch_err is None or ref_hi is None:
         vs_torch = None
     elif torch_err > 0:
         vs_torch = cand_err / torch_err
     else:
         vs_torch = 1.0 if cand_err == 0 else None
     res.update({
-        "bar": _bar_text(preset, tol, custom, ref_hi is None, floor, spread),
+        "bar": _bar_text(preset, tol, custom, ref_hi is None, floor, spread, sampled),
         "tol": tol, "tol_custom": custom,
         "tol_note": note, "reference": "float64" if ref_hi is not None else "native", "rms_ref": rms,
         "torch_max_abs_err": torch_err, "floor_abs_err": floor, "torch_overflow_count": overflow,
@@ -392,7 +400,8 @@ def _shape_failure(out, other, what: str) -> dict[str, Any]:
 
 
 def judge(out, ref_hi, ref_native, *, dtype_preset: str, tol: float | dict | None = None,
-          chunk_elems: int = DEFAULT_CHUNK, unwritten=None, native_spread: float | None = None) -> dict[str, Any]:
+          chunk_elems: int = DEFAULT_CHUNK, unwritten=None, native_spread: float | None = None,
+          sampled_torch_err: float | None = None) -> dict[str, Any]:
     """Judge one output leaf against the reference (see the module docstring for the bar).
 
     out: the candidate's tensor. ref_hi: the reference computed in float64 (None when it did not fit).
@@ -412,7 +421,8 @@ def judge(out, ref_hi, ref_native, *, dtype_preset: str, tol: float | dict | Non
         if other is not None and tuple(other.shape) != tuple(out.shape):
             return _shape_failure(out, other, what)
     if out.is_floating_point() or out.is_complex():
-        return _judge_float(out, ref_hi, ref_native, dtype_preset, tol, chunk_elems, unwritten, native_spread)
+        return _judge_float(out, ref_hi, ref_native, dtype_preset, tol, chunk_elems, unwritten, native_spread,
+                            sampled_torch_err)
     return _judge_exact(out, ref_native, chunk_elems, unwritten)
 
 

@@ -115,9 +115,11 @@ def _judge_leaf(path: str, a, b, r, h, ctx: dict) -> tuple[dict[str, Any], bool]
     dname = str(r.dtype).removeprefix("torch.")
     tol = tolerance_override(ctx["task"], dname, ctx["override"])
     spread = ctx["spread"].get(path) if floating else None
+    sampled = ctx["sampled"].get(path) if floating else None
     part = bar_judge(a, h if floating else None, r, dtype_preset=_preset(r, ctx["input_dtypes"]), tol=tol,
                      chunk_elems=ctx["chunk"], unwritten=unwritten,
-                     native_spread=float(spread) if spread is not None else None)
+                     native_spread=float(spread) if spread is not None else None,
+                     sampled_torch_err=float(sampled) if sampled is not None else None)
     written = ~unwritten if unwritten is not None else None
     det = b is None or bitwise_equal(a, b, written)
     return part, det
@@ -165,10 +167,12 @@ def _merge(parts: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
 
 def judge_outputs(task: Task, native: Any, hi: Any, got_a: Any, got_b: Any, *, inputs: list | None = None,
                   arg: dict | None = None, override: dict | None = None, chunk: int | None = None,
-                  device: str = "cpu", native_spread: dict[str, float] | None = None) -> dict[str, Any]:
+                  device: str = "cpu", native_spread: dict[str, float] | None = None,
+                  sampled_torch_err: dict[str, float] | None = None) -> dict[str, Any]:
     """Compare the candidate's outputs (run A, and run B for unwritten/determinism, or None) with the
     reference's. native_spread: {output path: the native reference's run-to-run spread} (verify/refout.py;
-    with hi, the paths that are ill-conditioned and also held to the native reference). Returns the
+    with hi, the paths that are ill-conditioned and also held to the native reference); sampled_torch_err:
+    {output path: PyTorch's error on a float64 sample of the batch} (without hi). Returns the
     VerifyCase numbers and bar fields plus passed, deterministic, note."""
     import torch
 
@@ -195,7 +199,7 @@ def judge_outputs(task: Task, native: Any, hi: Any, got_a: Any, got_b: Any, *, i
         return {"passed": False, "note": pairs.message}
     inputs = [t.to(device) if isinstance(t, torch.Tensor) else t for t in (inputs or [])]
     ctx = {"task": task, "override": override, "chunk": chunk or DEFAULT_CHUNK, "arg": arg or {}, "inputs": inputs,
-           "spread": native_spread or {},
+           "spread": native_spread or {}, "sampled": sampled_torch_err or {},
            "input_dtypes": [t.dtype for t in inputs if isinstance(t, torch.Tensor) and t.is_floating_point()]}
     parts, det = [], True
     for cand_leaf, ref_leaf in pairs:
@@ -223,7 +227,8 @@ def judge(task: Task, shape: str, seed: int, case: dict[str, Any], run_a: dict, 
     plan = case.get("plan") or {}
     res = judge_outputs(task, case["native"], case.get("hi"), run_a.get("out"), run_b.get("out"),
                         inputs=case.get("inputs"), arg=case.get("arg_reductions"), override=override,
-                        chunk=plan.get("chunk_elems"), device=device, native_spread=case.get("native_spread"))
+                        chunk=plan.get("chunk_elems"), device=device, native_spread=case.get("native_spread"),
+                        sampled_torch_err=case.get("sampled_torch_err"))
     notes = []
     if probe:
         notes.append("probe seed: signed inputs (randn x 4) beyond the reference's own input distribution")

@@ -120,6 +120,76 @@ def _set_rng_state(state, device: str) -> None:
         torch.cuda.set_rng_state(state[1])
 
 
+class _buffers_kept:
+    """The model's buffers (BatchNorm running statistics) put back after an extra forward."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __enter__(self):
+        self.saved = {k: v.detach().clone() for k, v in self.model.named_buffers()}
+
+    def __exit__(self, *exc):
+        import torch
+
+        with torch.no_grad():
+            for k, v in self.model.named_buffers():
+                if k in self.saved:
+                    v.copy_(self.saved[k])
+
+
+def _batch_size(inputs: list[Any]) -> int | None:
+    """B when every tensor input has a leading dimension of the same size B >= 2, else None."""
+    import torch
+
+    sizes = {t.shape[0] for t in inputs if isinstance(t, torch.Tensor) and t.dim() >= 1}
+    return sizes.pop() if len(sizes) == 1 and min(sizes) >= 2 else None
+
+
+def _sample_error(model, inputs: list[Any], native: Any, rng, device: str, room: int | None,
+                  hi_bytes: int) -> tuple[dict[str, float], int, int] | None:
+    """PyTorch's own error measured on a float64 sample of the batch, when the whole float64 copy does not
+    fit: ({output path: max |native - float64| on the first k samples}, k, B), or None. Only for a
+    batch-separable model: every input and floating output leads with the batch, and the native forward
+    on the first k samples gives the full run's first k rows (a BatchNorm in training mode does not).
+    k: at most a quarter of the batch, and what the free room holds (room None: an eighth)."""
+    import torch
+
+    from evokernel_mcp.verify import bar
+    from evokernel_mcp.verify.outputs import OutputError, flatten_outputs
+
+    b = _batch_size(inputs)
+    if b is None:
+        return None
+    k = max(1, b // 8) if room is None or hi_bytes <= 0 else min(max(1, b // 4), int(b * room // hi_bytes))
+    if k < 1:
+        return None
+    part = [t[:k] if isinstance(t, torch.Tensor) and t.dim() >= 1 else t for t in inputs]
+    try:
+        with _buffers_kept(model):
+            _set_rng_state(rng, device)
+            rows = {leaf.path: leaf.tensor for leaf in flatten_outputs(_native_forward(model, part))}
+            hi = {leaf.path: leaf.tensor for leaf in flatten_outputs(_float64_forward(model, part))}
+        full = flatten_outputs(native)
+    except Exception:  # noqa: BLE001 - the reference's code on a slice (out of memory included): no sample
+        if device != "cpu":
+            torch.cuda.empty_cache()
+        return None
+    errs = {}
+    for leaf in full:
+        t = leaf.tensor
+        if not (t.is_floating_point() or t.is_complex()):
+            continue
+        r, h = rows.get(leaf.path), hi.get(leaf.path)
+        if r is None or h is None or t.dim() < 1 or t.shape[0] != b or tuple(r.shape) != (k, *t.shape[1:]) or \
+                tuple(h.shape) != tuple(r.shape) or r.dtype != t.dtype:
+            return None
+        if not bar.judge(r, None, t[:k], dtype_preset=bar.preset_of(t.dtype))["passed"]:
+            return None  # the rows depend on the rest of the batch
+        errs[leaf.path] = bar.float64_disagreement(h, t[:k])[0]
+    return (errs, k, b) if errs else None
+
+
 def _ill_conditioned_paths(native: Any, ref_hi: Any) -> dict[str, float]:
     """{output path: E_torch / RMS} for the floating outputs whose native result differs from float64 by far
     more than rounding (bar.ill_conditioned)."""
@@ -151,13 +221,9 @@ def _native_spread(model, inputs: list[Any], native: Any, rng, device: str, path
     from evokernel_mcp.verify import bar
     from evokernel_mcp.verify.outputs import OutputError, flatten_outputs
 
-    buffers = {k: v.detach().clone() for k, v in model.named_buffers()}
-    _set_rng_state(rng, device)
-    again = _native_forward(model, inputs)
-    with torch.no_grad():
-        for k, v in model.named_buffers():
-            if k in buffers:
-                v.copy_(buffers[k])
+    with _buffers_kept(model):
+        _set_rng_state(rng, device)
+        again = _native_forward(model, inputs)
     try:
         first = flatten_outputs(native)
         second = {leaf.path: leaf.tensor for leaf in flatten_outputs(again)}
@@ -172,24 +238,35 @@ def _native_spread(model, inputs: list[Any], native: Any, rng, device: str, path
     return out
 
 
-def reference_outputs(model, inputs: list[Any], hi: bool, device: str, why_not_hi: str | None = None) -> dict:
-    """The reference's outputs for one case: {native, hi, precision, spread}.
+def reference_outputs(model, inputs: list[Any], hi: bool, device: str, why_not_hi: str | None = None, *,
+                      room_bytes: int | None = None, hi_bytes: int = 0) -> dict:
+    """The reference's outputs for one case: {native, hi, precision, spread, sampled}.
 
     precision: "float64"; "float64 and native run twice (...)" where the native output is ill-conditioned
     (then spread holds the native run-to-run spread of those outputs, and the candidate is held to both);
     "native (why)" where there is no float64 reference (then spread holds every floating output's).
-    `why_not_hi`: the memory plan's reason when it left the float64 copy out (hi is then False)."""
+    `why_not_hi`: the memory plan's reason when it left the float64 copy out (hi is then False); then, or when
+    the float64 forward ran out of memory, PyTorch's own error is measured on a float64 sample of the batch
+    where the model allows (sampled: {output path: error}; room_bytes: free bytes left by the plan,
+    hi_bytes: the whole float64 copy's)."""
     rng = _rng_state(device)
     native, ref_hi, why = _outputs_why(model, inputs, hi, device)
     if ref_hi is None:
         reason = why or why_not_hi
+        spread = _native_spread(model, inputs, native, rng, device, None)
+        sample = None
+        if why_not_hi or (why and "out of device memory" in why):
+            sample = _sample_error(model, inputs, native, rng, device, None if why else room_bytes, hi_bytes)
+        if sample is not None:
+            reason += f"; PyTorch's own error measured in float64 on the first {sample[1]} of {sample[2]} samples"
         precision = f"native ({reason})" if reason else "native"
-        return {"native": native, "hi": None, "precision": precision,
-                "spread": _native_spread(model, inputs, native, rng, device, None)}
+        return {"native": native, "hi": None, "precision": precision, "spread": spread,
+                "sampled": sample[0] if sample is not None else {}}
     ill = _ill_conditioned_paths(native, ref_hi)
     if not ill:
-        return {"native": native, "hi": ref_hi, "precision": "float64", "spread": {}}
+        return {"native": native, "hi": ref_hi, "precision": "float64", "spread": {}, "sampled": {}}
     worst = max(ill.values())
     return {"native": native, "hi": ref_hi, "spread": _native_spread(model, inputs, native, rng, device, set(ill)),
+            "sampled": {},
             "precision": f"float64 and native run twice (ill-conditioned: PyTorch's native output differs from "
                          f"float64 by {worst:.3g}x its RMS)"}

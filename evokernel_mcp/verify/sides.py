@@ -249,7 +249,8 @@ def ref_case(loaded, req: dict[str, Any]) -> dict[str, Any]:
     inputs_only (the reply is {"inputs"} alone).
     Reply: inputs, native, hi, init_inputs, state, arg_reductions, plan {where, ref_hi, chunk_elems,
     needed_bytes, budget_bytes}, notes[], reference_precision (what the outputs are judged against, and why),
-    native_spread {output path: max |native - native run again|} (reference_outputs)."""
+    native_spread {output path: max |native - native run again|}, sampled_torch_err {output path: PyTorch's
+    error on a float64 sample of the batch} (reference_outputs)."""
     import torch
 
     seed, shape = int(req["seed"]), req["shape"]
@@ -285,7 +286,8 @@ def ref_case(loaded, req: dict[str, Any]) -> dict[str, Any]:
                      "the native-dtype reference with a doubled tolerance")
     state = {k: v.detach().clone() for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
     try:
-        ref = reference_outputs(model, inputs, hi, loaded.device, why_not)
+        room = {"room_bytes": plan.budget_bytes - plan.needed_bytes, "hi_bytes": plan.ref_hi_bytes} if why_not else {}
+        ref = reference_outputs(model, inputs, hi, loaded.device, why_not, **room)
     except Exception as e:  # noqa: BLE001
         raise HarnessError(f"the reference failed on these inputs: {type(e).__name__}: {e}") from e
     native, ref_hi = ref["native"], ref["hi"]
@@ -300,7 +302,7 @@ def ref_case(loaded, req: dict[str, Any]) -> dict[str, Any]:
     out = {"inputs": inputs, "native": _wire(native), "hi": _wire(ref_hi) if ref_hi is not None else None,
            "init_inputs": init, "state": state, "arg_reductions": arg_reductions(native, inputs), "notes": notes,
            "plan": plan.model_dump() if plan is not None else None, "reference_precision": ref["precision"],
-           "native_spread": ref["spread"]}
+           "native_spread": ref["spread"], "sampled_torch_err": ref["sampled"]}
     if req.get("hold"):
         loaded.held_hi = out["hi"]
         out["hi"], out["hi_held"] = None, out["hi"] is not None

@@ -10,7 +10,7 @@ import torch
 from refcase import run_case, same_and_perturbed
 
 from evokernel_mcp.kb_candidates import same_code
-from evokernel_mcp.verify import bar, memory, sides
+from evokernel_mcp.verify import bar, memory, refout, sides
 
 HEAD = "import torch\nimport torch.nn as nn\n"
 TAIL = '''
@@ -137,3 +137,50 @@ def test_a_float64_copy_that_does_not_fit_the_plan_falls_back_to_the_native_refe
     assert same["reference_precision"].startswith("native (the float64 copy does not fit"), same
     assert same["passed"] is True and same["reference"] == "native"
     assert pert["passed"] is False and pert["reference_precision"] == same["reference_precision"]
+
+
+ROWWISE = HEAD + '''
+class Model(nn.Module):
+    """Row-wise sums that nearly cancel: PyTorch's float32 error is above the fp32 tolerance."""
+    def __init__(self, n, h):
+        super().__init__()
+        self.lin = nn.Linear(n, h)
+
+    def forward(self, x):
+        y = self.lin(x) * 10 + 1e6
+        return (y - 1e6).sum(dim=1, keepdim=True)
+''' + TAIL.replace("torch.randn(8, 32)", "torch.randn(16, 32)")
+
+
+def _tight(monkeypatch, n_in: int, n_out: int, fraction: float) -> None:
+    """Free host memory for the plan: everything but the float64 copy, plus `fraction` of that copy."""
+    est = memory.estimate_case(memory.specs_of([torch.empty(n_in)]), memory.specs_of([torch.empty(n_out)]),
+                               ref_hi=True, clones=4)
+    workspace = memory.JUDGE_ARRAYS * 8 * memory.MIN_CHUNK
+    free = int((est.base_bytes + workspace + fraction * est.ref_hi_bytes) / memory.HEADROOM)
+    monkeypatch.setattr(sides, "_host_free", lambda: free)
+
+
+def test_without_room_for_float64_pytorchs_error_is_measured_on_a_sample_of_the_batch(tmp_path, monkeypatch):
+    _tight(monkeypatch, 16 * 32, 16, 0.5)
+    same, pert = same_and_perturbed(ROWWISE, tmp_path, "rows")
+    assert "PyTorch's own error measured in float64 on the first 4 of 16 samples" in same["reference_precision"]
+    assert same["passed"] is True and same["torch_max_abs_err"] > 0 and "float64 sample" in same["bar"]
+    assert pert["passed"] is False
+    accurate = ROWWISE + """
+class ModelNew(Model):
+    def forward(self, x):
+        return self.lin(x).sum(dim=1, keepdim=True) * 10
+"""
+    better = run_case(ROWWISE, accurate, tmp_path, tag="rows_acc")
+    assert better["passed"] is True and better["torch_max_abs_err"] > 0
+    monkeypatch.setattr(refout, "_sample_error", lambda *a, **k: None)
+    unsampled = run_case(ROWWISE, accurate, tmp_path, tag="rows_acc2")
+    assert unsampled["passed"] is False, "more accurate than PyTorch: it passes only through the sampled floor"
+
+
+def test_a_batch_coupled_model_gets_no_float64_sample(tmp_path, monkeypatch):
+    _tight(monkeypatch, 4 * 3 * 8 * 8, 4 * 3 * 8 * 8, 0.5)
+    same = run_case(ILL_CONDITIONED, same_code(ILL_CONDITIONED), tmp_path, tag="coupled")
+    assert same["reference_precision"].startswith("native (the float64 copy does not fit")
+    assert "samples" not in same["reference_precision"] and same["passed"] is True
