@@ -5,10 +5,10 @@ Reference child (one per reference source): for (shape set, seed[, probe]) it pl
 (verify/memory.py: shapes from get_inputs on meta tensors and one dry forward on meta, against the free
 device and host memory; a case that cannot fit is refused with the sizes, kind "too_big"), makes the
 inputs (the signed probe replaces floating inputs when asked: verify/probe.py), runs the reference
-natively and in float64 where that runs and fits (verify/refout.py), and says which integer outputs are arg-reductions (by
-behaviour: the indices select the max/min of an input along a dim). With `hold`, the float64 outputs
-stay here until the runner asks for them (op "expected" with `held`), so one reply never carries
-inputs, native and float64 outputs at once (host memory).
+natively and in float64 where that runs and fits (verify/refout.py), and says which integer outputs are
+arg-reductions (by behaviour: the indices select the max/min of an input along a dim). With `hold`, the
+float64 outputs stay here until the runner asks for them (op "expected" with `held`), so one reply never
+carries inputs, native and float64 outputs at once (host memory).
 
 Candidate child (one per job): the candidate on those inputs, with torch's uninitialised allocators
 poisoned (run A: NaN, run B: -320), on its own copies of the inputs. With `keep`, the pristine inputs

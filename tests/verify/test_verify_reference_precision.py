@@ -53,6 +53,7 @@ def test_a_forward_that_fails_in_float64_verifies_against_the_native_reference()
     (case,) = ok.cases
     assert case.reference == "native" and case.reference_precision.startswith("native (float64 forward failed")
     assert case.margin == 0.0 and case.native_spread_abs_err == 0.0 and case.error_vs_pytorch is None
-    assert ok.reference_precision.startswith("native (float64 forward failed") and "[1 of 1 cases]" in ok.reference_precision
+    summary = ok.reference_precision
+    assert summary.startswith("native (float64 forward failed") and "[1 of 1 cases]" in summary
     bad = _verify(PERTURBED)
     assert bad.passed is False and bad.error is None and bad.cases[0].mismatches > 0 and bad.cases[0].margin > 1
