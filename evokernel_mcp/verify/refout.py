@@ -86,6 +86,10 @@ def _cut(text: str, n: int = 160) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
+OUT_OF_DEVICE_MEMORY = "float64 forward ran out of device memory"
+OUT_OF_HOST_MEMORY = "float64 forward ran out of host memory"
+
+
 def _outputs_why(model, inputs: list[Any], hi: bool, device: str) -> tuple[Any, Any, str | None]:
     """(native, float64 or None, why the float64 reference is missing or None). The native forward's own
     failure propagates; the float64 copy's (out of memory, or a forward that does not run in float64:
@@ -98,9 +102,12 @@ def _outputs_why(model, inputs: list[Any], hi: bool, device: str) -> tuple[Any, 
     try:
         return native, _float64_forward(model, inputs), None
     except torch.OutOfMemoryError:
-        why = "float64 forward ran out of device memory"
+        why = OUT_OF_DEVICE_MEMORY
+    except MemoryError:
+        why = OUT_OF_HOST_MEMORY
     except Exception as e:  # noqa: BLE001 - the reference's own code in float64: an accuracy aid, not a must
-        why = f"float64 forward failed: {type(e).__name__}: {_cut(e, 120)}"
+        host_oom = "can't allocate memory" in str(e) or "not enough memory" in str(e)
+        why = OUT_OF_HOST_MEMORY if host_oom else f"float64 forward failed: {type(e).__name__}: {_cut(e, 120)}"
     if device != "cpu":
         torch.cuda.empty_cache()
     return native, None, why
@@ -257,7 +264,7 @@ def reference_outputs(model, inputs: list[Any], hi: bool, device: str, why_not_h
         reason = why or why_not_hi
         spread = _native_spread(model, inputs, native, rng, device, None)
         sample = None
-        if why_not_hi or (why and "out of device memory" in why):
+        if why_not_hi or why in (OUT_OF_DEVICE_MEMORY, OUT_OF_HOST_MEMORY):
             sample = _sample_error(model, inputs, native, rng, device, None if why else room_bytes, hi_bytes)
         if sample is not None:
             reason += f"; PyTorch's own error measured in float64 on the first {sample[1]} of {sample[2]} samples"

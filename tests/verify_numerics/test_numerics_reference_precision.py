@@ -184,3 +184,21 @@ def test_a_batch_coupled_model_gets_no_float64_sample(tmp_path, monkeypatch):
     same = run_case(ILL_CONDITIONED, same_code(ILL_CONDITIONED), tmp_path, tag="coupled")
     assert same["reference_precision"].startswith("native (the float64 copy does not fit")
     assert "samples" not in same["reference_precision"] and same["passed"] is True
+
+
+class _HostOomInFloat64(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(32, 16)
+
+    def forward(self, x):
+        if x.dtype == torch.float64 and x.shape[0] > 2:
+            raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory")
+        return self.lin(x)
+
+
+def test_float64_out_of_host_memory_falls_back_and_samples_the_batch():
+    x = torch.randn(16, 32, generator=torch.Generator().manual_seed(3))
+    ref = refout.reference_outputs(_HostOomInFloat64(), [x], True, "cpu")
+    assert ref["hi"] is None and ref["precision"].startswith("native (float64 forward ran out of host memory")
+    assert "first 2 of 16 samples" in ref["precision"] and ref["sampled"]["out"] > 0
