@@ -83,6 +83,14 @@ class VerifyCase(Model):
     rms_ref: float | None = Field(default=None, description="RMS of the reference (the bar's scale).")
     atol: float | None = Field(default=None, description="tol x RMS(ref): the absolute part of the bar.")
     rtol: float | None = Field(default=None, description="tol: the relative part of the bar.")
+    margin: float | None = Field(default=None, description="max over elements of |out-ref| / allowed: < 1 passes; "
+                                 "near 1 passes by luck (null: an infinite ratio).")
+    error_vs_pytorch: float | None = Field(default=None, description="The candidate's largest error vs float64 over "
+                                           "PyTorch's own: 1 = as accurate as PyTorch, > 1 less accurate.")
+    reference_precision: str | None = Field(default=None, description="What this case was judged against: 'float64', "
+                                            "'float64 and native run twice (ill-conditioned ...)' or 'native (why)'.")
+    native_spread_abs_err: float | None = Field(default=None, description="Largest difference between two runs of "
+                                                "the native reference (its floor) where the native bar applied.")
     note: str | None = None
 
 

@@ -24,8 +24,23 @@ Non-finite elements: where ref_i is NaN/Inf the output must be the same (NaN, or
 or equal native_i. Where only native_i is non-finite (fp32 overflow where float64 did not), an
 output equal to native_i passes too, so PyTorch's own result always passes itself.
 
-Without a float64 reference (it did not fit in memory) the bar is judged against native with
-2 x tol: both sides then carry rounding, and |out - native| <= |out - true| + |native - true|.
+Without a float64 reference (it did not fit in memory, or the model's forward does not run in float64)
+the bar is judged against native with 2 x tol: both sides then carry rounding, and
+|out - native| <= |out - true| + |native - true|. The floor is then FLOOR_FACTOR x the native reference's
+own run-to-run spread (`native_spread`: the largest difference between two native runs on the same
+inputs; 0 for a deterministic reference).
+
+Ill-conditioned outputs: where PyTorch's native result differs from float64 by far more than rounding
+(E_torch > ILL_FACTOR x tol x RMS(ref), `ill_conditioned`), the floor 2 x E_torch could admit a wrong
+answer of the output's own size. The caller then passes `native_spread` with the float64 reference, and
+the output is held to BOTH bars: the float64 one, and the native one above (within 2 x tol of the native
+reference, floor 2 x its run-to-run spread).
+
+Margin: `margin` = max over finite elements of |out_i - ref_i| / allowed_i (the larger of the two bars'
+ratios when both apply): < 1 on an output that passes, near 1 for one that passes by luck.
+`error_vs_pytorch` = the candidate's largest error against float64 over PyTorch's own (E_torch): 1 for
+PyTorch's own result, < 1 more accurate than PyTorch, > 1 less (None without a float64 reference, or when
+PyTorch is exact and the candidate is not).
 
 Integer and bool outputs: exact match. Arg-reductions (argmax/argmin, ties legal): the values the
 indices select are compared, `judge_arg_reduction`.
@@ -51,6 +66,7 @@ PRESET_OF_DTYPE: dict[str, str] = {
 }
 FLOOR_FACTOR = 2.0        # floor = FLOOR_FACTOR x PyTorch's own largest error in the native dtype
 NATIVE_ONLY_FACTOR = 2.0  # tol multiplier when the reference is the native-dtype result
+ILL_FACTOR = 10.0         # E_torch above this x tol x RMS(ref): ill-conditioned (the native check applies)
 MAX_INDICES = 10
 DEFAULT_CHUNK = 2**24
 
@@ -198,12 +214,12 @@ def _examples(out, ref, indices: list[list[int]]) -> list[dict[str, Any]]:
             for i in indices[:3]]
 
 
-def _reference_scale(ref, native, chunk: int, device) -> tuple[float, float | None, int]:
+def _reference_scale(ref, native, chunk: int, device) -> tuple[float, float | None, int, float]:
     """(RMS of the reference over elements finite in ref and native, PyTorch's largest finite native
-    error or None, native non-finite elements where ref is finite)."""
+    error or None, native non-finite elements where ref is finite, RMS of native over the same elements)."""
     import torch
 
-    sumsq, count, worst, overflow = 0.0, 0, 0.0, 0
+    sumsq, count, worst, overflow, nsq = 0.0, 0, 0.0, 0, 0.0
     for idx in _blocks(tuple(ref.shape), chunk):
         r = _hi(ref[idx].reshape(-1), device)
         fin = torch.isfinite(r)
@@ -215,49 +231,144 @@ def _reference_scale(ref, native, chunk: int, device) -> tuple[float, float | No
                 worst = max(worst, float(d[ok].max()))
             overflow += int((fin & ~torch.isfinite(n)).sum())
             fin &= torch.isfinite(n)  # the scale the output dtype can hold
+            nsq += float((n[fin].abs() ** 2).sum())
         sumsq += float((r[fin].abs() ** 2).sum())
         count += int(fin.sum())
     rms = math.sqrt(sumsq / count) if count else 0.0
-    return rms, (worst if native is not None else None), overflow
+    return rms, (worst if native is not None else None), overflow, (math.sqrt(nsq / count) if count else 0.0)
 
 
-def _bar_text(preset: str, tol: float, custom: bool, native_only: bool, floor: float) -> str:
+def float64_disagreement(ref_hi, ref_native, *, chunk_elems: int = DEFAULT_CHUNK) -> tuple[float, float]:
+    """(E_torch, RMS(ref_hi)): PyTorch's largest native error against float64, and the float64 reference's
+    RMS over elements finite in both (blocks, on ref_native's device)."""
+    rms, err, _, _ = _reference_scale(ref_hi, ref_native, chunk_elems, ref_native.device)
+    return (err or 0.0), rms
+
+
+def ill_conditioned(torch_err: float | None, rms: float, preset: str) -> bool:
+    """PyTorch's native output differs from float64 by far more than rounding (ILL_FACTOR x the dtype's
+    default tol x the output's RMS): its floor could admit a wrong answer, so the candidate is also held to
+    the native reference run twice. Decided on the default tol (an override only tightens the bar)."""
+    if torch_err is None or not math.isfinite(torch_err):
+        return torch_err is not None
+    return torch_err > ILL_FACTOR * DEFAULT_TOL.get(preset, DEFAULT_TOL["fp32"]) * rms
+
+
+def max_abs_diff(a, b, *, chunk_elems: int = DEFAULT_CHUNK) -> float:
+    """Largest |a_i - b_i| over elements finite in both (two runs of the native reference; in blocks, on
+    a's device). A non-finite element in one run only counts as an infinite difference (returned as inf)."""
+    import torch
+
+    if tuple(a.shape) != tuple(b.shape):
+        return math.inf
+    if not (a.is_floating_point() or a.is_complex()):
+        return 0.0 if bool(torch.equal(a, b.to(a.device))) else math.inf
+    worst = 0.0
+    for idx in _blocks(tuple(a.shape), chunk_elems):
+        x, y = _hi(a[idx].reshape(-1), a.device), _hi(b[idx].reshape(-1), a.device)
+        fin = torch.isfinite(x) & torch.isfinite(y)
+        if bool((~fin & ~_same(x, y)).any()):
+            return math.inf
+        if fin.any():
+            worst = max(worst, float((x[fin] - y[fin]).abs().max()))
+    return worst
+
+
+def _bar_text(preset: str, tol: float, custom: bool, native_only: bool, floor: float,
+              spread: float | None = None, sampled: float | None = None) -> str:
     kind = "custom " if custom else ""
+    native_bar = f"{NATIVE_ONLY_FACTOR:g}x{tol:.1e} ({preset}) vs the native-dtype reference"
+    if sampled is not None and native_only:
+        native_bar += (f", floor=max({FLOOR_FACTOR:g}x its run-to-run spread, {FLOOR_FACTOR + 1:g}x PyTorch's error "
+                       f"on a float64 sample) ({floor:.2e})")
+    elif spread:
+        native_bar += f", floor={FLOOR_FACTOR:g}x its run-to-run spread ({FLOOR_FACTOR * spread:.2e})"
     if native_only:
-        return (f"rms-floored {kind}tol={NATIVE_ONLY_FACTOR:g}x{tol:.1e} ({preset}) vs the native-dtype "
-                f"reference (no float64 reference: it did not fit)")
-    return f"rms-floored {kind}tol={tol:.1e} ({preset}) floor={FLOOR_FACTOR:g}x torch native error ({floor:.2e})"
+        return f"rms-floored {kind}tol={native_bar} (no float64 reference: see reference_precision)"
+    text = f"rms-floored {kind}tol={tol:.1e} ({preset}) floor={FLOOR_FACTOR:g}x torch native error ({floor:.2e})"
+    if spread is not None:
+        text += f"; and (ill-conditioned) tol={native_bar}"
+    return text
 
 
-def _judge_float(out, ref_hi, ref_native, preset: str, tol_arg, chunk: int, unwritten) -> dict[str, Any]:
+def _ratio(err, thr):
+    """err / thr elementwise; 0 where both are 0, inf where only thr is (NaN where err is not finite)."""
+    import torch
+
+    zero = torch.zeros((), dtype=err.dtype, device=err.device)
+    return torch.where(thr > 0, err / thr.clamp_min(1e-300), torch.where(err > 0, zero + math.inf, zero))
+
+
+def _worst(ratio) -> float:
+    import torch
+
+    fin = ~torch.isnan(ratio)
+    return float(ratio[fin].max()) if fin.any() else 0.0
+
+
+def _native_thr(n, tol: float, rms_n: float, spread: float):
+    return (NATIVE_ONLY_FACTOR * tol * (n.abs() + rms_n)).clamp_min(FLOOR_FACTOR * spread)
+
+
+def _judge_float(out, ref_hi, ref_native, preset: str, tol_arg, chunk: int, unwritten,
+                 spread: float | None, sampled: float | None = None) -> dict[str, Any]:
     import torch
 
     tol, custom, note = effective_tolerance(preset, tol_arg)
     ref = ref_hi if ref_hi is not None else ref_native
     native = ref_native if ref_hi is not None else None
-    tol_eff = tol if ref_hi is not None else NATIVE_ONLY_FACTOR * tol
     dev = out.device
-    rms, torch_err, overflow = _reference_scale(ref, native, chunk, dev)
-    floor = FLOOR_FACTOR * torch_err if torch_err is not None else 0.0
+    rms, torch_err, overflow, rms_n = _reference_scale(ref, native, chunk, dev)
+    if spread is not None and not math.isfinite(spread):
+        spread = None  # runs that differ in non-finite places give no usable floor
+    if native is None:  # the native reference alone: 2x tol, floor from its own run-to-run spread
+        tol_eff, floor = NATIVE_ONLY_FACTOR * tol, FLOOR_FACTOR * (spread or 0.0)
+        if sampled is not None and math.isfinite(sampled):  # |out-native| <= |out-true| + |native-true|
+            floor, torch_err = max(floor, (FLOOR_FACTOR + 1) * sampled), sampled
+        else:
+            sampled = None
+    else:
+        sampled = None
+        tol_eff, floor = tol, FLOOR_FACTOR * torch_err
+    check_native = native is not None and spread is not None
     acc = _Acc(tuple(out.shape), rms=rms)
-    offset = 0
+    offset, margin, cand_err = 0, 0.0, 0.0
     for idx in _blocks(tuple(out.shape), chunk):
         o, r = _hi(out[idx].reshape(-1), dev), _hi(ref[idx].reshape(-1), dev)
         thr = (tol_eff * r.abs() + tol_eff * rms).clamp_min(floor)
-        ok = (o - r).abs() <= thr
+        err = (o - r).abs()
+        ok = err <= thr
         ok = torch.where(torch.isfinite(r), ok, _same(o, r))
+        margin = max(margin, _worst(_ratio(err, thr)))
+        fin = torch.isfinite(err)
+        if fin.any():
+            cand_err = max(cand_err, float(err[fin].max()))
         if native is not None:  # PyTorch's own non-finite result (or where ref is non-finite) passes
             n = _hi(native[idx].reshape(-1), dev)
             ok |= (~torch.isfinite(n) | ~torch.isfinite(r)) & _same(o, n)
+            if check_native:  # ill-conditioned: also within the native bar of the native reference
+                err_n, thr_n = (o - n).abs(), _native_thr(n, tol, rms_n, spread)
+                ok &= torch.where(torch.isfinite(n), err_n <= thr_n, _same(o, n))
+                margin = max(margin, _worst(_ratio(err_n, thr_n)))
         unw = unwritten[idx].reshape(-1).to(dev) if unwritten is not None else None
         bad = ~ok if unw is None else (~ok | unw)
         acc.add(o, r, bad, unw, offset)
         offset += o.numel()
     res = acc.result(out.numel())
+    if torch_err is None or ref_hi is None:
+        vs_torch = None
+    elif torch_err > 0:
+        vs_torch = cand_err / torch_err
+    else:
+        vs_torch = 1.0 if cand_err == 0 else None
     res.update({
-        "bar": _bar_text(preset, tol, custom, ref_hi is None, floor), "tol": tol, "tol_custom": custom,
+        "bar": _bar_text(preset, tol, custom, ref_hi is None, floor, spread, sampled),
+        "tol": tol, "tol_custom": custom,
         "tol_note": note, "reference": "float64" if ref_hi is not None else "native", "rms_ref": rms,
         "torch_max_abs_err": torch_err, "floor_abs_err": floor, "torch_overflow_count": overflow,
+        "margin": _finite_or_none(margin),
+        "error_vs_pytorch": _finite_or_none(vs_torch) if vs_torch is not None else None,
+        "native_spread_abs_err": spread,
         "mismatch_examples": _examples(out, ref, res["mismatch_indices"]),
     })
     return res
@@ -276,6 +387,7 @@ def _judge_exact(out, ref, chunk: int, unwritten) -> dict[str, Any]:
         acc.add(_hi(o, dev), _hi(r, dev), bad, unw, offset)
         offset += o.numel()
     res = acc.result(out.numel())
+    res["margin"] = 0.0 if res["passed"] else None
     res.update({"bar": f"exact match ({str(out.dtype).removeprefix('torch.')})", "tol": 0.0, "tol_custom": False,
                 "tol_note": "integer and bool outputs must match exactly", "reference": "native",
                 "mismatch_examples": _examples(out, ref, res["mismatch_indices"])})
@@ -288,7 +400,8 @@ def _shape_failure(out, other, what: str) -> dict[str, Any]:
 
 
 def judge(out, ref_hi, ref_native, *, dtype_preset: str, tol: float | dict | None = None,
-          chunk_elems: int = DEFAULT_CHUNK, unwritten=None) -> dict[str, Any]:
+          chunk_elems: int = DEFAULT_CHUNK, unwritten=None, native_spread: float | None = None,
+          sampled_torch_err: float | None = None) -> dict[str, Any]:
     """Judge one output leaf against the reference (see the module docstring for the bar).
 
     out: the candidate's tensor. ref_hi: the reference computed in float64 (None when it did not fit).
@@ -298,8 +411,9 @@ def judge(out, ref_hi, ref_native, *, dtype_preset: str, tol: float | dict | Non
     Returns a dict: passed, mismatches, first_mismatch_index, mismatch_indices (<= 10, unravelled),
     mismatch_examples, max_abs_err, max_rel_err (relative to |ref| + RMS(ref)), rel_l2_err,
     calc_diff, nan_count, inf_count, unwritten_count, numel, bar, tol, tol_custom, tol_note,
-    reference ("float64" | "native"), and for floating outputs rms_ref, torch_max_abs_err,
-    floor_abs_err, torch_overflow_count.
+    reference ("float64" | "native"), margin (max |err| / allowed; < 1 passes where finite), and for floating
+    outputs rms_ref, torch_max_abs_err, floor_abs_err, torch_overflow_count, error_vs_pytorch,
+    native_spread_abs_err (the native check's spread when it applied).
     """
     if chunk_elems < 1:
         raise ValueError(f"chunk_elems must be >= 1, got {chunk_elems}")
@@ -307,7 +421,8 @@ def judge(out, ref_hi, ref_native, *, dtype_preset: str, tol: float | dict | Non
         if other is not None and tuple(other.shape) != tuple(out.shape):
             return _shape_failure(out, other, what)
     if out.is_floating_point() or out.is_complex():
-        return _judge_float(out, ref_hi, ref_native, dtype_preset, tol, chunk_elems, unwritten)
+        return _judge_float(out, ref_hi, ref_native, dtype_preset, tol, chunk_elems, unwritten, native_spread,
+                            sampled_torch_err)
     return _judge_exact(out, ref_native, chunk_elems, unwritten)
 
 
@@ -352,7 +467,8 @@ def judge_arg_reduction(cand_idx, ref_idx, values, dim: int | None) -> dict[str,
     res.update({
         "bar": "arg-reduction: selected values equal (ties legal)", "tol": 0.0, "tol_custom": False,
         "tol_note": "the values at the candidate's indices must equal those at the reference's",
-        "reference": "native", "index_differences": int((c != r).sum()), "out_of_range_count": int(c_bad.sum()),
+        "reference": "native", "margin": 0.0 if res["passed"] else None,
+        "index_differences": int((c != r).sum()), "out_of_range_count": int(c_bad.sum()),
         "mismatch_examples": [{"index": i, "got_index": int(c[tuple(i)]), "expected_index": int(r[tuple(i)]),
                                "got": _num(c_val[tuple(i)].item()), "expected": _num(r_val[tuple(i)].item())}
                               for i in res["mismatch_indices"][:3]],

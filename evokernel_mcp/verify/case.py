@@ -17,7 +17,8 @@ from evokernel_mcp.tasks import Task
 from evokernel_mcp.verify.bar import DEFAULT_CHUNK, judge_arg_reduction, preset_of
 from evokernel_mcp.verify.bar import judge as bar_judge
 
-NUMBERS = ("max_abs_err", "max_rel_err", "rel_l2_err", "calc_diff", "torch_max_abs_err", "floor_abs_err", "rms_ref")
+NUMBERS = ("max_abs_err", "max_rel_err", "rel_l2_err", "calc_diff", "torch_max_abs_err", "floor_abs_err", "rms_ref",
+           "native_spread_abs_err")
 COUNTS = ("mismatches", "nan_count", "inf_count", "unwritten_count", "numel")
 
 
@@ -106,8 +107,12 @@ def _judge_leaf(path: str, a, b, r, h, ctx: dict) -> tuple[dict[str, Any], bool]
         unwritten = torch.isnan(aa) & (bb == SENTINEL)
     dname = str(r.dtype).removeprefix("torch.")
     tol = tolerance_override(ctx["task"], dname, ctx["override"])
+    spread = ctx["spread"].get(path) if floating else None
+    sampled = ctx["sampled"].get(path) if floating else None
     part = bar_judge(a, h if floating else None, r, dtype_preset=_preset(r, ctx["input_dtypes"]), tol=tol,
-                 chunk_elems=ctx["chunk"], unwritten=unwritten)
+                     chunk_elems=ctx["chunk"], unwritten=unwritten,
+                     native_spread=float(spread) if spread is not None else None,
+                     sampled_torch_err=float(sampled) if sampled is not None else None)
     written = ~unwritten if unwritten is not None else None
     det = b is None or bitwise_equal(a, b, written)
     return part, det
@@ -121,6 +126,10 @@ def _merge(parts: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     for key in NUMBERS:
         vals = [p[key] for _, p in parts if p.get(key) is not None]
         out[key] = max(vals) if vals else None
+    margins = [p.get("margin") for _, p in parts]
+    out["margin"] = max(margins) if margins and None not in margins else None  # None: an infinite ratio
+    ratios = [p["error_vs_pytorch"] for _, p in parts if p.get("reference") == "float64" and "error_vs_pytorch" in p]
+    out["error_vs_pytorch"] = None if not ratios or None in ratios else max(ratios)
     bars = list(dict.fromkeys(p["bar"] for _, p in parts if p.get("bar")))
     out["bar"] = "; ".join(bars) if len(parts) == 1 else "; ".join(f"{path}: {p.get('bar')}" for path, p in parts)
     refs = {p.get("reference") for _, p in parts if p.get("reference")}
@@ -151,9 +160,13 @@ def _merge(parts: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
 
 def judge_outputs(task: Task, native: Any, hi: Any, got_a: Any, got_b: Any, *, inputs: list | None = None,
                   arg: dict | None = None, override: dict | None = None, chunk: int | None = None,
-                  device: str = "cpu") -> dict[str, Any]:
+                  device: str = "cpu", native_spread: dict[str, float] | None = None,
+                  sampled_torch_err: dict[str, float] | None = None) -> dict[str, Any]:
     """Compare the candidate's outputs (run A, and run B for unwritten/determinism, or None) with the
-    reference's. Returns the VerifyCase numbers and bar fields plus passed, deterministic, note."""
+    reference's. native_spread: {output path: the native reference's run-to-run spread} (verify/refout.py;
+    with hi, the paths that are ill-conditioned and also held to the native reference); sampled_torch_err:
+    {output path: PyTorch's error on a float64 sample of the batch} (without hi). Returns the
+    VerifyCase numbers and bar fields plus passed, deterministic, note."""
     import torch
 
     from evokernel_mcp.verify.outputs import OutputError, StructureMismatch, match_structure
@@ -179,6 +192,7 @@ def judge_outputs(task: Task, native: Any, hi: Any, got_a: Any, got_b: Any, *, i
         return {"passed": False, "note": pairs.message}
     inputs = [t.to(device) if isinstance(t, torch.Tensor) else t for t in (inputs or [])]
     ctx = {"task": task, "override": override, "chunk": chunk or DEFAULT_CHUNK, "arg": arg or {}, "inputs": inputs,
+           "spread": native_spread or {}, "sampled": sampled_torch_err or {},
            "input_dtypes": [t.dtype for t in inputs if isinstance(t, torch.Tensor) and t.is_floating_point()]}
     parts, det = [], True
     for cand_leaf, ref_leaf in pairs:
@@ -200,12 +214,14 @@ def judge_outputs(task: Task, native: Any, hi: Any, got_a: Any, got_b: Any, *, i
 def judge(task: Task, shape: str, seed: int, case: dict[str, Any], run_a: dict, run_b: dict,
           override: dict | None, device: str = "cpu", probe: bool = False) -> dict[str, Any]:
     """The case record (VerifyCase fields) from what the two sides sent."""
-    rec: dict[str, Any] = {"shape": shape, "seed": seed, "probe": probe}
+    rec: dict[str, Any] = {"shape": shape, "seed": seed, "probe": probe,
+                           "reference_precision": case.get("reference_precision")}
     mutated = bool(run_a.get("inputs_mutated") or run_b.get("inputs_mutated"))
     plan = case.get("plan") or {}
     res = judge_outputs(task, case["native"], case.get("hi"), run_a.get("out"), run_b.get("out"),
                         inputs=case.get("inputs"), arg=case.get("arg_reductions"), override=override,
-                        chunk=plan.get("chunk_elems"), device=device)
+                        chunk=plan.get("chunk_elems"), device=device, native_spread=case.get("native_spread"),
+                        sampled_torch_err=case.get("sampled_torch_err"))
     notes = []
     if probe:
         notes.append("probe seed: signed inputs (randn x 4) beyond the reference's own input distribution")

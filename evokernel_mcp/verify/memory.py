@@ -125,6 +125,8 @@ class Plan(BaseModel):
     where: str = Field(description="'device' or 'host': where the case's tensors live.")
     needed_bytes: int
     budget_bytes: int
+    ref_hi_bytes: int = Field(default=0, description="Bytes of the whole float64 reference (inputs and outputs), "
+                              "kept or not: a float64 sample of the batch is sized from it (verify/refout.py).")
 
 
 def _gb(n: float) -> str:
@@ -166,10 +168,10 @@ def plan_case(est: CaseEstimate, free_device: int | None, free_host: int, *, chu
         workspace = JUDGE_ARRAYS * 8 * chunk
         if est.total_bytes + workspace <= budget:
             return Plan(ref_hi=est.ref_hi_bytes > 0, chunk_elems=chunk, where=where,
-                        needed_bytes=est.total_bytes + workspace, budget_bytes=budget)
+                        needed_bytes=est.total_bytes + workspace, budget_bytes=budget, ref_hi_bytes=est.ref_hi_bytes)
         if est.base_bytes + workspace <= budget:
             return Plan(ref_hi=False, chunk_elems=chunk, where=where, needed_bytes=est.base_bytes + workspace,
-                        budget_bytes=budget)
+                        budget_bytes=budget, ref_hi_bytes=est.ref_hi_bytes)
         if chunk <= MIN_CHUNK:
             return Plan(ref_hi=False, chunk_elems=chunk, where=where, needed_bytes=est.base_bytes + workspace,
                         budget_bytes=budget, refuse=_refusal(est, where, free, workspace, suggested_overrides))

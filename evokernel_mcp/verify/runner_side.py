@@ -184,3 +184,16 @@ def _cases(ctx, ref, cand, task: Task, payload: dict, deadline: float, progress,
         if payload.get("stop_on_first_failure") and not out["cases"][-1]["passed"]:
             return
     progress(len(todo), len(todo), "verify done")
+    out["reference_precision"] = precision_summary(out["cases"]) or out.get("reference_precision")
+
+
+def precision_summary(cases: list[dict]) -> str | None:
+    """The result-level reference_precision: what the cases were judged against ('float64 (inputs upcast),
+    in the reference's own process' when every case had it; else each kind with its count)."""
+    kinds = [c.get("reference_precision") for c in cases if c.get("reference_precision")]
+    if not kinds:
+        return None
+    if set(kinds) == {"float64"}:
+        return "float64 (inputs upcast), in the reference's own process"
+    counts = {k: kinds.count(k) for k in dict.fromkeys(kinds)}
+    return "; ".join(f"{k} [{n} of {len(cases)} cases]" for k, n in counts.items())

@@ -5,10 +5,10 @@ Reference child (one per reference source): for (shape set, seed[, probe]) it pl
 (verify/memory.py: shapes from get_inputs on meta tensors and one dry forward on meta, against the free
 device and host memory; a case that cannot fit is refused with the sizes, kind "too_big"), makes the
 inputs (the signed probe replaces floating inputs when asked: verify/probe.py), runs the reference
-natively and in float64 where that fits, and says which integer outputs are arg-reductions (by
-behaviour: the indices select the max/min of an input along a dim). With `hold`, the float64 outputs
-stay here until the runner asks for them (op "expected" with `held`), so one reply never carries
-inputs, native and float64 outputs at once (host memory).
+natively and in float64 where that runs and fits (verify/refout.py), and says which integer outputs are
+arg-reductions (by behaviour: the indices select the max/min of an input along a dim). With `hold`, the
+float64 outputs stay here until the runner asks for them (op "expected" with `held`), so one reply never
+carries inputs, native and float64 outputs at once (host memory).
 
 Candidate child (one per job): the candidate on those inputs, with torch's uninitialised allocators
 poisoned (run A: NaN, run B: -320), on its own copies of the inputs. With `keep`, the pristine inputs
@@ -17,13 +17,13 @@ stay here for the next run (`same_inputs`), so they cross the pipe once per case
 
 from __future__ import annotations
 
-import copy
 import os
 import resource
 from typing import Any
 
 from evokernel_mcp import candidate as cand
 from evokernel_mcp.verify import draws
+from evokernel_mcp.verify.refout import _clone, _outputs_why, reference_outputs
 
 
 class HarnessError(Exception):
@@ -45,23 +45,6 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _upcast(inputs: list[Any]) -> list[Any]:
-    import torch
-
-    def up(t):
-        if isinstance(t, torch.Tensor) and t.is_complex():
-            return t.to(torch.complex128)
-        return t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
-
-    return [up(t) for t in inputs]
-
-
-def _clone(inputs: list[Any]) -> list[Any]:
-    import torch
-
-    return [t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
-
-
 def _to(inputs: list[Any], device: str) -> list[Any]:
     import torch
 
@@ -75,36 +58,16 @@ def _model(loaded, seed: int):
     return loaded.models[seed]
 
 
-def _outputs(model, inputs: list[Any], hi: bool) -> tuple[Any, Any]:
-    import torch
-
-    with torch.no_grad():
-        native = model(*_clone(inputs))
-        if not hi:
-            return native, None
-        hi_model = copy.deepcopy(model).double()
-        if any(isinstance(t, torch.Tensor) and t.is_complex() for t in hi_model.state_dict().values()):
-            hi_model = hi_model.to(torch.complex128)
-        ref_hi = hi_model(*_upcast(inputs))
-        del hi_model
-    return native, ref_hi
-
-
 def _outputs_fitting(model, inputs: list[Any], hi: bool, device: str, notes: list[str]) -> tuple[Any, Any]:
-    """_outputs; when the float64 forward runs out of device memory (a float64 convolution may take a
-    workspace many times its output), the native outputs alone, with a note."""
-    import torch
-
-    try:
-        return _outputs(model, inputs, hi)
-    except torch.OutOfMemoryError:
-        if not hi:
-            raise
-    if device != "cpu":
-        torch.cuda.empty_cache()
-    notes.append("float64 reference left out: its forward ran out of device memory; judged against the "
-                 "native-dtype reference with a doubled tolerance")
-    return _outputs(model, inputs, False)
+    """(native, float64 or None); when the float64 copy cannot run (its forward ran out of device memory:
+    a float64 convolution may take a workspace many times its output; or it fails in float64), the native
+    outputs alone, with a note."""
+    native, ref_hi, why = _outputs_why(model, inputs, hi, device)
+    if why:
+        what = "its forward ran out of device memory" if "out of device memory" in why else why
+        notes.append(f"float64 reference left out: {what}; judged against the native-dtype reference with a "
+                     "doubled tolerance")
+    return native, ref_hi
 
 
 # ---------------------------------------------------------------- memory
@@ -293,7 +256,9 @@ def ref_case(loaded, req: dict[str, Any]) -> dict[str, Any]:
     float64 outputs here for op "expected" with held=true; the reply then has hi=None, hi_held=True),
     inputs_only (the reply is {"inputs"} alone).
     Reply: inputs, native, hi, init_inputs, state, arg_reductions, plan {where, ref_hi, chunk_elems,
-    needed_bytes, budget_bytes}, notes[]."""
+    needed_bytes, budget_bytes}, notes[], reference_precision (what the outputs are judged against, and why),
+    native_spread {output path: max |native - native run again|}, sampled_torch_err {output path: PyTorch's
+    error on a float64 sample of the batch} (reference_outputs)."""
     import torch
 
     seed, shape = int(req["seed"]), req["shape"]
@@ -321,20 +286,31 @@ def ref_case(loaded, req: dict[str, Any]) -> dict[str, Any]:
             raise TooBig(plan.refuse)
     notes += [note] if note else []
     hi = want_hi and (plan is None or plan.ref_hi)
+    why_not = None
     if want_hi and not hi:
-        notes.append(f"float64 reference left out: it does not fit ({plan.needed_bytes / 1e9:.2f} GB planned "
-                     f"without it, {plan.budget_bytes / 1e9:.2f} GB usable on the {plan.where}); judged against "
+        why_not = (f"the float64 copy does not fit: {plan.needed_bytes / 1e9:.2f} GB planned without it, "
+                   f"{plan.budget_bytes / 1e9:.2f} GB usable on the {plan.where}")
+        notes.append(f"float64 reference left out: {why_not.removeprefix('the float64 copy ')}; judged against "
                      "the native-dtype reference with a doubled tolerance")
     state = {k: v.detach().clone() for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
     try:
-        native, ref_hi = _outputs_fitting(model, inputs, hi, loaded.device, notes)
+        room = {"room_bytes": plan.budget_bytes - plan.needed_bytes, "hi_bytes": plan.ref_hi_bytes} if why_not else {}
+        ref = reference_outputs(model, inputs, hi, loaded.device, why_not, **room)
     except Exception as e:  # noqa: BLE001
         raise HarnessError(f"the reference failed on these inputs: {type(e).__name__}: {e}") from e
+    native, ref_hi = ref["native"], ref["hi"]
+    if hi and ref_hi is None:
+        notes.append(f"float64 reference left out: {ref['precision'].removeprefix('native (').rstrip(')')}; judged "
+                     "against the native-dtype reference with a doubled tolerance")
+    elif ref["spread"] and ref_hi is not None:
+        notes.append(f"ill-conditioned: {ref['precision'].split('(', 1)[1].rstrip(')')}; also held to the native "
+                     "reference (run twice) within its bar")
     _sync(loaded.device)
     init = cand.init_inputs(loaded.task, loaded.module)
     out = {"inputs": inputs, "native": _wire(native), "hi": _wire(ref_hi) if ref_hi is not None else None,
            "init_inputs": init, "state": state, "arg_reductions": arg_reductions(native, inputs), "notes": notes,
-           "plan": plan.model_dump() if plan is not None else None}
+           "plan": plan.model_dump() if plan is not None else None, "reference_precision": ref["precision"],
+           "native_spread": ref["spread"], "sampled_torch_err": ref["sampled"]}
     if req.get("hold"):
         loaded.held_hi = out["hi"]
         out["hi"], out["hi_held"] = None, out["hi"] is not None

@@ -1,0 +1,281 @@
+"""The reference's outputs for one verify case, in the reference child (verify/sides.py): the native forward,
+the float64 copy where it runs, and the native forward again where the judge needs its run-to-run spread.
+
+The float64 reference is an accuracy aid, not a requirement. Its copy runs with torch's default dtype set to
+float64 and the modules' plain tensor attributes upcast (tensors a KernelBench forward makes itself); a
+forward that still fails in float64, or runs out of memory, leaves it out, and the case is judged against the
+native reference with the native bar (verify/bar.py), floored by the native's own run-to-run spread.
+Where the float64 copy runs but PyTorch's native result differs from it by far more than rounding
+(bar.ill_conditioned), the native is run twice too and the candidate is held to both references.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+
+def _upcast(inputs: list[Any]) -> list[Any]:
+    import torch
+
+    def up(t):
+        if isinstance(t, torch.Tensor) and t.is_complex():
+            return t.to(torch.complex128)
+        return t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+
+    return [up(t) for t in inputs]
+
+
+def _clone(inputs: list[Any]) -> list[Any]:
+    import torch
+
+    return [t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
+
+
+def _native_forward(model, inputs: list[Any]) -> Any:
+    import torch
+
+    with torch.no_grad():
+        return model(*_clone(inputs))
+
+
+class _DefaultFloat64:
+    """torch's default dtype float64 while the float64 copy runs: tensors a forward makes itself
+    (torch.zeros(n), torch.randn(...) without a dtype) then match its float64 inputs."""
+
+    def __enter__(self):
+        import torch
+
+        self.old = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)
+
+    def __exit__(self, *exc):
+        import torch
+
+        torch.set_default_dtype(self.old)
+
+
+def _upcast_attributes(model) -> None:
+    """Floating tensors kept as plain attributes of the copy's modules (not parameters or buffers, so
+    .double() leaves them: an LSTM's initial state made in __init__) in float64 too."""
+    import torch
+
+    for mod in model.modules():
+        for name, value in list(vars(mod).items()):
+            if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter) and \
+                    value.is_floating_point() and value.dtype != torch.float64:
+                setattr(mod, name, value.double())
+
+
+def _float64_forward(model, inputs: list[Any]) -> Any:
+    import torch
+
+    with torch.no_grad():
+        hi_model = copy.deepcopy(model).double()
+        if any(isinstance(t, torch.Tensor) and t.is_complex() for t in hi_model.state_dict().values()):
+            hi_model = hi_model.to(torch.complex128)
+        _upcast_attributes(hi_model)
+        with _DefaultFloat64():
+            out = hi_model(*_upcast(inputs))
+        del hi_model
+    return out
+
+
+def _cut(text: str, n: int = 160) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+OUT_OF_DEVICE_MEMORY = "float64 forward ran out of device memory"
+OUT_OF_HOST_MEMORY = "float64 forward ran out of host memory"
+
+
+def _outputs_why(model, inputs: list[Any], hi: bool, device: str) -> tuple[Any, Any, str | None]:
+    """(native, float64 or None, why the float64 reference is missing or None). The native forward's own
+    failure propagates; the float64 copy's (out of memory, or a forward that does not run in float64:
+    dtype mixing the copy could not lift) leaves it out."""
+    import torch
+
+    native = _native_forward(model, inputs)
+    if not hi:
+        return native, None, None
+    try:
+        return native, _float64_forward(model, inputs), None
+    except torch.OutOfMemoryError:
+        why = OUT_OF_DEVICE_MEMORY
+    except MemoryError:
+        why = OUT_OF_HOST_MEMORY
+    except Exception as e:  # noqa: BLE001 - the reference's own code in float64: an accuracy aid, not a must
+        host_oom = "can't allocate memory" in str(e) or "not enough memory" in str(e)
+        why = OUT_OF_HOST_MEMORY if host_oom else f"float64 forward failed: {type(e).__name__}: {_cut(e, 120)}"
+    if device != "cpu":
+        torch.cuda.empty_cache()
+    return native, None, why
+
+
+def _rng_state(device: str):
+    import torch
+
+    return torch.random.get_rng_state(), (torch.cuda.get_rng_state() if device != "cpu" else None)
+
+
+def _set_rng_state(state, device: str) -> None:
+    import torch
+
+    torch.random.set_rng_state(state[0])
+    if state[1] is not None and device != "cpu":
+        torch.cuda.set_rng_state(state[1])
+
+
+class _buffers_kept:
+    """The model's buffers (BatchNorm running statistics) put back after an extra forward."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __enter__(self):
+        self.saved = {k: v.detach().clone() for k, v in self.model.named_buffers()}
+
+    def __exit__(self, *exc):
+        import torch
+
+        with torch.no_grad():
+            for k, v in self.model.named_buffers():
+                if k in self.saved:
+                    v.copy_(self.saved[k])
+
+
+def _batch_size(inputs: list[Any]) -> int | None:
+    """B when every tensor input has a leading dimension of the same size B >= 2, else None."""
+    import torch
+
+    sizes = {t.shape[0] for t in inputs if isinstance(t, torch.Tensor) and t.dim() >= 1}
+    return sizes.pop() if len(sizes) == 1 and min(sizes) >= 2 else None
+
+
+def _sample_error(model, inputs: list[Any], native: Any, rng, device: str, room: int | None,
+                  hi_bytes: int) -> tuple[dict[str, float], int, int] | None:
+    """PyTorch's own error measured on a float64 sample of the batch, when the whole float64 copy does not
+    fit: ({output path: max |native - float64| on the first k samples}, k, B), or None. Only for a
+    batch-separable model: every input and floating output leads with the batch, and the native forward
+    on the first k samples gives the full run's first k rows (a BatchNorm in training mode does not).
+    k: at most a quarter of the batch, and what the free room holds (room None: an eighth)."""
+    import torch
+
+    from evokernel_mcp.verify import bar
+    from evokernel_mcp.verify.outputs import OutputError, flatten_outputs
+
+    b = _batch_size(inputs)
+    if b is None:
+        return None
+    k = max(1, b // 8) if room is None or hi_bytes <= 0 else min(max(1, b // 4), int(b * room // hi_bytes))
+    if k < 1:
+        return None
+    part = [t[:k] if isinstance(t, torch.Tensor) and t.dim() >= 1 else t for t in inputs]
+    try:
+        with _buffers_kept(model):
+            _set_rng_state(rng, device)
+            rows = {leaf.path: leaf.tensor for leaf in flatten_outputs(_native_forward(model, part))}
+            hi = {leaf.path: leaf.tensor for leaf in flatten_outputs(_float64_forward(model, part))}
+        full = flatten_outputs(native)
+    except Exception:  # noqa: BLE001 - the reference's code on a slice (out of memory included): no sample
+        if device != "cpu":
+            torch.cuda.empty_cache()
+        return None
+    errs = {}
+    for leaf in full:
+        t = leaf.tensor
+        if not (t.is_floating_point() or t.is_complex()):
+            continue
+        r, h = rows.get(leaf.path), hi.get(leaf.path)
+        if r is None or h is None or t.dim() < 1 or t.shape[0] != b or tuple(r.shape) != (k, *t.shape[1:]) or \
+                tuple(h.shape) != tuple(r.shape) or r.dtype != t.dtype:
+            return None
+        if not bar.judge(r, None, t[:k], dtype_preset=bar.preset_of(t.dtype))["passed"]:
+            return None  # the rows depend on the rest of the batch
+        errs[leaf.path] = bar.float64_disagreement(h, t[:k])[0]
+    return (errs, k, b) if errs else None
+
+
+def _ill_conditioned_paths(native: Any, ref_hi: Any) -> dict[str, float]:
+    """{output path: E_torch / RMS} for the floating outputs whose native result differs from float64 by far
+    more than rounding (bar.ill_conditioned)."""
+    from evokernel_mcp.verify import bar
+    from evokernel_mcp.verify.outputs import OutputError, flatten_outputs
+
+    try:
+        hi = {leaf.path: leaf.tensor for leaf in flatten_outputs(ref_hi)}
+        leaves = flatten_outputs(native)
+    except OutputError:
+        return {}
+    found = {}
+    for leaf in leaves:
+        t, h = leaf.tensor, hi.get(leaf.path)
+        if h is None or tuple(h.shape) != tuple(t.shape) or not (t.is_floating_point() or t.is_complex()):
+            continue
+        err, rms = bar.float64_disagreement(h, t)
+        if bar.ill_conditioned(err, rms, bar.preset_of(t.dtype)):
+            found[leaf.path] = err / rms if rms > 0 else float("inf")
+    return found
+
+
+def _native_spread(model, inputs: list[Any], native: Any, rng, device: str, paths: set[str] | None) -> dict:
+    """{output path: max |native - native again|} for floating outputs (all, or those in `paths`): the
+    native reference run a second time on the same inputs with the same random state (its buffers put back
+    after), so what differs is the reference's own nondeterminism."""
+    import torch
+
+    from evokernel_mcp.verify import bar
+    from evokernel_mcp.verify.outputs import OutputError, flatten_outputs
+
+    with _buffers_kept(model):
+        _set_rng_state(rng, device)
+        again = _native_forward(model, inputs)
+    try:
+        first = flatten_outputs(native)
+        second = {leaf.path: leaf.tensor for leaf in flatten_outputs(again)}
+    except OutputError:
+        return {}
+    out = {}
+    for leaf in first:
+        t = leaf.tensor
+        if (paths is None or leaf.path in paths) and (t.is_floating_point() or t.is_complex()):
+            b = second.get(leaf.path)
+            out[leaf.path] = bar.max_abs_diff(t, b) if b is not None and b.dtype == t.dtype else float("inf")
+    return out
+
+
+def reference_outputs(model, inputs: list[Any], hi: bool, device: str, why_not_hi: str | None = None, *,
+                      room_bytes: int | None = None, hi_bytes: int = 0) -> dict:
+    """The reference's outputs for one case: {native, hi, precision, spread, sampled}.
+
+    precision: "float64"; "float64 and native run twice (...)" where the native output is ill-conditioned
+    (then spread holds the native run-to-run spread of those outputs, and the candidate is held to both);
+    "native (why)" where there is no float64 reference (then spread holds every floating output's).
+    `why_not_hi`: the memory plan's reason when it left the float64 copy out (hi is then False); then, or when
+    the float64 forward ran out of memory, PyTorch's own error is measured on a float64 sample of the batch
+    where the model allows (sampled: {output path: error}; room_bytes: free bytes left by the plan,
+    hi_bytes: the whole float64 copy's)."""
+    rng = _rng_state(device)
+    native, ref_hi, why = _outputs_why(model, inputs, hi, device)
+    if ref_hi is None and not (why or why_not_hi):  # no float64 asked for (benchmark's cases): native alone
+        return {"native": native, "hi": None, "precision": "native", "spread": {}, "sampled": {}}
+    if ref_hi is None:
+        reason = why or why_not_hi
+        spread = _native_spread(model, inputs, native, rng, device, None)
+        sample = None
+        if why_not_hi or why in (OUT_OF_DEVICE_MEMORY, OUT_OF_HOST_MEMORY):
+            sample = _sample_error(model, inputs, native, rng, device, None if why else room_bytes, hi_bytes)
+        if sample is not None:
+            reason += f"; PyTorch's own error measured in float64 on the first {sample[1]} of {sample[2]} samples"
+        precision = f"native ({reason})"
+        return {"native": native, "hi": None, "precision": precision, "spread": spread,
+                "sampled": sample[0] if sample is not None else {}}
+    ill = _ill_conditioned_paths(native, ref_hi)
+    if not ill:
+        return {"native": native, "hi": ref_hi, "precision": "float64", "spread": {}, "sampled": {}}
+    worst = max(ill.values())
+    return {"native": native, "hi": ref_hi, "spread": _native_spread(model, inputs, native, rng, device, set(ill)),
+            "sampled": {},
+            "precision": f"float64 and native run twice (ill-conditioned: PyTorch's native output differs from "
+                         f"float64 by {worst:.3g}x its RMS)"}

@@ -1,0 +1,204 @@
+"""What the float64 reference is and when it is used: a forward that makes its own float32 tensors, one that
+cannot run in float64 (judged against the native reference, and saying so), an ill-conditioned model (also held
+to the native reference run twice), a float64 copy that does not fit the memory plan; and the margin and
+error-vs-PyTorch figures of each case. In-process on the CPU (tests/verify_numerics/refcase.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from refcase import run_case, same_and_perturbed
+
+from evokernel_mcp.kb_candidates import same_code
+from evokernel_mcp.verify import bar, memory, refout, sides
+
+HEAD = "import torch\nimport torch.nn as nn\n"
+TAIL = '''
+def get_inputs():
+    return [torch.randn(8, 32)]
+
+def get_init_inputs():
+    return [32, 16]
+'''
+
+MADE_IN_FORWARD = HEAD + '''
+class Model(nn.Module):
+    """An LSTM-like initial state kept as a plain attribute, and a tensor made in forward (float32 both)."""
+    def __init__(self, n, h):
+        super().__init__()
+        self.lin = nn.Linear(n, h)
+        self.h0 = torch.randn(1, h)
+
+    def forward(self, x):
+        pad = torch.zeros(x.shape[0], 4)
+        return torch.cat([torch.tanh(self.lin(x) + self.h0), pad], dim=1)
+''' + TAIL
+
+NO_FLOAT64 = HEAD + '''
+class Model(nn.Module):
+    """Casts to float32 inside forward: the float64 copy mixes dtypes and fails."""
+    def __init__(self, n, h):
+        super().__init__()
+        self.lin = nn.Linear(n, h)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x.to(torch.float32))) * 2.0 - 1.0
+''' + TAIL
+
+ILL_CONDITIONED = HEAD + '''
+class Model(nn.Module):
+    """Batch normalisation of features that ride on a large offset: float32 keeps a few bits of them, so its
+    output differs from float64's by more than the output's own scale."""
+    def __init__(self, c):
+        super().__init__()
+        self.bn = nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        return self.bn(x * 1e-3 + 1e5)
+
+def get_inputs():
+    return [torch.randn(4, 3, 8, 8)]
+
+def get_init_inputs():
+    return [3]
+'''
+
+
+def test_a_forward_that_makes_float32_tensors_still_gets_a_float64_reference(tmp_path):
+    same, pert = same_and_perturbed(MADE_IN_FORWARD, tmp_path, "made")
+    assert same["reference_precision"] == "float64" and same["reference"] == "float64", same["note"]
+    assert same["passed"] is True and pert["passed"] is False and pert["mismatches"] > 0
+
+
+def test_a_forward_that_fails_in_float64_is_judged_against_the_native_reference_and_says_so(tmp_path):
+    same, pert = same_and_perturbed(NO_FLOAT64, tmp_path, "nof64")
+    assert same["reference_precision"].startswith("native (float64 forward failed: RuntimeError"), same
+    assert "float64 reference left out" in same["note"] and same["reference"] == "native"
+    assert same["passed"] is True and same["native_spread_abs_err"] == 0.0 and same["margin"] == 0.0
+    assert same["error_vs_pytorch"] is None  # no float64: PyTorch's own error is unknown
+    assert pert["passed"] is False and pert["mismatches"] > 0 and pert["margin"] > 1
+
+
+def test_the_native_forward_failing_is_still_a_harness_error(tmp_path):
+    broken = NO_FLOAT64.replace("return torch.relu", "raise ValueError('boom')\n        return torch.relu")
+    with pytest.raises(sides.HarnessError, match="boom"):
+        run_case(broken, same_code(broken), tmp_path, tag="broken")
+
+
+def test_an_ill_conditioned_model_holds_the_candidate_to_the_native_reference_too(tmp_path):
+    x = torch.randn(4, 3, 8, 8, generator=torch.Generator().manual_seed(0)) * 1e-3 + 1e5
+    bn = torch.nn.BatchNorm2d(3)
+    native, hi = bn(x).detach(), bn.double()(x.double()).detach()
+    err, rms = bar.float64_disagreement(hi, native)
+    assert err > rms and bar.ill_conditioned(err, rms, "fp32"), "float32 is off by more than the output's scale"
+    loose = bar.judge(native * 1.01 + 1e-2, hi, native, dtype_preset="fp32")
+    assert loose["passed"] is True, "the float64 bar alone: its floor (2x PyTorch's error) admits a 1% change"
+
+    same, pert = same_and_perturbed(ILL_CONDITIONED, tmp_path, "ill")
+    assert same["reference_precision"].startswith("float64 and native run twice (ill-conditioned"), same
+    assert same["passed"] is True and same["native_spread_abs_err"] == 0.0 and "ill-conditioned" in same["note"]
+    assert pert["passed"] is False and pert["mismatches"] > 0 and pert["margin"] > 1
+
+
+def test_well_conditioned_outputs_are_not_called_ill_conditioned():
+    x = torch.randn(64, 256, generator=torch.Generator().manual_seed(1))
+    for fn in (lambda t: t @ t.T, lambda t: torch.softmax(t, 1), lambda t: t.cumsum(1), lambda t: t.sum(1)):
+        err, rms = bar.float64_disagreement(fn(x.double()), fn(x))
+        assert not bar.ill_conditioned(err, rms, "fp32"), (err, rms)
+
+
+def test_margin_and_error_vs_pytorch_tell_comfortable_from_close():
+    x = torch.randn(64, 512, generator=torch.Generator().manual_seed(2))
+    native, hi = x @ x.T, x.double() @ x.double().T
+    same = bar.judge(native.clone(), hi, native, dtype_preset="fp32")
+    assert same["passed"] and same["margin"] < 1 and same["error_vs_pytorch"] == pytest.approx(1.0)
+    rms = float(hi.pow(2).mean().sqrt())
+    nudged = native + 0.5 * bar.DEFAULT_TOL["fp32"] * rms  # half the bar's absolute part: passes, less comfortably
+    close = bar.judge(nudged, hi, native, dtype_preset="fp32")
+    assert close["passed"] and same["margin"] < close["margin"] < 1 and close["error_vs_pytorch"] > 1
+    far = bar.judge(native * 1.01, hi, native, dtype_preset="fp32")
+    assert not far["passed"] and far["margin"] > 1
+    exact = bar.judge(hi.clone(), hi, native, dtype_preset="fp32")
+    assert exact["passed"] and exact["error_vs_pytorch"] == 0.0
+
+
+def test_cases_carry_margin_and_error_vs_pytorch(tmp_path):
+    same = run_case(MADE_IN_FORWARD, same_code(MADE_IN_FORWARD), tmp_path, tag="margin")
+    assert same["passed"] and 0 <= same["margin"] < 1 and same["error_vs_pytorch"] <= 1.0 + 1e-9
+
+
+def test_a_float64_copy_that_does_not_fit_the_plan_falls_back_to_the_native_reference(tmp_path, monkeypatch):
+    x = torch.empty(8, 32)
+    est = memory.estimate_case(memory.specs_of([x]), memory.specs_of([torch.empty(8, 20)]), ref_hi=True, clones=4)
+    workspace = memory.JUDGE_ARRAYS * 8 * memory.MIN_CHUNK
+    free = int((est.base_bytes + workspace + est.ref_hi_bytes // 2) / memory.HEADROOM)  # without float64 only
+    monkeypatch.setattr(sides, "_host_free", lambda: free)
+    same, pert = same_and_perturbed(NO_FLOAT64.replace("x.to(torch.float32)", "x"), tmp_path, "tight")
+    assert same["reference_precision"].startswith("native (the float64 copy does not fit"), same
+    assert same["passed"] is True and same["reference"] == "native"
+    assert pert["passed"] is False and pert["reference_precision"] == same["reference_precision"]
+
+
+ROWWISE = HEAD + '''
+class Model(nn.Module):
+    """Row-wise sums that nearly cancel: PyTorch's float32 error is above the fp32 tolerance."""
+    def __init__(self, n, h):
+        super().__init__()
+        self.lin = nn.Linear(n, h)
+
+    def forward(self, x):
+        y = self.lin(x) * 10 + 1e6
+        return (y - 1e6).sum(dim=1, keepdim=True)
+''' + TAIL.replace("torch.randn(8, 32)", "torch.randn(16, 32)")
+
+
+def _tight(monkeypatch, n_in: int, n_out: int, fraction: float) -> None:
+    """Free host memory for the plan: everything but the float64 copy, plus `fraction` of that copy."""
+    est = memory.estimate_case(memory.specs_of([torch.empty(n_in)]), memory.specs_of([torch.empty(n_out)]),
+                               ref_hi=True, clones=4)
+    workspace = memory.JUDGE_ARRAYS * 8 * memory.MIN_CHUNK
+    free = int((est.base_bytes + workspace + fraction * est.ref_hi_bytes) / memory.HEADROOM)
+    monkeypatch.setattr(sides, "_host_free", lambda: free)
+
+
+def test_without_room_for_float64_pytorchs_error_is_measured_on_a_sample_of_the_batch(tmp_path, monkeypatch):
+    _tight(monkeypatch, 16 * 32, 16, 0.5)
+    same, pert = same_and_perturbed(ROWWISE, tmp_path, "rows")
+    assert "PyTorch's own error measured in float64 on the first 4 of 16 samples" in same["reference_precision"]
+    assert same["passed"] is True and same["torch_max_abs_err"] > 0 and "float64 sample" in same["bar"]
+    assert pert["passed"] is False
+    accurate = ROWWISE + """
+class ModelNew(Model):
+    def forward(self, x):
+        return self.lin(x).sum(dim=1, keepdim=True) * 10
+"""
+    better = run_case(ROWWISE, accurate, tmp_path, tag="rows_acc")
+    assert better["passed"] is True and better["torch_max_abs_err"] > 0
+    monkeypatch.setattr(refout, "_sample_error", lambda *a, **k: None)
+    unsampled = run_case(ROWWISE, accurate, tmp_path, tag="rows_acc2")
+    assert unsampled["passed"] is False, "more accurate than PyTorch: it passes only through the sampled floor"
+
+
+def test_a_batch_coupled_model_gets_no_float64_sample(tmp_path, monkeypatch):
+    _tight(monkeypatch, 4 * 3 * 8 * 8, 4 * 3 * 8 * 8, 0.5)
+    same = run_case(ILL_CONDITIONED, same_code(ILL_CONDITIONED), tmp_path, tag="coupled")
+    assert same["reference_precision"].startswith("native (the float64 copy does not fit")
+    assert "samples" not in same["reference_precision"] and same["passed"] is True
+
+
+class _HostOomInFloat64(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(32, 16)
+
+    def forward(self, x):
+        if x.dtype == torch.float64 and x.shape[0] > 2:
+            raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory")
+        return self.lin(x)
+
+
+def test_float64_out_of_host_memory_falls_back_and_samples_the_batch():
+    x = torch.randn(16, 32, generator=torch.Generator().manual_seed(3))
+    ref = refout.reference_outputs(_HostOomInFloat64(), [x], True, "cpu")
+    assert ref["hi"] is None and ref["precision"].startswith("native (float64 forward ran out of host memory")
+    assert "first 2 of 16 samples" in ref["precision"] and ref["sampled"]["out"] > 0
