@@ -102,7 +102,8 @@ def main() -> None:
         for i in range(a.calls):
             row = anyio.run(_one, spec)
             rows.append(row)
-            lines.append(f"| {name} | {i + 1} | {row['wall_s']:.1f} | {row.get('valid', row.get('error'))}{' (' + str(row['reason']) + ')' if row.get('reason') else ''} | "
+            why = f" ({row['reason']})" if row.get("reason") else ""
+            lines.append(f"| {name} | {i + 1} | {row['wall_s']:.1f} | {row.get('valid', row.get('error'))}{why} | "
                          f"{_fmt(row.get('speedup'))} | {_fmt(row.get('ci'))} | {_fmt(row.get('paired'))} | "
                          f"{_fmt(row.get('band'))} | {_fmt(row.get('rounds'))} | {_fmt(row.get('resolved'))} |")
             print(lines[-1], flush=True)

@@ -11,7 +11,8 @@ at most about `opt.max_time_s x min(len(arms), BUDGET_ARMS)` plus one block: a b
 when the time measured so far says it would end past the budget. A third arm (the control) shares the
 budget of two rather than adding its own: each arm's series gets 2/3 of the time, the call costs the same.
 Warm-up is by time (WARMUP_FRACTION of the budget, at least WARMUP_MIN_CALLS calls of one repetition per
-arm), never a fixed count. The block size k adapts to the kernel: a block targets about budget / (arms x TARGET_ROUNDS) of wall time, between
+arm), never a fixed count. The block size k adapts to the kernel: a block targets about
+budget / (arms x TARGET_ROUNDS) of wall time, between
 MIN_BLOCK_S and MAX_BLOCK_S, so a 2 us kernel times hundreds of reps per block (the arm's per-call cost is
 amortised) and a 50 ms kernel one or two.
 

@@ -163,7 +163,7 @@ def _sample_error(model, inputs: list[Any], native: Any, rng, device: str, room:
     import torch
 
     from evokernel_mcp.verify import bar
-    from evokernel_mcp.verify.outputs import OutputError, flatten_outputs
+    from evokernel_mcp.verify.outputs import flatten_outputs
 
     b = _batch_size(inputs)
     if b is None:
@@ -223,7 +223,6 @@ def _native_spread(model, inputs: list[Any], native: Any, rng, device: str, path
     """{output path: max |native - native again|} for floating outputs (all, or those in `paths`): the
     native reference run a second time on the same inputs with the same random state (its buffers put back
     after), so what differs is the reference's own nondeterminism."""
-    import torch
 
     from evokernel_mcp.verify import bar
     from evokernel_mcp.verify.outputs import OutputError, flatten_outputs
