@@ -160,6 +160,9 @@ def bwrap_argv(spec: Spec, exe: str, drop_uid: bool) -> list[str]:
             mounts[secret] = "dir"
     for kind, p in [("--ro-bind", b) for b in spec.ro_binds] + [("--bind", b) for b in [str(spec.scratch)]
                                                                   + spec.rw_binds]:
+        if kind == "--ro-bind" and any(_under(p, r) and mounts.get(r) == "bind" for r in SYSTEM_RO):
+            continue  # already visible (read-only) through a system dir; a path through a link (/usr/local/cuda
+            # -> cuda-13.0) could not be made again inside it
         if os.path.exists(p):
             _dirs_for(p, mounts, args)
             args += [kind, p, p]
