@@ -48,10 +48,10 @@ def test_only_settings_py_reads_evokernel_variables():
 def test_flags_over_environment_over_defaults(tmp_path):
     env = {"EVOKERNEL_HOME": str(tmp_path / "env"), "EVOKERNEL_DEVICES": "cuda:0, cuda:1",
            "EVOKERNEL_TASK_ROOTS": f"{tmp_path / 'a'}:{tmp_path / 'b'}", "EVOKERNEL_START_TIMEOUT_S": "30",
-           "EVOKERNEL_CPU_SPLIT": "EVEN"}
+           "EVOKERNEL_CHILD_MEMORY": "8G"}
     s = settings.load(env)
     assert s.home == tmp_path / "env" and s.devices == ("cuda:0", "cuda:1") and s.start_timeout_s == 30
-    assert s.task_roots == (tmp_path / "a", tmp_path / "b") and s.cpu_split == "even"
+    assert s.task_roots == (tmp_path / "a", tmp_path / "b") and s.child_memory == "8G"
     flagged = settings.load(env, home=str(tmp_path / "flag"), devices="cpu", executor=None)
     assert flagged.home == tmp_path / "flag" and flagged.devices == ("cpu",) and flagged.executor == "local"
     d = settings.load({"XDG_CACHE_HOME": str(tmp_path / "xdg")})

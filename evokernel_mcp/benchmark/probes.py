@@ -142,7 +142,7 @@ class ProbeBar:
             dname = str(n.dtype).removeprefix("torch.")
             tol, _, _ = bar.effective_tolerance(_preset(n, []), tolerance_override(task, dname, None))
             ref = h if h is not None else n
-            rms, err, _ = bar._reference_scale(ref, n if h is not None else None, bar.DEFAULT_CHUNK, dev)
+            rms, err = bar._reference_scale(ref, n if h is not None else None, bar.DEFAULT_CHUNK, dev)[:2]
             tol_eff = tol if h is not None else bar.NATIVE_ONLY_FACTOR * tol
             floor = bar.FLOOR_FACTOR * err if err is not None else 0.0
             r = ref.detach().reshape(-1)[pos.to(ref.device)].to(torch.float64).cpu()

@@ -52,6 +52,8 @@ def verdict_held(expect: Expect, is_error: bool, body: dict[str, Any] | None) ->
     if body.get("state") in ("queued", "running") and not is_error:
         return False, "the job did not finish within the replay's wait"
     if body.get("state") in ("failed", "cancelled") and expect.verdict != "answered" and not expect.error_kinds:
+        if _error_kind(body) == "internal":
+            return False, "the job failed in the harness, not on the exploit"
         return True, ""  # the job failed: no verdict and no speedup came out of it
     if expect.error_kinds and not is_error:
         kinds = {_error_kind(body)} | {_error_kind(r) for r in _benchmark_rows(body)}

@@ -180,11 +180,13 @@ async def replay_one(client, plant: Plant, ex: Exploit, device: str | None,
 
 
 def _versions() -> dict[str, str | None]:
+    import importlib.metadata
+
     out: dict[str, str | None] = {"python": sys.version.split()[0]}
     for mod in ("torch", "triton", "mcp"):
         try:
-            out[mod] = __import__(mod).__version__
-        except Exception:  # noqa: BLE001
+            out[mod] = importlib.metadata.version(mod)
+        except importlib.metadata.PackageNotFoundError:
             out[mod] = None
     return out
 
@@ -224,6 +226,12 @@ async def run_integrity(families: list[str] | None = None, names: list[str] | No
                 report.rows.append(row)
                 if progress:
                     progress(row)
+            if honest:  # the control of the timing family: an honest candidate's benchmark is valid
+                bad = [k for k, v in honest.items() if v is None]
+                report.rows.append(Row(exploit="control_honest_benchmark", family="timing", tool="benchmark",
+                                       expected="an honest candidate is valid (the bar the timing exploits meet)",
+                                       observed=f"{len(honest) - len(bad)} of {len(honest)} honest benchmarks valid",
+                                       held=not bad))
     finally:
         plant.close()
         if inproc:

@@ -1,6 +1,6 @@
 """Which CPUs a runner and a benchmark's timed arms run on.
 
-The cpu_split setting (EVOKERNEL_CPU_SPLIT), one share of the host's CPUs per GPU, for everything that GPU's
+The cpu_split setting (settings.py; no variable), one share of the host's CPUs per GPU, for everything that GPU's
 runner starts (its spares and its jobs' processes): whole cores, in CPU order, split evenly. Two GPUs' streams of
 candidates then never wait for each other's processes on a CPU (on the 2x H200 host, 16 small candidates on 2
 GPUs: 22.0 s shared, 18.7 s split; the flagship's heavier candidates: the same either way).

@@ -116,7 +116,7 @@ def _v1_base(controller: str, own: dict[str, str]) -> Path | None:
 
 
 def _v2_base(setting: str, own: dict[str, str]) -> Path | None:
-    """A v2 dir whose children get memory and pids: named by EVOKERNEL_CGROUP, or (auto) our own cgroup when
+    """A v2 dir whose children get memory and pids: named by the cgroup setting, or (auto) our own cgroup when
     it already delegates both controllers to its children (a systemd unit with Delegate=yes and a leaf)."""
     if setting not in ("auto", ""):
         base = Path(setting)

@@ -219,7 +219,7 @@ def main() -> None:
     args = ap.parse_args()
     from evokernel_mcp.runtime.cpus import apply_runner_cpus
 
-    apply_runner_cpus()  # this GPU's share of the CPUs (EVOKERNEL_CPU_SPLIT), before torch sizes its thread pool
+    apply_runner_cpus()  # this GPU's share of the CPUs (the cpu_split setting), before torch sizes its thread pool
     proto_fd = os.dup(1)
     os.dup2(2, 1)  # print() in anything we import goes to stderr, never to the protocol pipe
     faulthandler.enable(file=sys.stderr, all_threads=True)

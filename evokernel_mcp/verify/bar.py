@@ -31,8 +31,8 @@ own run-to-run spread (`native_spread`: the largest difference between two nativ
 inputs; 0 for a deterministic reference).
 
 Ill-conditioned outputs: where PyTorch's native result differs from float64 by far more than rounding
-(E_torch > ILL_FACTOR x tol x RMS(ref), `ill_conditioned`), the floor 2 x E_torch could admit a wrong
-answer of the output's own size. The caller then passes `native_spread` with the float64 reference, and
+(E_torch > ILL_REL x RMS(ref), `ill_conditioned`), the floor 2 x E_torch could admit a wrong answer of a
+percent of the output's own size. The caller then passes `native_spread` with the float64 reference, and
 the output is held to BOTH bars: the float64 one, and the native one above (within 2 x tol of the native
 reference, floor 2 x its run-to-run spread).
 
@@ -66,7 +66,11 @@ PRESET_OF_DTYPE: dict[str, str] = {
 }
 FLOOR_FACTOR = 2.0        # floor = FLOOR_FACTOR x PyTorch's own largest error in the native dtype
 NATIVE_ONLY_FACTOR = 2.0  # tol multiplier when the reference is the native-dtype result
-ILL_FACTOR = 10.0         # E_torch above this x tol x RMS(ref): ill-conditioned (the native check applies)
+ILL_REL = 0.01            # E_torch above this x RMS(ref): ill-conditioned (the native check applies); below it,
+# the floor 2 x E_torch stays under 2 % of the RMS, below a 1 % perturbation's error at the output's largest
+# elements (several RMS), so the perturbation still fails. A model that computes internally in a narrower dtype
+# (a bf16 GEMM returned as fp32: ~0.8 %, fp16: ~0.1 %) is not ill-conditioned: a candidate more accurate than
+# PyTorch must not be held to PyTorch's rounding.
 MAX_INDICES = 10
 DEFAULT_CHUNK = 2**24
 
@@ -246,12 +250,12 @@ def float64_disagreement(ref_hi, ref_native, *, chunk_elems: int = DEFAULT_CHUNK
 
 
 def ill_conditioned(torch_err: float | None, rms: float, preset: str) -> bool:
-    """PyTorch's native output differs from float64 by far more than rounding (ILL_FACTOR x the dtype's
-    default tol x the output's RMS): its floor could admit a wrong answer, so the candidate is also held to
-    the native reference run twice. Decided on the default tol (an override only tightens the bar)."""
+    """PyTorch's native output differs from float64 by more than ILL_REL of the output's RMS: its floor could
+    admit a wrong answer of a percent of the answer's size, so the candidate is also held to the native
+    reference run twice. (`preset` is kept for callers; the rule is relative to the output's scale.)"""
     if torch_err is None or not math.isfinite(torch_err):
         return torch_err is not None
-    return torch_err > ILL_FACTOR * DEFAULT_TOL.get(preset, DEFAULT_TOL["fp32"]) * rms
+    return torch_err > ILL_REL * rms
 
 
 def max_abs_diff(a, b, *, chunk_elems: int = DEFAULT_CHUNK) -> float:

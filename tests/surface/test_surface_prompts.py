@@ -84,10 +84,10 @@ def test_prompt_with_what_does_not_exist_is_an_error(name, args, says):
         assert s in e.value.message, e.value.message
 
 
-def test_port_kernelbench_names_the_problems_it_serves(kb_root, monkeypatch):
+def test_port_kernelbench_names_the_problems_it_serves(kb_root, use_settings):
     with pytest.raises(MCPError, match=r"no KernelBench problem at 'nope'.*problems this server serves: .*1_ReLU"):
         _get_prompt("port_kernelbench", {"problem": "nope"})
-    monkeypatch.setenv("EVOKERNEL_TASK_ROOTS", "")
+    use_settings(task_roots=())
     with pytest.raises(MCPError, match="No KernelBench folder is configured: start the server with "
                                        "EVOKERNEL_TASK_ROOTS"):
         _get_prompt("port_kernelbench", {"problem": "nope"})

@@ -202,3 +202,26 @@ def test_float64_out_of_host_memory_falls_back_and_samples_the_batch():
     ref = refout.reference_outputs(_HostOomInFloat64(), [x], True, "cpu")
     assert ref["hi"] is None and ref["precision"].startswith("native (float64 forward ran out of host memory")
     assert "first 2 of 16 samples" in ref["precision"] and ref["sampled"]["out"] > 0
+
+
+HALF_GEMM = '''import torch
+class Model(torch.nn.Module):
+    def forward(self, a, b):
+        return (a @ b).float()
+def get_inputs():
+    return [torch.randn(64, 256).to(torch.bfloat16), torch.randn(256, 64).to(torch.bfloat16)]
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_candidate_more_accurate_than_a_narrow_dtype_reference_passes(tmp_path):
+    """A model that computes in a narrower dtype and returns fp32 (a bf16 GEMM, .float()) differs from float64 by
+    its rounding, not by its scale: not ill-conditioned, so an fp32-accumulating candidate is not held to the
+    reference's rounding; a 1 % perturbation still fails."""
+    better = "import torch\ndef run(a, b):\n    return a.float() @ b.float()\n"
+    case = run_case(HALF_GEMM, better, tmp_path, tag="better")
+    assert case["passed"], case
+    assert "ill-conditioned" not in (case.get("reference_precision") or "")
+    same, pert = same_and_perturbed(HALF_GEMM, tmp_path, "half")
+    assert same["passed"] and not pert["passed"]
