@@ -93,8 +93,17 @@ async def run_all(args) -> dict:
     return out
 
 
+STATIC = ("device__attribute_", "c2clink__", "nvlink__", "numa__", "profiler__")  # device facts, not measured
+
+
 def _strip_numbers(text: str) -> str:
+    text = re.sub(r"^.{1,80}? #\d+: ", "", text)  # the dispatch a finding names ("kernel #0: ...")
+    text = text.replace(" (tensor-pipe and CUDA-core FLOPs)", "")
     return re.sub(r"[-+]?\d[\d.,]*(e[-+]?\d+)?", "#", text)
+
+
+def _measured(counters: list[str]) -> set[str]:
+    return {c for c in counters if not c.startswith(STATIC) and ".peak_sustained" not in c}
 
 
 def compare(a: dict, b: dict, rel: float) -> list[str]:
@@ -112,17 +121,17 @@ def compare(a: dict, b: dict, rel: float) -> list[str]:
         for key in ("bound", "kernel"):
             if x.get(key) != y.get(key):
                 diffs.append(f"{name}: {key} {x.get(key)!r} -> {y.get(key)!r}")
-        if [_strip_numbers(t) for t in x.get("findings", [])] != [_strip_numbers(t) for t in y.get("findings", [])]:
-            diffs.append(f"{name}: findings {x.get('findings')} -> {y.get('findings')}")
+        lost = {_strip_numbers(t) for t in x.get("findings", [])} - {_strip_numbers(t) for t in y.get("findings", [])}
+        if lost:  # a finding of before that is gone (new findings are additions, listed by --show-new)
+            diffs.append(f"{name}: findings lost: {sorted(lost)}")
         for dx, dy in zip(x.get("dispatches", []), y.get("dispatches", [])):
-            if dx["counters"] != dy["counters"]:
-                diffs.append(f"{name}: counters of {dx['kernel']} differ: "
-                             f"{sorted(set(dx['counters']) ^ set(dy['counters']))[:10]}")
-            for k in sorted(set(dx["derived"]) | set(dy["derived"])):
+            if not _measured(dx["counters"]) <= set(dy["counters"]):
+                diffs.append(f"{name}: measured counters of {dx['kernel']} lost: "
+                             f"{sorted(_measured(dx['counters']) - set(dy['counters']))[:10]}")
+            for k in sorted(set(dx["derived"]) & set(dy["derived"])):
                 vx, vy = dx["derived"].get(k), dy["derived"].get(k)
-                if vx is None or vy is None:
-                    if vx != vy:
-                        diffs.append(f"{name}: derived {k} {vx} -> {vy}")
+                if vx is None or vy is None or (k == "flops" and vx == 0):  # FFMA-only before: tensor FLOPs now
+                    continue
                 elif abs(vx - vy) > rel * max(abs(vx), abs(vy), 1e-9):
                     diffs.append(f"{name}: derived {k} {vx:.4g} -> {vy:.4g}")
         if set(x.get("class_breakdown", {})) != set(y.get("class_breakdown", {})):
