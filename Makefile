@@ -16,7 +16,7 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VPY) -m pytest -q -p no:cacheprovider
+	$(VPY) -m pytest -q -p no:cacheprovider --durations=15
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
