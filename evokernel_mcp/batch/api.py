@@ -227,11 +227,18 @@ async def evaluate_batch(
     (this host's GPUs, or a Ray cluster's with `serve --executor ray`). Returns ranked[] {name, valid,
     failed_stage, reason, median_ms, speedup, speedup_ci, result_id}, valid first by speedup. Runs as one
     job with progress per finished candidate; if not done within wait_s, returns job_id."""
-    from evokernel_mcp.runtime.submit import wait_job
-
     plan = await anyio.to_thread.run_sync(_load_plan, task, reference, stages, shapes, overrides, compile,
                                           timeout_s, max_time_s)
-    job_id = await submit_batch(plan, candidates, experiment=experiment, task=task, reference=reference)
+    return await submit_and_wait(plan, candidates, experiment=experiment, task=task, reference=reference,
+                                 wait_s=wait_s, ctx=ctx)
+
+
+async def submit_and_wait(plan: cascade.Plan, cands: list[BatchCandidate], *, experiment: str | None,
+                          task: str | None, reference: str | None, wait_s: float, ctx: Any) -> BatchResult:
+    """Start the batch as one job and wait up to wait_s: the ranked table, the job's failure, or its handle."""
+    from evokernel_mcp.runtime.submit import wait_job
+
+    job_id = await submit_batch(plan, cands, experiment=experiment, task=task, reference=reference)
     outcome = await wait_job(job_id, wait_s, ctx=ctx)
     if outcome.state == "done" and outcome.result is not None:
         return outcome.result  # type: ignore[return-value]

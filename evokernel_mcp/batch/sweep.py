@@ -96,8 +96,7 @@ async def sweep(
     Each configuration (block sizes, warps, stages: module-level names run() reads) is a candidate of one batch.
     Call after a correct kernel, before hand-tuning: ranked[].name is the configuration ('BLOCK=512,NUM_WARPS=4');
     failed configurations say their stage and reason."""
-    from evokernel_mcp.batch.api import _load_plan, submit_batch
-    from evokernel_mcp.runtime.submit import wait_job
+    from evokernel_mcp.batch.api import _load_plan, submit_and_wait
 
     cfgs = expand(space or {}, configs)
     for c in cfgs:
@@ -105,12 +104,5 @@ async def sweep(
     cands = [BatchCandidate(name=config_name(c), source=config_source(candidate, c)) for c in cfgs]
     plan = await anyio.to_thread.run_sync(_load_plan, task, reference, stages or ["verify", "benchmark"], shapes,
                                           overrides, None, timeout_s, max_time_s)
-    job_id = await submit_batch(plan, cands, experiment=experiment, task=task, reference=reference)
-    outcome = await wait_job(job_id, wait_s, ctx=ctx)
-    if outcome.state == "done" and outcome.result is not None:
-        return outcome.result  # type: ignore[return-value]
-    if outcome.finished:
-        return BatchResult(state=outcome.state, task=plan.task.name, stages=plan.stages, error=outcome.error)
-    return BatchResult(state=outcome.state, task=plan.task.name, stages=plan.stages, job_id=outcome.job_id,
-                       message=f"Not finished within wait_s={wait_s:g} s. Call job_result('{outcome.job_id}', wait_s) "
-                       "to fetch the ranked table, cancel_job to stop it.")
+    return await submit_and_wait(plan, cands, experiment=experiment, task=task, reference=reference,
+                                 wait_s=wait_s, ctx=ctx)
