@@ -1,0 +1,308 @@
+"""Search step 7's variants (conv3d_depthwise) through the MCP client, as an agent would; one command.
+
+Every variant is step7_mma_tiles/kernel.cu with other #define values. Before any GPU work, each variant
+is checked on this host: the CPU emulation of its index math (step7_mma_tiles/emulate.py, float64, vs
+F.conv3d on small shapes) and, where nvcc is installed, an sm_90 compile with no spills. Then, through a
+real MCP client talking to `evokernel-mcp serve` over stdio, every call labelled
+experiment="conv3d/step7/<variant>" (the journal draws the search with export_trajectory):
+  compile_kernel (sm_90 on a GPU host, gfx942/gfx950 with --amd: registers, occupancy),
+  verify_vs_pytorch (every shape set, fresh random inputs),
+  benchmark against step 6 (default arguments: every shape set; the full shape's row is reported),
+then the best verified variant against PyTorch in one benchmark call (full shape), optionally profile_pmc
+(--profile) on it, a journal note with the table, and export_trajectory. Prints a compact table and
+writes bench/results/conv3d_step7_search_<device>_<date>.{md,json} (copied under $OUT when set).
+
+  python3 bench/conv3d_step7_search.py                 # GPU host: all variants (< 5 min on one H100)
+  python3 bench/conv3d_step7_search.py --only v1 v3    # some variants
+  python3 bench/conv3d_step7_search.py --cpu-only      # this host: emulation + nvcc + gfx942/gfx950 compiles
+  python3 bench/conv3d_step7_search.py --profile       # also profile_pmc (preset memory) on the best
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+KDIR = REPO / "resources/reference_kernels/conv3d_depthwise"
+STEP7 = KDIR / "step7_mma_tiles"
+RESULTS = REPO / "bench/results"
+KERNEL = "conv3d_dw_mma_tiles"
+# name -> #define overrides of kernel.cu (the file's own values are v1)
+VARIANTS = {
+    "v1": {},                                                            # 4 warps x 5 tiles, 8 planes, 4 stages
+    "v2": {"STAGES": 6},                                                 # deeper ring
+    "v3": {"WARPS": 10, "NT": 2, "MINB": 1},                             # 10 warps x 2 tiles (more warps, less ILP)
+    "v4": {"WARPS": 8, "NPB": 16, "NT": 5, "MINB": 1},                   # 16 planes a block: halo planes 2/16
+    "v5": {"NPN": 4, "MINB": 2},                                         # N = 4 planes x 2 column segments
+}
+DEFAULT = ["v1", "v2", "v3", "v4"]
+
+
+def variant_source(overrides: dict) -> str:
+    src = (STEP7 / "kernel.cu").read_text()
+    for k, v in overrides.items():
+        src, n = re.subn(rf"#define {k} \d+", f"#define {k} {v}", src)
+        assert n == 1, k
+    return src
+
+
+def candidate(cu_src: str, step_dir: Path = STEP7) -> str:
+    """One self-contained candidate source: the launcher, the C++ text, the step's run()."""
+    launcher = (KDIR / "_cxx.py").read_text()
+    assert "'''" not in cu_src
+    return launcher + f"\n\nCUDA_SRC = r'''{cu_src}'''\n\n" + (step_dir / "kernel.py").read_text()
+
+
+def _emulate_module():
+    spec = importlib.util.spec_from_file_location("step7_emulate", STEP7 / "emulate.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def cpu_checks(name: str, src: str) -> dict:
+    """Emulation vs F.conv3d (NVIDIA and AMD layouts) on small shapes, and an nvcc sm_90 build if nvcc is here."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    emu, out = _emulate_module(), {}
+    for target in ("nvidia", "amd"):
+        cf = emu.config(src, target)
+        W = min(cf["WMAX"], 3 * cf["TILEW"] if cf["TILEW"] >= 8 else 24)
+        worst = 0.0
+        for C, D, H, Wd in ((1, 5, 6, 8), (2, cf["NPB"] + 4, 9, W)):
+            g = torch.Generator().manual_seed(7)
+            x = torch.randn((1, C, D, H, Wd), generator=g).to(torch.bfloat16).double()
+            w = (0.2 * torch.randn((C, 1, 3, 5, 5), generator=g)).to(torch.bfloat16).double()
+            y = emu.emulate(x.numpy(), w.numpy(), src, target)
+            ref = F.conv3d(x, w, padding=(0, 2, 2), groups=C)[0].numpy()
+            worst = max(worst, float(np.nan_to_num(np.abs(y - ref), nan=np.inf).max()))
+        out[f"emulate_{target}_max_err"] = worst
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        with tempfile.TemporaryDirectory() as d:
+            cu = Path(d) / "k.cu"
+            cu.write_text(src)
+            r = subprocess.run([nvcc, "-cubin", "-arch=sm_90", "-O3", "-std=c++17", "-Xptxas", "-v", "-o",
+                                str(Path(d) / "k.cubin"), str(cu)], capture_output=True, text=True, timeout=300)
+        m = re.search(r"Used (\d+) registers", r.stderr)
+        sp = re.search(r"(\d+) bytes spill stores", r.stderr)
+        out.update(nvcc_ok=r.returncode == 0, nvcc_registers=int(m.group(1)) if m else None,
+                   nvcc_spill_bytes=int(sp.group(1)) if sp else None)
+    cf = emu.config(src, "nvidia")
+    out.update(smem_bytes=cf["SMEM_BYTES"], wmax=cf["WMAX"], threads=cf["THREADS"])
+    return out
+
+
+async def call(client, name: str, args: dict) -> dict:
+    r = await client.call_tool(name, args)
+    if r.is_error:
+        print(f"  [{name}] tool error: {r.content[0].text[:400]}", flush=True)
+        return {"error": r.content[0].text[:2000]}
+    res = r.structured_content or {}
+    while res.get("job_id") and res.get("state", "done") not in ("done", "failed", "cancelled") \
+            and not res.get("results") and not res.get("cases") and not res.get("dispatches"):
+        r = await client.call_tool("job_result", {"job_id": res["job_id"], "wait_s": 50})
+        if r.is_error:
+            return {"error": r.content[0].text[:2000]}
+        res = r.structured_content or {}
+        res = res.get("result") or res
+    return res
+
+
+def compile_row(res: dict) -> dict:
+    if not res or res.get("error") or not res.get("ok"):
+        return {"ok": False, "error": (res or {}).get("error") or [d.get("message") for d in (res or {}).get("diagnostics", [])][:2]}
+    k = res["kernels"][0]
+    occ = k.get("occupancy") or {}
+    return {"ok": True, "registers": k.get("registers"), "vgpr": k.get("vgpr_count"), "agpr": k.get("agpr_count"),
+            "lds_bytes": k.get("lds_bytes"), "scratch_bytes": k.get("scratch_bytes"), "spills": k.get("vgpr_spill_count"),
+            "occupancy": occ.get("warps_per_sm") or occ.get("waves_per_simd"), "limiter": occ.get("limiter")}
+
+
+def full_row(bench: dict) -> dict:
+    rows = (bench or {}).get("results") or []
+    return next((r for r in rows if r.get("shape") == "full"), rows[-1] if rows else {})
+
+
+async def search(args, rep_cpu: dict) -> dict:
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    rep: dict = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "variants": {},
+                 "cpu": rep_cpu}
+    step6 = candidate((KDIR / "step6_mma_stream/kernel.cu").read_text(), KDIR / "step6_mma_stream")
+    params = StdioServerParameters(command=sys.executable, args=["-m", "evokernel_mcp", "serve"], env=dict(os.environ))
+    async with Client(params) as client:
+        dev = await call(client, "query_rocminfo", {})
+        rep["device"] = ((dev.get("devices") or [{}])[0]).get("name") if isinstance(dev, dict) else None
+        gpu = bool(rep["device"]) and not args.cpu_only
+        for name in args.only:
+            t0 = time.time()
+            src = variant_source(VARIANTS[name])
+            label = f"conv3d/step7/{name}"
+            v: dict = {"defines": VARIANTS[name], "cpu": rep["cpu"].get(name, {}), "compile": {}}
+            targets = ["sm_90"] + (["gfx942", "gfx950"] if args.amd or not gpu else [])
+            for t in targets:
+                v["compile"][t] = compile_row(await call(client, "compile_kernel", {
+                    "source": src, "language": "hip" if t.startswith("gfx") else "cuda", "kernel": KERNEL,
+                    "target": t, "options": {"workgroup_size": v["cpu"].get("threads", 128) * (2 if t.startswith("gfx") else 1)}}))
+                print(f"  {name} compile {t}: {v['compile'][t]}", flush=True)
+            if gpu:
+                cand = candidate(src)
+                v["verify"] = await call(client, "verify_vs_pytorch", {"task": "conv3d_depthwise", "candidate": cand,
+                                                                      "seeds": 2, "wait_s": 50, "experiment": label})
+                v["verified"] = bool(v["verify"].get("passed"))
+                print(f"  {name} verify passed={v['verified']} {_verify_brief(v['verify'])}", flush=True)
+                if v["verified"]:
+                    v["bench_vs_step6"] = await call(client, "benchmark", {"task": "conv3d_depthwise", "candidate": cand,
+                                                                           "baseline": step6, "wait_s": 50,
+                                                                           "timeout_s": 600, "experiment": label})
+                    b = full_row(v["bench_vs_step6"])
+                    print(f"  {name} vs step6: {(b.get('candidate') or {}).get('median_ms')} ms vs "
+                          f"{(b.get('baseline') or {}).get('median_ms')} ms, speedup {b.get('speedup')}", flush=True)
+            v["wall_s"] = round(time.time() - t0, 1)
+            rep["variants"][name] = v
+            write(rep, final=False)
+        ok = [(n, (full_row(v.get("bench_vs_step6")).get("candidate") or {}).get("median_ms")) for n, v in rep["variants"].items()]
+        ok = sorted([(ms, n) for n, ms in ok if ms])
+        if gpu and ok:
+            best = ok[0][1]
+            rep["best"] = best
+            cand = candidate(variant_source(VARIANTS[best]))
+            label = f"conv3d/step7/{best}"
+            rep["bench_vs_pytorch"] = await call(client, "benchmark", {"task": "conv3d_depthwise", "candidate": cand,
+                                                                       "shapes": ["full"], "wait_s": 50, "timeout_s": 600,
+                                                                       "experiment": label})
+            b = full_row(rep["bench_vs_pytorch"])
+            print(f"  best {best} vs PyTorch: {(b.get('candidate') or {}).get('median_ms')} ms vs "
+                  f"{(b.get('baseline') or {}).get('median_ms')} ms, speedup {b.get('speedup')}", flush=True)
+            if args.profile:
+                rep["profile"] = await call(client, "profile_pmc", {"task": "conv3d_depthwise", "candidate": cand,
+                                                                    "preset": args.profile_preset, "shapes": ["full"],
+                                                                    "wait_s": 50, "experiment": label})
+                for f in (rep["profile"].get("findings") or [])[:6]:
+                    print(f"  finding: {f.get('text')}", flush=True)
+            md, _ = table(rep)
+            rep["note"] = await call(client, "record_note", {
+                "task": "conv3d_depthwise", "experiment": label, "kind": "lesson",
+                "text": f"step 7 search: best variant {best} ({VARIANTS[best] or 'kernel.cu defaults'}) "
+                        f"{ok[0][0]} ms on the full shape in its benchmark against step 6.",
+                "evidence": {"kind": "measured", "value": ok[0][0], "unit": "ms",
+                             "source": f"benchmark tool on {rep['device']}"}})
+            if not args.no_export:
+                out = await call(client, "export_trajectory", {"task": "conv3d_depthwise", "preview_chars": 0})
+                rep["trajectory"] = {k: out.get(k) for k in ("artifact_id", "chart_uri", "report_uri", "points") if k in out}
+                await save_trajectory(client, out)
+    return rep
+
+
+async def save_trajectory(client, out: dict) -> None:
+    import base64
+
+    if not out or out.get("error") or not out.get("chart_uri"):
+        return
+    for name, uri in (("trajectory.png", out["chart_uri"]), ("report.md", out["report_uri"])):
+        c = (await client.read_resource(uri)).contents[0]
+        data = base64.b64decode(c.blob) if getattr(c, "blob", None) else c.text.encode()
+        dest = RESULTS / f"conv3d_step7_journal_{datetime.date.today().isoformat()}_{name}"
+        dest.write_bytes(data)
+        if os.environ.get("OUT"):
+            Path(os.environ["OUT"], dest.name).write_bytes(data)
+
+
+def _verify_brief(v: dict) -> str:
+    if v.get("error"):
+        return str(v["error"])[:300]
+    bad = [c for c in v.get("cases") or [] if not c.get("passed")]
+    return "" if not bad else f"first failing case: {json.dumps(bad[0], default=str)[:300]}"
+
+
+def table(rep: dict) -> tuple[str, list]:
+    pt = full_row(rep.get("bench_vs_pytorch"))
+    pt_ms = (pt.get("baseline") or {}).get("median_ms")
+    lines = ["| variant | defines | verified | ms (full) | step 6 ms (same call) | speedup vs step 6 | vs PyTorch | "
+             "sm_90 regs / spills (nvcc) | sm_90 warps/SM (compile_kernel) | smem B | gfx942 VGPR/waves | gfx950 VGPR/waves | emulation |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = []
+    for name, v in rep["variants"].items():
+        b = full_row(v.get("bench_vs_step6"))
+        ms, s6 = (b.get("candidate") or {}).get("median_ms"), (b.get("baseline") or {}).get("median_ms")
+        if name == rep.get("best") and pt.get("speedup"):
+            vs_pt = f"{pt['speedup']:.1f}x (same call)"
+        elif ms and pt_ms:
+            vs_pt = f"{pt_ms / ms:.1f}x (derived)"
+        else:
+            vs_pt = "-"
+        cpu, comp = v.get("cpu", {}), v.get("compile", {})
+        amd = lambda t: (f"{comp[t].get('vgpr')}+{comp[t].get('agpr') or 0} / {comp[t].get('occupancy')}"  # noqa: E731
+                         if comp.get(t, {}).get("ok") else "-")
+        sm = comp.get("sm_90", {})
+        emu = max(cpu.get("emulate_nvidia_max_err", float("nan")), cpu.get("emulate_amd_max_err", float("nan")))
+        f = lambda x, p: "-" if x is None else f"{x:.{p}f}"  # noqa: E731
+        lines.append(f"| {name} | {v['defines'] or 'kernel.cu'} | {v.get('verified', '-')} | {f(ms, 4)} | {f(s6, 4)} | "
+                     f"{f(b.get('speedup'), 2)} | {vs_pt} | {cpu.get('nvcc_registers', '-')} / {cpu.get('nvcc_spill_bytes', '-')} | "
+                     f"{sm.get('occupancy', '-')} ({sm.get('limiter', '-')}) | {cpu.get('smem_bytes', '-')} | {amd('gfx942')} | "
+                     f"{amd('gfx950')} | {'ok' if emu == 0.0 else emu} |")
+        rows.append({"variant": name, "ms": ms})
+    return "\n".join(lines) + "\n", rows
+
+
+def write(rep: dict, final: bool) -> None:
+    md, _ = table(rep)
+    dev = (rep.get("device") or "cpu").replace(" ", "_")
+    stem = RESULTS / f"conv3d_step7_search_{dev}_{rep['date'][:10]}"
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stem.with_suffix(".json").write_text(json.dumps(rep, indent=1, default=str))
+    stem.with_suffix(".md").write_text(f"# conv3d_depthwise step 7 search ({rep.get('device')}, {rep['date']})\n\n"
+                                       f"[measured: bench/conv3d_step7_search.py, MCP tools, {rep.get('device')}, "
+                                       f"{rep['date'][:10]}]\n\n{md}")
+    if final:
+        print(md)
+    if os.environ.get("OUT"):
+        for suf in (".json", ".md"):
+            Path(os.environ["OUT"], stem.with_suffix(suf).name).write_bytes(stem.with_suffix(suf).read_bytes())
+
+
+def main() -> int:
+    import anyio
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="*", default=DEFAULT, choices=list(VARIANTS))
+    ap.add_argument("--cpu-only", action="store_true", help="no verify/benchmark (a host without a GPU)")
+    ap.add_argument("--amd", action="store_true", help="also gfx942/gfx950 compiles on a GPU host (needs clang-19)")
+    ap.add_argument("--profile", action="store_true", help="profile_pmc on the best variant")
+    ap.add_argument("--profile-preset", default="memory")
+    ap.add_argument("--no-export", action="store_true", help="skip export_trajectory")
+    ap.add_argument("--skip-cpu-checks", action="store_true")
+    args = ap.parse_args()
+    rep_cpu = {}
+    for name in args.only:
+        if args.skip_cpu_checks:
+            break
+        rep_cpu[name] = cpu_checks(name, variant_source(VARIANTS[name]))
+        c = rep_cpu[name]
+        print(f"  {name} cpu: emulation err nvidia {c['emulate_nvidia_max_err']} amd {c['emulate_amd_max_err']}, "
+              f"nvcc regs {c.get('nvcc_registers')} spills {c.get('nvcc_spill_bytes')} smem {c['smem_bytes']} B", flush=True)
+        if c["emulate_nvidia_max_err"] != 0.0:
+            print(f"  {name}: the emulation disagrees with F.conv3d: dropped", flush=True)
+            args.only = [n for n in args.only if n != name]
+
+    rep = anyio.run(search, args, rep_cpu)
+    write(rep, final=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,209 @@
+"""Step 7's kernel emulated lane by lane in float64 on the CPU: its #defines, shared-memory layout (ring
+slots, padded planes, zero halo, output tile), copy and flush maps, fragment maps (NVIDIA mma.sync
+m16n8k16 and AMD MFMA 16x16x16), pair loop and accumulator slots. Shared memory starts as NaN, so a read
+of a never-written element poisons the output; `y` starts as NaN, so an unwritten output shows.
+
+  emulate(x, w, source_text, target) -> y (float64, [C, D - 2, H, W])
+  bank_conflicts(source_text, W) -> worst ways of the NVIDIA B reads and output-tile writes
+Used by test_conv3d_steps.py and bench/conv3d_step7_search.py (a variant is checked here before any GPU
+time is spent on it).
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+
+def config(src: str, target: str = "nvidia") -> dict:
+    """The kernel's compile-time constants, derived as kernel.cu derives them."""
+    v = {k: int(re.search(rf"#define {k} (\d+)", src).group(1)) for k in ("WARPS", "NPB", "NPN", "NT", "STAGES", "MINB")}
+    lanes, nb, nstage = (32, 8, v["STAGES"]) if target == "nvidia" else (64, 16, 2)
+    spn = nb // v["NPN"]
+    tilew = 4 * spn
+    wmax = v["WARPS"] * v["NT"] * tilew * v["NPN"] // v["NPB"]
+    rowe = wmax + 16
+    planee = 2 * (rowe + ((32 // v["NPN"] - rowe) % 32 + 32) % 32)  # C's % of a negative: same result here
+    slote = (v["NPB"] + 2) * planee
+    orowe = wmax + 8
+    oplanee = 4 * orowe + 8
+    v.update(LANES=lanes, NB=nb, NSTAGE=nstage, SPN=spn, TILEW=tilew, WMAX=wmax, ROWE=rowe, PLANEE=planee,
+             SLOTE=slote, OROWE=orowe, OPLANEE=oplanee, THREADS=v["WARPS"] * lanes, WCH=wmax // 8,
+             SMEM_BYTES=2 * (nstage * slote + v["NPB"] * oplanee))
+    v["NCHUNK"] = (v["NPB"] + 2) * 2 * v["WCH"]
+    v["CPT"] = -(-v["NCHUNK"] // v["THREADS"])
+    v["NOUT"] = v["NPB"] * 4 * v["WCH"]
+    return v
+
+
+def _c_mod(a: int, b: int) -> int:  # C's % (truncating)
+    return a - b * int(a / b)
+
+
+def m_row(m):
+    return (m >> 1) & 3
+
+
+def m_col(m):
+    return (m & 1) + 2 * (m >> 3)
+
+
+def a_elem(wq, kd, j, m, k):
+    kh, kw = 2 * j + (k >> 3) - m_row(m), (k & 7) - m_col(m)
+    return wq[kd, kh, kw] if 0 <= kh < 5 and 0 <= kw < 5 else 0.0
+
+
+# lane maps: (lane, register element) -> matrix cell
+def a_cells(target, lane):
+    if target == "nvidia":
+        g, t = lane >> 2, lane & 3
+        return [(g + 8 * (q & 1), 2 * t + 8 * (q >> 1) + h) for q in range(4) for h in range(2)]
+    return [(lane & 15, 4 * (lane >> 4) + i) for i in range(4)]
+
+
+def b_reads(target, lane, rowe):
+    """(k, element offset from the lane's B pointer) of the lane's B fragment, n = b_col(lane)."""
+    if target == "nvidia":
+        t = lane & 3
+        return [(2 * t, 0), (2 * t + 1, 1), (2 * t + 8, rowe), (2 * t + 9, rowe + 1)]
+    kq = lane >> 4
+    return [(4 * kq + i, i) for i in range(4)]
+
+
+def b_col(target, lane):
+    return lane >> 2 if target == "nvidia" else lane & 15
+
+
+def b_k0(target, lane):
+    return 2 * (lane & 3) if target == "nvidia" else 4 * ((lane >> 4) & 1)
+
+
+def b_e(target, lane):
+    return 0 if target == "nvidia" else lane >> 5
+
+
+def c_cells(target, lane):
+    if target == "nvidia":
+        return [((lane >> 2) + 8 * (i >> 1), 2 * (lane & 3) + (i & 1)) for i in range(4)]
+    return [(4 * (lane >> 4) + i, lane & 15) for i in range(4)]
+
+
+def emulate(x, w, src: str, target: str = "nvidia") -> np.ndarray:
+    cf = config(src, target)
+    x = np.asarray(x, dtype=np.float64)[0]
+    w = np.asarray(w, dtype=np.float64)[:, 0]
+    C, D, H, W = x.shape
+    if W > cf["WMAX"] or W % cf["TILEW"] or W % 8:
+        raise ValueError(f"W = {W} outside this variant (W <= {cf['WMAX']}, W % {cf['TILEW']} == 0)")
+    NPB, NPN, SPN, NT, WARPS, LANES, NB = (cf[k] for k in ("NPB", "NPN", "SPN", "NT", "WARPS", "LANES", "NB"))
+    NSTAGE, SLOTE, PLANEE, ROWE = cf["NSTAGE"], cf["SLOTE"], cf["PLANEE"], cf["ROWE"]
+    OPLANEE, OROWE, THREADS, WCH = cf["OPLANEE"], cf["OROWE"], cf["THREADS"], cf["WCH"]
+    Dout, nb = D - 2, (H + 3) // 4
+    npairs, wch = 2 * nb + 2, W // 8
+    y = np.full((C, Dout, H, W), np.nan)
+    NPG = NPB // NPN
+    ntiles = NPG * (W // cf["TILEW"])
+    for c in range(C):
+        A = np.zeros((3, 4, 16, 16))
+        for kd in range(3):
+            for j in range(4):
+                seen = np.zeros((16, 16), int)
+                for lane in range(LANES):
+                    for m, k in a_cells(target, lane):
+                        A[kd, j, m, k] = a_elem(w[c], kd, j, m, k)
+                        seen[m, k] += 1
+                assert (seen == 1).all(), "A fragment map does not cover 16 x 16 exactly once"
+        for bx in range(-(-Dout // NPB)):
+            d0 = bx * NPB
+            smem = np.full(NSTAGE * SLOTE + NPB * OPLANEE, np.nan)
+            smem[:NSTAGE * SLOTE] = 0.0
+            otile = NSTAGE * SLOTE
+
+            def chunks():
+                for tid in range(THREADS):
+                    for k in range(cf["CPT"]):
+                        cid = tid + THREADS * k
+                        p, e, ch = cid // (2 * WCH), (cid // WCH) & 1, cid % WCH
+                        if cid < cf["NCHUNK"] and ch < wch:
+                            yield p, e, ch, p * PLANEE + e * ROWE + 8 + 8 * ch
+
+            def load(i):
+                slot, out = i % NSTAGE, []
+                for p, e, ch, dst in chunks():
+                    ih = 2 * i - 2 + e
+                    ok = d0 + p < D and 0 <= ih < H
+                    out.append((slot * SLOTE + dst, x[c, d0 + p, ih, 8 * ch:8 * ch + 8] if ok else np.zeros(8)))
+                    assert 0 <= dst and dst + 8 <= SLOTE
+                return out
+
+            def land(writes):
+                for a, v in writes:
+                    smem[a:a + 8] = v
+
+            acc = np.zeros((WARPS, 2, NT, 16, NB))
+            bofs, oofs = {}, {}
+            for warp in range(WARPS):
+                for q in range(NT):
+                    T = min(warp + WARPS * q, ntiles - 1)
+                    pg, ct = T % NPG, T // NPG
+                    oofs[warp, q] = pg * NPN * OPLANEE + ct * cf["TILEW"]
+                    for lane in range(LANES):
+                        n = b_col(target, lane)
+                        pl, col = pg * NPN + n // SPN, ct * cf["TILEW"] + 4 * (n % SPN)
+                        bofs[warp, q, lane] = pl * PLANEE + b_e(target, lane) * ROWE + 8 + col - 2 + b_k0(target, lane)
+            for i in range(NSTAGE - 1):
+                land(load(i))
+            pend = -1
+
+            def flush(b):
+                for tid in range(THREADS):
+                    for cid in range(tid, cf["NOUT"], THREADS):
+                        p, r, ch = cid // (4 * WCH), (cid // WCH) & 3, cid % WCH
+                        oh = 4 * b + r
+                        if ch < wch and d0 + p < Dout and oh < H:
+                            a = otile + p * OPLANEE + r * OROWE + 8 * ch
+                            y[c, d0 + p, oh, 8 * ch:8 * ch + 8] = smem[a:a + 8]
+
+            for i in range(npairs):
+                P = i % 4
+                sn, jn = (P >> 1) & 1, P & 1
+                so, jo, bn = sn ^ 1, jn + 2, i >> 1
+                if pend >= 0:
+                    flush(pend)
+                    pend = -1
+                pre = load(i + NSTAGE - 1)
+                if target == "nvidia":  # cp.async: lands during the step, in a slot nobody reads now
+                    land(pre)
+                sl = (i % NSTAGE) * SLOTE
+                for warp in range(WARPS):
+                    for q in range(NT):
+                        if warp + WARPS * q >= ntiles:
+                            continue
+                        for kd in range(3):
+                            B = np.full((16, NB), np.nan)
+                            for lane in range(LANES):
+                                base = sl + bofs[warp, q, lane] + kd * PLANEE
+                                for k, off in b_reads(target, lane, ROWE):
+                                    assert sl <= base + off < sl + SLOTE, "B read outside its ring slot"
+                                    B[k, b_col(target, lane)] = smem[base + off]
+                            if bn < nb:
+                                acc[warp, sn, q] += A[kd, jn] @ B
+                            acc[warp, so, q] += A[kd, jo] @ B
+                if target != "nvidia":
+                    land(pre)
+                if P & 1:
+                    if bn >= 1:  # to_tile: the completed block -> output tile
+                        for warp in range(WARPS):
+                            for q in range(NT):
+                                if warp + WARPS * q >= ntiles:
+                                    continue
+                                for lane in range(LANES):
+                                    for m, n in c_cells(target, lane):
+                                        a = otile + oofs[warp, q] + (n // SPN) * OPLANEE + m_row(m) * OROWE \
+                                            + 4 * (n % SPN) + m_col(m)
+                                        smem[a] = acc[warp, so, q, m, n]
+                        pend = bn - 1
+                    acc[:, so] = 0.0
+            if pend >= 0:
+                flush(pend)
+    return y

@@ -1,0 +1,318 @@
+// Step 7: depthwise conv3d (3x5x5, padding (0,2,2)) on the matrix units with 2-D output tiles, the input
+// moved once through a shared-memory pipeline.
+// One MMA tile is 16 outputs x 16 inputs x NB columns:
+//   M = a 4 x 4 output patch (4 rows r x 4 columns s), m -> r = (m >> 1) & 3, s = (m & 1) + 2 (m >> 3);
+//   K = 2 input rows (e) x 8 input columns (c), k = 8e + c;
+//   N = NB independent patches: NPN output planes x SPN column segments of 4 (NB = 8 NVIDIA, 16 AMD).
+//   A_{kd,j}[m, k] = wt[kd, kh = 2j + e - r, kw = c - s] when both are in range, else 0,
+// where input row pair j = 0..3 of an output block of rows oh0..oh0+3 is rows oh0 - 2 + 2j + e. So one
+// output block needs 4 pairs x 3 planes = 12 MMAs, each of whose 256 (m, k) products has 80 filter taps
+// (31 %, against 50 / 256 = 20 % for step 6's one-row Toeplitz band), and every input row pair feeds two
+// output blocks (the one it starts and the one it ends): half of step 6's MMAs for the same outputs.
+// The 12 A matrices (fixed per channel) live in registers; B comes from shared memory.
+// A block owns one channel, NPB consecutive output planes and all of W (W <= WMAX) and streams down H in
+// row pairs: per pair it stages NPB + 2 planes x 2 rows x W (16-byte chunks) into a STAGES-deep ring
+// (NVIDIA: cp.async.cg, zero-filled outside the tensor; AMD: 16-byte global loads into registers one pair
+// ahead, written to LDS after the pair's MMAs), one __syncthreads per pair. Each warp owns NT (plane group,
+// column tile) pairs and keeps two accumulator tiles for each: the block this pair starts and the one it
+// completes. A completed block goes through a shared-memory output tile and leaves as 16-byte stores.
+// The m permutation puts rows r = 0..3 in both halves of M, so that no A register is identically zero
+// (ptxas otherwise rematerializes a known-zero MMA operand with a MOV before every MMA).
+#if defined(__HIP__) || defined(__HIPCC__)
+#include <hip/hip_runtime.h>
+#else
+#include <cuda_runtime.h>
+#endif
+#include <stdint.h>
+
+#define WARPS 4    // warps per block
+#define NPB 8      // output planes per block (NPN divides it)
+#define NPN 8      // output planes in one MMA's N (the rest of N is SPN = NB / NPN column segments of 4)
+#define NT 5       // (plane group, column tile) tiles per warp: W <= WMAX = WARPS*NT*4*SPN*NPN/NPB
+#define STAGES 4   // NVIDIA: input row pairs in the shared ring (STAGES - 1 in flight); AMD uses 2
+#define MINB 3     // __launch_bounds__ min blocks per SM (3 x 128 threads: <= 168 registers)
+
+#if !defined(__HIP_PLATFORM_AMD__)
+#define LANES 32
+#define NB 8
+#define NSTAGE STAGES
+#else
+#define LANES 64
+#define NB 16
+#define NSTAGE 2
+#endif
+#define SPN (NB / NPN)
+#define THREADS (WARPS * LANES)
+#define TILEW (4 * SPN)                                   // output columns of one tile
+#define WMAX (WARPS * NT * TILEW * NPN / NPB)             // widest W one block covers
+#define WCH (WMAX / 8)                                     // 16-byte chunks of a row at W = WMAX
+#define NCHUNK ((NPB + 2) * 2 * WCH)                      // 16-byte chunks of one staged pair
+#define CPT ((NCHUNK + THREADS - 1) / THREADS)            // 16-byte copies per thread per pair
+#define NOUT (NPB * 4 * WCH)                              // 16-byte chunks of the output tile
+
+__device__ __forceinline__ uint16_t to_bf16(float f) {   // round to nearest even
+#if defined(__HIP_PLATFORM_AMD__)
+  uint32_t u = __float_as_uint(f);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+#else
+  uint16_t r;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f));
+  return r;
+#endif
+}
+// output patch coordinates of A/C row m
+__device__ __forceinline__ int m_row(int m) { return (m >> 1) & 3; }
+__device__ __forceinline__ int m_col(int m) { return (m & 1) + 2 * (m >> 3); }
+// A_{kd,j}[m, k] as a bf16 bit pattern (wq = this channel's 75 taps)
+__device__ __forceinline__ uint32_t a_elem(const uint16_t* wq, int kd, int j, int m, int k) {
+  const int kh = 2 * j + (k >> 3) - m_row(m), kw = (k & 7) - m_col(m);
+  return (kh >= 0 && kh < 5 && kw >= 0 && kw < 5) ? (uint32_t)wq[kd * 25 + kh * 5 + kw] : 0u;
+}
+
+#if !defined(__HIP_PLATFORM_AMD__)
+// ---------------------------------------------------------------- NVIDIA: mma.sync m16n8k16 (warp32)
+struct AFrag { uint32_t r[4]; };   // A (16x16 row-major): (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)
+struct BFrag { uint32_t r[2]; };   // B (16x8 col-major):  (k 2t..2t+1, n g), (k 2t+8..2t+9, n g)
+struct CFrag { float r[4]; };      // C (16x8):            (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)
+
+__device__ __forceinline__ void mma(CFrag& c, const AFrag& a, const BFrag& b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c.r[0]), "+f"(c.r[1]), "+f"(c.r[2]), "+f"(c.r[3])
+      : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b.r[0]), "r"(b.r[1]));
+}
+__device__ __forceinline__ void build_a(AFrag& a, const uint16_t* wq, int kd, int j, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int m = g + 8 * (q & 1), k = 2 * t + 8 * (q >> 1);
+    a.r[q] = a_elem(wq, kd, j, m, k) | (a_elem(wq, kd, j, m, k + 1) << 16);
+  }
+}
+// this lane's B column n and the first k of its first pair (the staged element offset adds the rest)
+__device__ __forceinline__ int b_col(int lane) { return lane >> 2; }
+__device__ __forceinline__ int b_k0(int lane) { return 2 * (lane & 3); }
+__device__ __forceinline__ int b_e(int lane) { (void)lane; return 0; }
+// B of one input plane: p = the staged element of (row e = 0, column c = k0) of this lane's segment
+__device__ __forceinline__ void load_b(BFrag& b, const uint16_t* p, int rowE) {
+  b.r[0] = *reinterpret_cast<const uint32_t*>(p);          // k = 2t, 2t+1:      e = 0, c = 2t, 2t+1
+  b.r[1] = *reinterpret_cast<const uint32_t*>(p + rowE);   // k = 2t+8, 2t+9:    e = 1, same columns
+}
+#define CN 4
+__device__ __forceinline__ int c_m(int lane, int i) { return (lane >> 2) + 8 * (i >> 1); }
+__device__ __forceinline__ int c_n(int lane, int i) { return 2 * (lane & 3) + (i & 1); }
+__device__ __forceinline__ float c_get(const CFrag& c, int i) { return c.r[i]; }
+__device__ __forceinline__ void zero_c(CFrag& c) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) c.r[i] = 0.f;
+}
+
+__device__ __forceinline__ void cp_async16(uint32_t saddr, const void* g, bool ok) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(saddr), "l"(g), "r"(ok ? 16 : 0));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(NSTAGE - 2)); }
+
+#else
+// ---------------------------------------------------------------- AMD: v_mfma_f32_16x16x16bf16_1k (wave64)
+typedef short bf16x4_t __attribute__((ext_vector_type(4)));
+typedef float f32x4_t __attribute__((ext_vector_type(4)));
+struct AFrag { bf16x4_t v; };   // A 16x16: lane (m = lane%16, kq = lane/16) holds (m, 4kq..4kq+3)
+struct BFrag { bf16x4_t v; };   // B 16x16: lane (n = lane%16, kq) holds (4kq..4kq+3, n)
+struct CFrag { f32x4_t v; };    // C 16x16: lane (n, kq) holds (4kq..4kq+3, n)
+
+__device__ __forceinline__ void mma(CFrag& c, const AFrag& a, const BFrag& b) {
+  c.v = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(a.v, b.v, c.v, 0, 0, 0);
+}
+__device__ __forceinline__ void build_a(AFrag& a, const uint16_t* wq, int kd, int j, int lane) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) a.v[i] = (short)a_elem(wq, kd, j, lane & 15, 4 * (lane >> 4) + i);
+}
+__device__ __forceinline__ int b_col(int lane) { return lane & 15; }
+__device__ __forceinline__ int b_k0(int lane) { return 4 * ((lane >> 4) & 1); }
+__device__ __forceinline__ int b_e(int lane) { return lane >> 5; }
+// k = 4kq..4kq+3: e = kq >> 1, c = 4 (kq & 1) .. + 3: two 4-byte reads of one staged row
+__device__ __forceinline__ void load_b(BFrag& b, const uint16_t* p, int rowE) {
+  (void)rowE;
+  const uint32_t p0 = *reinterpret_cast<const uint32_t*>(p), p1 = *reinterpret_cast<const uint32_t*>(p + 2);
+  b.v = bf16x4_t{(short)(p0 & 0xffff), (short)(p0 >> 16), (short)(p1 & 0xffff), (short)(p1 >> 16)};
+}
+#define CN 4
+__device__ __forceinline__ int c_m(int lane, int i) { return 4 * (lane >> 4) + i; }
+__device__ __forceinline__ int c_n(int lane, int i) { (void)i; return lane & 15; }
+__device__ __forceinline__ float c_get(const CFrag& c, int i) { return c.v[i]; }
+__device__ __forceinline__ void zero_c(CFrag& c) { c.v = f32x4_t{0.f, 0.f, 0.f, 0.f}; }
+__device__ __forceinline__ void cp_wait() {}
+#endif
+static_assert(NB % NPN == 0 && NPB % NPN == 0 && NPN <= 8, "NPN divides NB and NPB; at most 8 (16-byte plane strides)");
+
+// Shared-memory layout (elements), fixed at compile time for W <= WMAX (so every offset but the tile's is
+// an immediate). A staged row: 8 zero columns, WMAX data columns, 8 zero columns (the W halo reads columns
+// -2, -1, W, W + 1; columns past W are never written). A staged plane: 2 rows + padding so that the plane
+// stride in 4-byte words is 32 / NPN modulo 32 (the NPN planes of one B read fall in distinct banks). A
+// ring slot: NPB + 2 planes. The output tile: NPB planes x 4 rows of WMAX + 8, plane stride padded by 8.
+#define ROWE (WMAX + 16)
+#define PLANEE (2 * (ROWE + ((32 / NPN - ROWE) % 32 + 32) % 32))
+#define SLOTE ((NPB + 2) * PLANEE)
+#define OROWE (WMAX + 8)
+#define OPLANEE (4 * OROWE + 8)
+#define SMEM_BYTES (2 * (NSTAGE * SLOTE + NPB * OPLANEE))
+
+extern "C" __global__ void __launch_bounds__(THREADS, MINB)
+conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__ wt, uint16_t* __restrict__ y,
+                    int D, int H, int W) {
+  extern __shared__ uint4 smem_dyn[];
+  uint16_t* ring = reinterpret_cast<uint16_t*>(smem_dyn);
+  uint16_t* otile = ring + NSTAGE * SLOTE;
+  const int tid = threadIdx.x, lane = tid % LANES, warp = tid / LANES;
+  const int c = blockIdx.y, d0 = blockIdx.x * NPB, Dout = D - 2;
+  const int nb = (H + 3) / 4, npairs = 2 * nb + 2;
+  const size_t plane = (size_t)H * W;
+  const int wch = W / 8;                                   // 16-byte chunks per row
+
+  // zero the ring once: the halo columns stay zero
+  for (int i = tid; i < NSTAGE * SLOTE / 8; i += THREADS) smem_dyn[i] = make_uint4(0u, 0u, 0u, 0u);
+
+  // this thread's copies: chunk id = tid + THREADS k -> plane p, row e of the pair, chunk ch of the row
+  int csrc[CPT], cdst[CPT], crow[CPT];
+  bool cin[CPT], cok[CPT];   // a chunk of the pair at all; a chunk inside the tensor's planes
+#pragma unroll
+  for (int k = 0; k < CPT; ++k) {
+    const int id = tid + THREADS * k, p = id / (2 * WCH), e = (id / WCH) & 1, ch = id % WCH;
+    cin[k] = id < NCHUNK && ch < wch;
+    cok[k] = cin[k] && d0 + p < D;
+    crow[k] = e;
+    csrc[k] = cok[k] ? p * (int)plane + e * W + 8 * ch : 0;
+    cdst[k] = p * PLANEE + e * ROWE + 8 + 8 * ch;
+  }
+  const uint16_t* xc = x + ((size_t)c * D + d0) * plane;
+
+#if !defined(__HIP_PLATFORM_AMD__)
+  const uint32_t sring = (uint32_t)__cvta_generic_to_shared(ring);
+  auto issue = [&](int i) {   // pair i (input rows 2i - 2, 2i - 1) into slot i % NSTAGE
+    const int slot = i % NSTAGE;
+#pragma unroll
+    for (int k = 0; k < CPT; ++k) {
+      const int ih = 2 * i - 2 + crow[k];
+      const bool ok = cok[k] && ih >= 0 && ih < H;
+      if (cin[k]) cp_async16(sring + 2 * (slot * SLOTE + cdst[k]), ok ? xc + csrc[k] + (ptrdiff_t)(2 * i - 2) * W : x, ok);
+    }
+    cp_commit();
+  };
+  auto land = [&]() {};
+#else
+  uint4 pre[CPT];
+  int pre_slot = 0;
+  auto issue = [&](int i) {
+    pre_slot = i % NSTAGE;
+#pragma unroll
+    for (int k = 0; k < CPT; ++k) {
+      const int ih = 2 * i - 2 + crow[k];
+      const bool ok = cok[k] && ih >= 0 && ih < H;
+      pre[k] = ok ? *reinterpret_cast<const uint4*>(xc + csrc[k] + (ptrdiff_t)(2 * i - 2) * W)
+                  : make_uint4(0u, 0u, 0u, 0u);
+    }
+  };
+  auto land = [&]() {
+#pragma unroll
+    for (int k = 0; k < CPT; ++k)
+      if (cin[k])   /* zeros too: rows outside the tensor overwrite an older pair */
+        *reinterpret_cast<uint4*>(ring + pre_slot * SLOTE + cdst[k]) = pre[k];
+  };
+#endif
+
+  // the A operands: 3 planes x 4 row pairs
+  AFrag a[3][4];
+#pragma unroll
+  for (int kd = 0; kd < 3; ++kd)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) build_a(a[kd][j], wt + c * 75, kd, j, lane);
+
+  // this warp's tiles: tile T = warp + WARPS q -> plane group T % (NPB / NPN), column tile T / (NPB / NPN)
+  constexpr int NPG = NPB / NPN;
+  const int ntiles = NPG * (W / TILEW);
+  int bofs[NT], oofs[NT];
+#pragma unroll
+  for (int q = 0; q < NT; ++q) {
+    const int T = min(warp + WARPS * q, ntiles - 1), pg = T % NPG, ct = T / NPG;
+    const int n = b_col(lane), pl = pg * NPN + n / SPN, col = ct * TILEW + 4 * (n % SPN);
+    bofs[q] = pl * PLANEE + b_e(lane) * ROWE + 8 + col - 2 + b_k0(lane);   // staged (e0, col - 2 + k0) of plane pl
+    oofs[q] = pg * NPN * OPLANEE + ct * TILEW;            // output tile: this tile's first plane and column
+  }
+  CFrag acc[2][NT];
+#pragma unroll
+  for (int s = 0; s < 2; ++s)
+#pragma unroll
+    for (int q = 0; q < NT; ++q) zero_c(acc[s][q]);
+
+  __syncthreads();   // the ring's zeroing is done before any copy lands
+#pragma unroll
+  for (int i = 0; i < NSTAGE - 1; ++i) {
+    issue(i);
+    land();
+  }
+
+  // completed block b: accumulator slot -> output tile (bf16); flushed to y after the next barrier
+  auto to_tile = [&](int s) {
+#pragma unroll
+    for (int q = 0; q < NT; ++q) {
+      if (warp + WARPS * q >= ntiles) continue;
+#pragma unroll
+      for (int i = 0; i < CN; ++i) {
+        const int m = c_m(lane, i), n = c_n(lane, i);
+        otile[oofs[q] + (n / SPN) * OPLANEE + m_row(m) * OROWE + 4 * (n % SPN) + m_col(m)] =
+            to_bf16(c_get(acc[s][q], i));
+      }
+      zero_c(acc[s][q]);
+    }
+  };
+  auto flush = [&](int b) {   // output tile -> y rows 4b .. 4b + 3, 16 bytes a thread
+#pragma unroll
+    for (int id = tid; id < NOUT; id += THREADS) {
+      const int p = id / (4 * WCH), r = (id / WCH) & 3, ch = id % WCH, oh = 4 * b + r;
+      if (ch < wch && d0 + p < Dout && oh < H)
+        *reinterpret_cast<uint4*>(y + ((size_t)c * Dout + d0 + p) * plane + (size_t)oh * W + 8 * ch) =
+            *reinterpret_cast<const uint4*>(otile + p * OPLANEE + r * OROWE + 8 * ch);
+    }
+  };
+
+  // pair i = 4u + P: P even starts block 2u + P/2 (j = 0) and continues block 2u + P/2 - 1 (j = 2);
+  // P odd continues the block it started (j = 1) and completes the other (j = 3).
+  int pend = -1;
+  for (int base = 0; base < npairs; base += 4) {
+#define STEP(P)                                                                                    \
+    {                                                                                              \
+      const int i = base + P;                                                                      \
+      if (i < npairs) {                                                                            \
+        constexpr int sn = (P >> 1) & 1, so = sn ^ 1, jn = P & 1, jo = jn + 2;                     \
+        const int bn = i >> 1;   /* the block this pair starts/continues (slot sn) */              \
+        cp_wait();                                                                                 \
+        __syncthreads();                                                                           \
+        if (pend >= 0) { flush(pend); pend = -1; }                                                 \
+        issue(i + NSTAGE - 1);                                                                     \
+        const uint16_t* sl = ring + (i % NSTAGE) * SLOTE;                                       \
+        _Pragma("unroll") for (int q = 0; q < NT; ++q) {                                           \
+          if (warp + WARPS * q < ntiles) {                                                         \
+            BFrag b[3];                                                                            \
+            _Pragma("unroll") for (int kd = 0; kd < 3; ++kd)                                       \
+              load_b(b[kd], sl + bofs[q] + kd * PLANEE, ROWE);                               \
+            if (bn < nb) {                                                                         \
+              _Pragma("unroll") for (int kd = 0; kd < 3; ++kd) mma(acc[sn][q], a[kd][jn], b[kd]);  \
+            }                                                                                      \
+            _Pragma("unroll") for (int kd = 0; kd < 3; ++kd) mma(acc[so][q], a[kd][jo], b[kd]);    \
+          }                                                                                        \
+        }                                                                                          \
+        land();                                                                                    \
+        if (P & 1) {                                                                               \
+          if (bn >= 1) { to_tile(so); pend = bn - 1; }                                             \
+          else { _Pragma("unroll") for (int q = 0; q < NT; ++q) zero_c(acc[so][q]); }             \
+        }                                                                                          \
+      }                                                                                            \
+    }
+    STEP(0) STEP(1) STEP(2) STEP(3)
+#undef STEP
+  }
+  __syncthreads();
+  if (pend >= 0) flush(pend);
+}
