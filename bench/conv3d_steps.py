@@ -26,7 +26,8 @@ import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parent.parent
 STEPS_DIR = REPO / "resources/reference_kernels/conv3d_depthwise"
-STEPS = ["step1_naive", "step2_ndhwc", "step3_lds_tile", "step4_tensor_core", "step5_scheduled", "step6_mma_stream"]
+STEPS = ["step1_naive", "step2_ndhwc", "step3_lds_tile", "step4_tensor_core", "step5_scheduled", "step6_mma_stream",
+         "step7_mma_tiles"]
 SHAPES = {"small": (4, 5, 6, 8), "medium": (64, 17, 24, 40), "full": (512, 61, 45, 80)}  # C, D, H, W
 FLOP_FULL, BYTES_FULL = 16.31e9, 442e6
 REPS = int(os.environ.get("REPS", "50"))
@@ -35,12 +36,12 @@ if os.environ.get("WIDE"):  # an extra verify-only shape with W > 80 (step6's mu
 
 
 def load(step):
-    """run() of a step; "step@OLD=>NEW" is a variant whose C++ source has OLD replaced by NEW."""
-    step, _, edit = step.partition("@")
+    """run() of a step; "step@OLD=>NEW[@OLD2=>NEW2...]" is a variant whose C++ source has each OLD replaced by NEW."""
+    step, _, edits = step.partition("@")
     spec = importlib.util.spec_from_file_location(step, STEPS_DIR / step / "kernel.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    if edit:
+    for edit in filter(None, edits.split("@")):
         old, new = edit.split("=>")
         assert old in mod.CUDA_SRC, old
         mod.CUDA_SRC = mod.CUDA_SRC.replace(old, new)
