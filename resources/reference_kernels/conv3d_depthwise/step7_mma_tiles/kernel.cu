@@ -146,6 +146,7 @@ __device__ __forceinline__ void zero_c(CFrag& c) { c.v = f32x4_t{0.f, 0.f, 0.f, 
 __device__ __forceinline__ void cp_wait() {}
 #endif
 static_assert(NB % NPN == 0 && NPB % NPN == 0 && NPN <= 8, "NPN divides NB and NPB; at most 8 (16-byte plane strides)");
+static_assert(WMAX % 8 == 0 && NSTAGE >= 2, "16-byte rows; a ring of at least 2 pairs");
 
 // Shared-memory layout (elements), fixed at compile time for W <= WMAX (so every offset but the tile's is
 // an immediate). A staged row: 8 zero columns, WMAX data columns, 8 zero columns (the W halo reads columns
@@ -315,4 +316,7 @@ conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__
   }
   __syncthreads();
   if (pend >= 0) flush(pend);
+#if !defined(__HIP_PLATFORM_AMD__)
+  asm volatile("cp.async.wait_all;\n" ::);   // the zero-filled copies of pairs past the end
+#endif
 }
