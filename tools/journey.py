@@ -1,6 +1,6 @@
 """Replay the conv3d_depthwise optimization journey through the MCP client, step by step.
 
-For every step in resources/reference_kernels/conv3d_depthwise (step1 .. step5): compile_kernel (sm_90,
+For every step in resources/reference_kernels/conv3d_depthwise (step1 .. step7): compile_kernel (sm_90,
 gfx942, gfx950: registers/VGPRs, shared memory/LDS, occupancy and its binding limit), verify_vs_pytorch
 (every shape set, fresh random inputs), benchmark against PyTorch in the same call (the full shape set),
 profile_pmc (preset overview: findings) -- all through a real MCP client talking to `evokernel-mcp serve`
@@ -38,6 +38,7 @@ STEPS = {  # step -> (language, kernel, Triton signature/constexprs or C++ workg
     "step4_tensor_core": ("cxx", "conv3d_dw_tensor_core", {"workgroup_size": None}),  # 128 (NVIDIA), 256 (AMD)
     "step5_scheduled": ("cxx", "conv3d_dw_scheduled", {"workgroup_size": 128}),
     "step6_mma_stream": ("cxx", "conv3d_dw_mma_stream", {"workgroup_size": 128}),
+    "step7_mma_tiles": ("cxx", "conv3d_dw_mma_tiles", {"workgroup_size": None}),  # 128 (NVIDIA), 256 (AMD)
 }
 TARGETS = ["sm_90", "gfx942", "gfx950"]
 MARK_BEGIN, MARK_END = "<!-- journey:begin -->", "<!-- journey:end -->"

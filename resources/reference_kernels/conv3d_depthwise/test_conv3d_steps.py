@@ -7,6 +7,9 @@
   tools/journey.py.
 - Step 6's fragment maps, rolling window, H chunks and clamped planes, lane by lane in float64, for the NVIDIA and
   AMD layouts, vs F.conv3d.
+- Step 7's whole kernel emulated lane by lane (step7_mma_tiles/emulate.py: its #defines, shared-memory ring and
+  output tile, copy and flush maps, fragment maps, pair loop) for both layouts and several variants, vs F.conv3d;
+  its launcher's shared-memory size equals the emulation's; it refuses a W its variant cannot cover.
 - The Toeplitz formulation of step 4, index for index (rows over flattened (d, h), k = w0 - 2 + 0..15,
   the banded T), emulated in torch and compared with F.conv3d.
 Run:  TRITON_INTERPRET=1 python3 -m pytest resources/reference_kernels/conv3d_depthwise -q
@@ -19,13 +22,15 @@ import pytest
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton.jit runs
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
 _DEVICE = "cuda" if torch.cuda.is_available() and os.environ["TRITON_INTERPRET"] != "1" else "cpu"
 CXX_STEPS = {"step3_lds_tile": ("conv3d_dw_lds_tile", 128), "step4_tensor_core": ("conv3d_dw_tensor_core", 256),
-             "step5_scheduled": ("conv3d_dw_scheduled", 128), "step6_mma_stream": ("conv3d_dw_mma_stream", 256)}
+             "step5_scheduled": ("conv3d_dw_scheduled", 128), "step6_mma_stream": ("conv3d_dw_mma_stream", 256),
+             "step7_mma_tiles": ("conv3d_dw_mma_tiles", 256)}
 
 
 def _load(step):
@@ -197,3 +202,59 @@ def test_cxx_step_compiles_offline_for_amd(step, target):
     assert res.ok, [d.message for d in res.diagnostics]
     (k,) = [k for k in res.kernels if k.name == kernel]
     assert k.vgpr_count and k.vgpr_count > 0 and k.occupancy is not None and k.occupancy.limiter
+
+
+def _step7():
+    spec = importlib.util.spec_from_file_location("step7_emulate", HERE / "step7_mma_tiles" / "emulate.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod, (HERE / "step7_mma_tiles" / "kernel.cu").read_text()
+
+
+def _step7_variant(src, defines):
+    import re
+    for k, v in defines.items():
+        src, n = re.subn(rf"#define {k} \d+", f"#define {k} {v}", src)
+        assert n == 1, k
+    return src
+
+
+# (C, D, H, W): H not a multiple of 4 and D - 2 not a multiple of the planes per block; W below the variant's
+# widest (the columns past W are the zero halo) and W at its widest (80 on NVIDIA)
+@pytest.mark.parametrize("target", ["nvidia", "amd"])
+@pytest.mark.parametrize("defines", [{}, {"STAGES": 6}, {"WARPS": 10, "NT": 2, "MINB": 1},
+                                     {"WARPS": 8, "NPB": 16, "MINB": 1}, {"NPN": 4, "MINB": 2}])
+def test_step7_emulated_kernel_matches_conv3d(target, defines):
+    emu, src = _step7()
+    src = _step7_variant(src, defines)
+    cf = emu.config(src, target)
+    widths = [W for W in (8, 24, 48) if W % cf["TILEW"] == 0 and W < cf["WMAX"]] + [cf["WMAX"]]
+    shapes = [(1, 5, 6, widths[0]), (2, 13, 9, widths[min(1, len(widths) - 1)]), (1, 4, 5, widths[-1])]
+    for C, D, H, W in shapes:
+        x, w = _inputs(seed=C * 100 + W, C=C, D=D, H=H, W=W)
+        y = emu.emulate(x.double().numpy(), w.double().numpy(), src, target)
+        ref = F.conv3d(x.double(), w.double(), padding=(0, 2, 2), groups=C)[0].numpy()
+        assert not np.isnan(y).any(), f"{int(np.isnan(y).sum())} outputs unwritten or read from unwritten shared memory"
+        np.testing.assert_allclose(y, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_step7_emulation_catches_a_wrong_fragment_map(monkeypatch):
+    emu, src = _step7()
+    x, w = _inputs(seed=3, C=1, D=5, H=6, W=16)
+    k0 = emu.b_k0
+    monkeypatch.setattr(emu, "b_k0", lambda target, lane: k0(target, lane) + 2)  # B one column pair off
+    y = emu.emulate(x.double().numpy(), w.double().numpy(), src, "nvidia")
+    ref = F.conv3d(x.double(), w.double(), padding=(0, 2, 2), groups=1)[0].numpy()
+    assert np.abs(y - ref).max() > 1e-3
+
+
+def test_step7_launcher_shared_memory_and_width_limits():
+    emu, src = _step7()
+    step = _load("step7_mma_tiles")
+    for hip, target in ((False, "nvidia"), (True, "amd")):
+        threads, npb, wmax, tilew, smem = step._config(src, hip)
+        cf = emu.config(src, target)
+        assert (threads, npb, wmax, tilew, smem) == (cf["THREADS"], cf["NPB"], cf["WMAX"], cf["TILEW"], cf["SMEM_BYTES"])
+    x, w = _inputs(seed=1, C=1, D=5, H=6, W=88)  # wider than the 80 columns one NVIDIA block covers
+    with pytest.raises(ValueError, match="W <= 80"):
+        step.run(x, w)
