@@ -79,9 +79,9 @@ def cpu_checks(name: str, src: str) -> dict:
     emu, out = _emulate_module(), {}
     for target in ("nvidia", "amd"):
         cf = emu.config(src, target)
-        W = min(cf["WMAX"], 3 * cf["TILEW"] if cf["TILEW"] >= 8 else 24)
+        widths = [W for W in (8, 24, 48) if W % cf["TILEW"] == 0 and W < cf["WMAX"]] + [cf["WMAX"]]
         worst = 0.0
-        for C, D, H, Wd in ((1, 5, 6, 8), (2, cf["NPB"] + 4, 9, W)):
+        for C, D, H, Wd in ((1, 5, 6, widths[0]), (2, cf["NPB"] + 5, 9, widths[-1])):
             g = torch.Generator().manual_seed(7)
             x = torch.randn((1, C, D, H, Wd), generator=g).to(torch.bfloat16).double()
             w = (0.2 * torch.randn((C, 1, 3, 5, 5), generator=g)).to(torch.bfloat16).double()

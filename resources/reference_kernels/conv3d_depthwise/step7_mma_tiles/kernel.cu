@@ -6,8 +6,8 @@
 //   N = NB independent patches: NPN output planes x SPN column segments of 4 (NB = 8 NVIDIA, 16 AMD).
 //   A_{kd,j}[m, k] = wt[kd, kh = 2j + e - r, kw = c - s] when both are in range, else 0,
 // where input row pair j = 0..3 of an output block of rows oh0..oh0+3 is rows oh0 - 2 + 2j + e. So one
-// output block needs 4 pairs x 3 planes = 12 MMAs, each of whose 256 (m, k) products has 80 filter taps
-// (31 %, against 50 / 256 = 20 % for step 6's one-row Toeplitz band), and every input row pair feeds two
+// output block needs 4 pairs x 3 planes = 12 MMAs; the 4 A of one plane hold the patch's 16 x 25 taps in
+// 4 x 256 products (39 %, against 50 / 256 = 20 % for step 6's one-row Toeplitz band), and every input row pair feeds two
 // output blocks (the one it starts and the one it ends): half of step 6's MMAs for the same outputs.
 // The 12 A matrices (fixed per channel) live in registers; B comes from shared memory.
 // A block owns one channel, NPB consecutive output planes and all of W (W <= WMAX) and streams down H in
