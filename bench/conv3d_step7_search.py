@@ -39,11 +39,12 @@ RESULTS = REPO / "bench/results"
 KERNEL = "conv3d_dw_mma_tiles"
 # name -> #define overrides of kernel.cu (the file's own values are v1)
 VARIANTS = {
-    "v1": {},                                                            # 4 warps x 5 tiles, 8 planes, 4 stages
-    "v2": {"STAGES": 6},                                                 # deeper ring
-    "v3": {"WARPS": 10, "NT": 2, "MINB": 1},                             # 10 warps x 2 tiles (more warps, less ILP)
-    "v4": {"WARPS": 8, "NPB": 16, "NT": 5, "MINB": 1},                   # 16 planes a block: halo planes 2/16
-    "v5": {"NPN": 4, "MINB": 2},                                         # N = 4 planes x 2 column segments
+    "v1": {},                                                            # 4 warps x 5 tiles, 8 planes, 4 stages, 12 warps/SM
+    "v2": {"STAGES": 6},                                                 # deeper ring (5 pairs in flight)
+    "v3": {"WARPS": 2, "NPB": 4, "NPN": 4, "NT": 5, "MINB": 6},          # 64-thread blocks: 4 planes, N = 4 planes x 2 segments
+    "v4": {"WARPS": 2, "NPB": 4, "NPN": 4, "NT": 5, "MINB": 6, "STAGES": 6},   # the same, deeper ring
+    "v5": {"NPN": 4},                                                    # v1 with N = 4 planes x 2 segments
+    "v6": {"WARPS": 8, "NPB": 16, "MINB": 1},                            # 16 planes a block: halo planes 2/16 (8 warps/SM)
 }
 DEFAULT = ["v1", "v2", "v3", "v4"]
 

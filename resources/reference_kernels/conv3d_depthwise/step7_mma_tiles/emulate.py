@@ -176,9 +176,7 @@ def emulate(x, w, src: str, target: str = "nvidia") -> np.ndarray:
                     land(pre)
                 sl = (i % NSTAGE) * SLOTE
                 for warp in range(WARPS):
-                    for q in range(NT):
-                        if warp + WARPS * q >= ntiles:
-                            continue
+                    for q in range(NT):  # every tile, also past ntiles (a copy of the last one, never stored)
                         for kd in range(3):
                             B = np.full((16, NB), np.nan)
                             for lane in range(LANES):
@@ -186,8 +184,7 @@ def emulate(x, w, src: str, target: str = "nvidia") -> np.ndarray:
                                 for k, off in b_reads(target, lane, ROWE):
                                     assert sl <= base + off < sl + SLOTE, "B read outside its ring slot"
                                     B[k, b_col(target, lane)] = smem[base + off]
-                            if bn < nb:
-                                acc[warp, sn, q] += A[kd, jn] @ B
+                            acc[warp, sn, q] += A[kd, jn] @ B  # past the last block too: never stored
                             acc[warp, so, q] += A[kd, jo] @ B
                 if target != "nvidia":
                     land(pre)

@@ -268,12 +268,14 @@ conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__
       zero_c(acc[s][q]);
     }
   };
+  uint16_t* yc = y + (size_t)c * Dout * plane;
+  const int planeI = H * W;
   auto flush = [&](int b) {   // output tile -> y rows 4b .. 4b + 3, 16 bytes a thread
 #pragma unroll
-    for (int id = tid; id < NOUT; id += THREADS) {
-      const int p = id / (4 * WCH), r = (id / WCH) & 3, ch = id % WCH, oh = 4 * b + r;
-      if (ch < wch && d0 + p < Dout && oh < H)
-        *reinterpret_cast<uint4*>(y + ((size_t)c * Dout + d0 + p) * plane + (size_t)oh * W + 8 * ch) =
+    for (int k = 0; k < (NOUT + THREADS - 1) / THREADS; ++k) {
+      const int id = tid + THREADS * k, p = id / (4 * WCH), r = (id / WCH) & 3, ch = id % WCH, oh = 4 * b + r;
+      if (id < NOUT && ch < wch && d0 + p < Dout && oh < H)
+        *reinterpret_cast<uint4*>(yc + (d0 + p) * planeI + oh * W + 8 * ch) =
             *reinterpret_cast<const uint4*>(otile + p * OPLANEE + r * OROWE + 8 * ch);
     }
   };
@@ -293,17 +295,17 @@ conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__
         if (pend >= 0) { flush(pend); pend = -1; }                                                 \
         issue(i + NSTAGE - 1);                                                                     \
         const uint16_t* sl = ring + (i % NSTAGE) * SLOTE;                                       \
-        _Pragma("unroll") for (int q = 0; q < NT; ++q) {                                           \
-          if (warp + WARPS * q < ntiles) {                                                         \
-            BFrag b[3];                                                                            \
-            _Pragma("unroll") for (int kd = 0; kd < 3; ++kd)                                       \
-              load_b(b[kd], sl + bofs[q] + kd * PLANEE, ROWE);                               \
-            if (bn < nb) {                                                                         \
-              _Pragma("unroll") for (int kd = 0; kd < 3; ++kd) mma(acc[sn][q], a[kd][jn], b[kd]);  \
-            }                                                                                      \
-            _Pragma("unroll") for (int kd = 0; kd < 3; ++kd) mma(acc[so][q], a[kd][jo], b[kd]);    \
+        /* every tile of the warp, also past ntiles (a copy of the last tile; never stored): no branch */ \
+        /* between the MMAs; the pairs past the last block feed a block that is never stored */            \
+        BFrag b[NT][3];                                                                            \
+        _Pragma("unroll") for (int q = 0; q < NT; ++q)                                             \
+          _Pragma("unroll") for (int kd = 0; kd < 3; ++kd)                                         \
+            load_b(b[q][kd], sl + bofs[q] + kd * PLANEE, ROWE);                                    \
+        _Pragma("unroll") for (int kd = 0; kd < 3; ++kd)                                           \
+          _Pragma("unroll") for (int q = 0; q < NT; ++q) {                                         \
+            mma(acc[sn][q], a[kd][jn], b[q][kd]);                                                  \
+            mma(acc[so][q], a[kd][jo], b[q][kd]);                                                  \
           }                                                                                        \
-        }                                                                                          \
         land();                                                                                    \
         if (P & 1) {                                                                               \
           if (bn >= 1) { to_tile(so); pend = bn - 1; }                                             \
