@@ -4,7 +4,8 @@
 #   bash tools/gpu/acceptance.sh STEP...
 #   steps: parity (profile_pmc presets + thread_trace vs a recorded run: PARITY_BEFORE=file), gputests (the
 #   gpu-marked tests in GPU_TESTS), defaults (verify at default arguments: every shape set on a GPU), sweep
-#   (12 configurations of a Triton GEMM in one call), integrity (the exploit corpus on this GPU)
+#   (12 configurations of a Triton GEMM in one call), integrity (the exploit corpus on this GPU), cmd (the shell
+#   command in $CMD, limit T_cmd)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 t0=$(date +%s)
@@ -27,6 +28,7 @@ for s in "$@"; do case $s in
     return x + y' > /tmp/cand.py
             step defaults 120 python3 -m evokernel_mcp call verify_vs_pytorch --json '{"candidate": "@/tmp/cand.py", "task": "vector_add"}' ;;
   sweep) step sweep "${T_sweep:-240}" python3 bench/sweep_gemm.py --out "$OUT/sweep_gemm.md" ;;
+  cmd) step cmd "${T_cmd:-300}" sh -c "$CMD" ;;
   integrity) step integrity "${T_integrity:-420}" sh -c "python3 -m evokernel_mcp integrity --json > $OUT/integrity.json" ;;
 esac; done
 echo "=== done at +$(( $(date +%s) - t0 ))s"
