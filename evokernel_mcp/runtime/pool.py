@@ -225,7 +225,7 @@ class WorkerPool:
                     await self.ensure_worker(device)
                 log.info("runner for %s warmed at start-up in %.1f s", device, time.perf_counter() - t0)
                 return True
-        except RuntimeError as e:
+        except Exception as e:  # noqa: BLE001 - warming is an extra: the first call starts a runner as ever
             log.warning("warming the runner for %s failed (the first call starts one): %s", device, e)
         finally:
             self._warms.discard(scope)
