@@ -225,7 +225,7 @@ def _configure(ns: argparse.Namespace) -> str | None:
     try:
         s = settings.configure(home=ns.home, devices=ns.devices, journal=ns.journal, task_roots=ns.task_root,
                                executor=ns.executor, ray_address=ns.ray_address, ray_slots=ns.ray_slots,
-                               http_token_file=ns.token_file, sandbox=ns.sandbox,
+                               http_token_file=ns.token_file, sandbox=ns.sandbox, warm_start=ns.warm_start,
                                secret_env=tuple(ns.secret_env) if ns.secret_env else None)
     except ValueError as e:
         return str(e)
@@ -289,6 +289,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "$EVOKERNEL_TASK_ROOTS)")
     s.add_argument("--sandbox", choices=["auto", "process"], default=None, help="isolation of agent code: auto "
                    "(bubblewrap where it runs; default) or process (rlimits only; else $EVOKERNEL_SANDBOX)")
+    s.add_argument("--warm-start", choices=["auto", "on", "off"], default=None,
+                   help="start the first device's runner and spare children when the server starts, so the first "
+                   "verify does not wait for them: auto (where that device is a GPU; default), on, off")
     s.add_argument("--executor", choices=["local", "ray"], default=None,
                    help="where evaluate_batch runs candidates: this host's GPUs (local, default) or a Ray cluster "
                    "(else $EVOKERNEL_EXECUTOR)")

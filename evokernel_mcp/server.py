@@ -46,6 +46,9 @@ Resource evokernel://tools/{name} has a tool's full input schema (its advanced a
 
 @asynccontextmanager
 async def lifespan(_server: Any) -> AsyncIterator[dict]:
+    from evokernel_mcp.app import get_app
+
+    get_app().jobs.warm_soon()  # the first device's runner and spares start now, in the background
     try:
         yield {}
     finally:

@@ -82,6 +82,9 @@ class Settings(BaseModel):
                                   "between jobs ('auto': a quarter of the host's RAM; 'off': no budget)")
     product: str | None = Field(None, description="the arch-table product whose peaks the profiler uses; None: "
                                 "the one the live device names")
+    warm_start: Literal["auto", "on", "off"] = Field(
+        "auto", description="start the first device's runner and its spares when the server starts, so the first "
+        "verify pays no start-up: auto (where that device is a GPU), on, off (serve --warm-start; no variable)")
     secret_env: tuple[str, ...] = Field((), description="environment variables that never reach a runner or agent "
                                         "code (serve --secret-env; no variable of its own)")
 
@@ -99,7 +102,7 @@ class Settings(BaseModel):
             return tuple(p for p in v.split(os.pathsep) if p)
         return v
 
-    @field_validator("executor", "sandbox", "cpu_split", mode="before")
+    @field_validator("executor", "sandbox", "cpu_split", "warm_start", mode="before")
     @classmethod
     def _lower(cls, v: Any) -> Any:
         return v.strip().lower() if isinstance(v, str) else v

@@ -12,7 +12,7 @@ from mcp.server.mcpserver import Context
 from pydantic import Field
 
 from evokernel_mcp.benchmark import roofline as rl
-from evokernel_mcp.benchmark import stats
+from evokernel_mcp.benchmark import stats, work
 from evokernel_mcp.benchmark.checks import output_checks
 from evokernel_mcp.benchmark.models import (
     BenchmarkResult,
@@ -102,8 +102,10 @@ def _flags(sr: ShapeResult, cand: dict[str, Any], host: bool) -> list[str]:
 
 
 def shape_result(raw: dict[str, Any], task: Task, info: dict[str, Any], ceil: Ceilings | None, unit: str,
-                 confidence: float, launch_cost: bool = True) -> ShapeResult:
-    """One shape set's ShapeResult from the runner's raw times and checks."""
+                 confidence: float, launch_cost: bool = True, given: dict[str, dict[str, float]] | None = None
+                 ) -> ShapeResult:
+    """One shape set's ShapeResult from the runner's raw times and checks. `given`: the caller's counts,
+    {"flops": {shape: n}, "bytes": {shape: n}} (work.per_shape)."""
     raw = {**raw, "candidate": add_launch_cost(raw["candidate"], ceil, launch_cost),
            "baseline": add_launch_cost(raw.get("baseline"), ceil, launch_cost)}
     host = bool(raw["candidate"].get("host_timing"))
@@ -116,8 +118,17 @@ def shape_result(raw: dict[str, Any], task: Task, info: dict[str, Any], ceil: Ce
     ceil_tf = ceil.matmul_tflops.get(dtype) if ceil and not host and unit == "matrix" else None
     kw = dict(peak_gbs=bw.value if bw else None, peak_tflops=tf.value if tf else None,
               ceil_gbs=ceil_gbs, ceil_tflops=ceil_tf)
-    roof = rl.compute_roofline(c.median_ms, ss.bytes, ss.flops, **kw) if c.median_ms > 0 else None
-    base_roof = rl.compute_roofline(b.median_ms, ss.bytes, ss.flops, **kw) if b and b.median_ms > 0 else None
+    given = given or {}
+    counts = work.choose(ss.flops, ss.bytes, task.name, raw.get("work"), (given.get("flops") or {}).get(ss.name),
+                         (given.get("bytes") or {}).get(ss.name))
+    roof = rl.compute_roofline(c.median_ms, counts.bytes, counts.flops, **kw) if c.median_ms > 0 else None
+    base_roof = rl.compute_roofline(b.median_ms, counts.bytes, counts.flops, **kw) if b and b.median_ms > 0 else None
+    for r in (roof, base_roof):
+        if r is not None:
+            r.counts_source, r.counts_note = counts.source, counts.note
+            r.peak_note = work.peak_note(r, bw, tf, host, info.get("arch"), dtype, unit)
+    # the physical floor that makes a time invalid: from the task's own counts only (work.py says why)
+    floor_ms = rl.bound_ms(ss.bytes, ss.flops, kw["peak_gbs"], kw["peak_tflops"])[0]
     sp = stats.speedup(c, b) if b and c.median_ms > 0 else None
     checks, check_detail = output_checks(raw)
     sr = ShapeResult(
@@ -126,6 +137,7 @@ def shape_result(raw: dict[str, Any], task: Task, info: dict[str, Any], ceil: Ce
         achieved_gbs=roof.achieved_gbs if roof else None, achieved_tflops=roof.achieved_tflops if roof else None,
         roofline_ms=roof.roofline_ms if roof else None,
         fraction_of_roofline=roof.fraction_of_roofline if roof else None, roofline=roof, baseline_roofline=base_roof,
+        fraction_of_peak=roof.fraction_of_peak if roof else None,
         candidate_timing=_info(raw["candidate"]), baseline_timing=_info(raw.get("baseline")),
         correct_after_timing=bool((raw.get("check_timed") or {}).get("passed"))
         and bool((raw.get("check_fresh") or {}).get("passed")),
@@ -136,7 +148,7 @@ def shape_result(raw: dict[str, Any], task: Task, info: dict[str, Any], ceil: Ce
     sr.runner_clock = (raw.get("runner_bound") or {}).get("detail")
     sr.probes_checked = (raw.get("check_probes") or {}).get("checked")
     sr.flags = _flags(sr, raw, host)
-    return apply_verdict(sr, raw, roof.roofline_datasheet_ms if roof else None)
+    return apply_verdict(sr, raw, floor_ms)
 
 
 def _paired(sr: ShapeResult, raw: dict[str, Any], confidence: float) -> None:
@@ -185,7 +197,7 @@ def _clocks_moved(raw: dict[str, Any]) -> bool | None:
 
 
 NULLED = ("speedup", "speedup_ci", "paired_ci", "noise", "resolved", "achieved_gbs", "achieved_tflops",
-          "fraction_of_roofline", "candidate", "roofline")
+          "fraction_of_roofline", "fraction_of_peak", "candidate", "roofline")
 
 
 def apply_verdict(sr: ShapeResult, raw: dict[str, Any], floor_ms: float | None) -> ShapeResult:
@@ -206,13 +218,24 @@ def apply_verdict(sr: ShapeResult, raw: dict[str, Any], floor_ms: float | None) 
 
 
 def _provenance(info: dict[str, Any], method: str | None, ceil: Ceilings | None, unit: str, dtype: str | None,
-                task: Task) -> list[Provenance]:
+                task: Task, results: list[ShapeResult] | None = None) -> list[Provenance]:
     dev = f"{info.get('name')} ({info.get('arch') or 'cpu'})"
     method = method or "n/a"
     prov = [Provenance(field="results[].candidate, results[].baseline", source="measured",
                        detail=f"{dev}: {method}; statistics computed in the server from raw times")]
-    prov.append(Provenance(field="results[].roofline.bytes/flops", source=f"task.yaml of {task.name}",
-                           detail=f"bytes = {task.bytes_expr}; flops = {task.flops_expr}"))
+    if task.flops_expr or task.bytes_expr:
+        prov.append(Provenance(field="results[].roofline.bytes/flops", source=f"task.yaml of {task.name}",
+                               detail=f"bytes = {task.bytes_expr}; flops = {task.flops_expr}"))
+    seen = set()
+    for r in results or []:
+        roof = r.roofline or r.baseline_roofline
+        if roof is None or not roof.counts_source or roof.counts_source.count("task.yaml") == 2:
+            continue  # the task's own expressions: the entry above
+        key = (roof.counts_source, roof.counts_note)
+        if key not in seen:
+            seen.add(key)
+            prov.append(Provenance(field=f"results[{r.shape}].roofline.bytes/flops", source=roof.counts_source,
+                                   detail=roof.counts_note))
     bw, tf = _peaks(info, dtype, unit)
     prov += [p.provenance for p in (bw, tf) if p is not None]
     if ceil is not None:
@@ -221,8 +244,10 @@ def _provenance(info: dict[str, Any], method: str | None, ceil: Ceilings | None,
 
 
 def result_from_reply(reply: WorkerReply, task: Task, unit: str, confidence: float,
-                      launch_cost: bool = True, choice: ShapeChoice | None = None) -> BenchmarkResult:
-    """BenchmarkResult of a finished runner op (ok or not); `choice`: the shape sets it was given."""
+                      launch_cost: bool = True, choice: ShapeChoice | None = None,
+                      given: dict[str, dict[str, float]] | None = None) -> BenchmarkResult:
+    """BenchmarkResult of a finished runner op (ok or not); `choice`: the shape sets it was given; `given`: the
+    caller's flops/bytes per shape set."""
     r = reply.result or {}
     info = r.get("device_info") or {"name": reply.worker_info.get("device_name")}
     keep = ("kind", "message", "detail", "role", "limit")
@@ -234,7 +259,7 @@ def result_from_reply(reply: WorkerReply, task: Task, unit: str, confidence: flo
     results = []
     for raw in r.get("shapes", []):
         try:
-            results.append(shape_result(raw, task, info, ceil, unit, confidence, launch_cost))
+            results.append(shape_result(raw, task, info, ceil, unit, confidence, launch_cost, given))
         except EvoError as e:
             err = err or ErrorInfo(kind="internal", message=f"shape {raw.get('shape')}: {e}")
     dtype = next((x.get("output_dtype") for x in r.get("shapes", []) if x.get("output_dtype")), None)
@@ -257,7 +282,7 @@ def result_from_reply(reply: WorkerReply, task: Task, unit: str, confidence: flo
         shapes_skipped=skipped, shape_rule=choice.rule if choice else None,
         limits=Limits(**(r.get("isolation") or {})["limits"]) if (r.get("isolation") or {}).get("limits")
         else limits_here(),
-        provenance=_provenance(info, method, ceil, unit, dtype, task))
+        provenance=_provenance(info, method, ceil, unit, dtype, task, results))
     res.reason = verdict_reason(res)
     return res
 
@@ -358,6 +383,13 @@ async def benchmark(
                                                       "set before get_inputs (e.g. {'batch_size': 16}).")] = None,
     experiment: Annotated[str | None, Field(max_length=200, description="Journal label to record this "
                                             "call under (e.g. 'conv3d/step3-lds').")] = None,
+    flops: Annotated[float | dict[str, float] | None, Field(
+        description="Useful FLOPs of one call (2 per multiply-add), for the roofline and fraction_of_peak: a number "
+        "for the one shape set timed, or {shape set: FLOPs}. Default: the task's (task.yaml), else counted by "
+        "torch.utils.flop_counter on the reference's forward (matmul/conv/attention ops only).")] = None,
+    bytes: Annotated[float | dict[str, float] | None, Field(
+        description="Minimum DRAM bytes of one call, as `flops`. Default: the task's, else inputs + parameters + "
+        "outputs, each once.")] = None,
     timeout_s: Annotated[float, Field(gt=0, le=3600, description="Hard limit for the whole job, seconds.")] = 600,
     wait_s: Annotated[float, Field(ge=0, le=600, description="Return a job_id if not done by then, seconds.")] = 50,
     device: Annotated[str | None, Field(
@@ -369,7 +401,8 @@ async def benchmark(
     Call after verify_vs_pytorch passes. Per shape set: median/min/mean/p10/p90/std and the median's
     confidence interval (ms of device time from the kernels' own timestamps plus the launch cost ncu
     counts, cold L2 by default; candidate_timing says which clock), speedup with its interval and a noise
-    verdict, achieved GB/s and TFLOP/s, the roofline-bound time and the fraction of it reached, flags
+    verdict, achieved GB/s and TFLOP/s, the roofline-bound time and the fraction of it reached, the fraction
+    of the datasheet peak (fraction_of_peak; FLOPs and bytes from the task, the caller, or counted), flags
     for a person (speedup > 10x, output wrong after timing). The device is held exclusively while
     timing. If not done within wait_s, returns job_id: then call job_result(job_id, wait_s)."""
     from evokernel_mcp.runtime.submit import run_worker_job
@@ -383,9 +416,11 @@ async def benchmark(
     payload = build_payload(t, candidate, baseline, shapes, opt, seed, job_device(device))
     payload.update(budget_s=max(1.0, timeout_s - 5.0), control=control, confirm=confirm)
     choice = ShapeChoice(**payload["choice"])
+    given = {"flops": work.per_shape(flops, choice.shapes, "flops"),
+             "bytes": work.per_shape(bytes, choice.shapes, "bytes")}
 
     def build(reply, _j):
-        res = result_from_reply(reply, t, compute_unit, opt.confidence, add_launch_cost, choice)
+        res = result_from_reply(reply, t, compute_unit, opt.confidence, add_launch_cost, choice, given)
         if overrides:
             res.overrides_applied = dict(overrides)
         return _journal(res, experiment, task or t.name, candidate, baseline, shapes)

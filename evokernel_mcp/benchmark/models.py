@@ -39,8 +39,8 @@ class Speedup(Model):
 class Roofline(Model):
     """How far a time is from what the silicon allows, for one shape set."""
 
-    bytes: float | None = Field(default=None, description="Minimum bytes moved (task.yaml).")
-    flops: float | None = Field(default=None, description="Floating-point operations (task.yaml).")
+    bytes: float | None = Field(default=None, description="Minimum bytes moved (see counts_source).")
+    flops: float | None = Field(default=None, description="Floating-point operations (see counts_source).")
     achieved_gbs: float | None = Field(default=None, description="bytes / median time, in GB/s (1e9).")
     achieved_tflops: float | None = Field(default=None, description="flops / median time, in TFLOP/s (1e12).")
     fraction_of_peak_bandwidth: float | None = Field(default=None, description="achieved / arch-table peak.")
@@ -55,6 +55,17 @@ class Roofline(Model):
     fraction_of_roofline: float | None = Field(
         default=None, description="roofline_ms / median_ms (1.0 = at the bound; 0.25 = 4x slower than the bound).")
     gap_ms: float | None = Field(default=None, description="median_ms - roofline_ms.")
+    fraction_of_peak: float | None = Field(
+        default=None, description="roofline_datasheet_ms / median_ms: the larger of fraction_of_peak_bandwidth and "
+        "fraction_of_peak_tflops (1.0 = at the datasheet peak of the bounding resource); peak_note says which.")
+    peak_note: str | None = Field(default=None, description="Which datasheet peak fraction_of_peak is of (value "
+                                  "and source), or why there is none (e.g. the CPU path has no peak).")
+    counts_source: str | None = Field(
+        default=None, description="Where flops and bytes came from: the caller, task.yaml, or counted "
+        "(torch.utils.flop_counter on the reference's forward on meta tensors; bytes of the inputs, parameters "
+        "and outputs as they crossed from the reference's process).")
+    counts_note: str | None = Field(default=None, description="What the counts leave out (e.g. no FLOP formula "
+                                    "for elementwise ops: memory roofline only).")
 
 
 class TimingInfo(Model):
@@ -132,6 +143,9 @@ class ShapeResult(Model):
     achieved_tflops: float | None = None
     roofline_ms: float | None = None
     fraction_of_roofline: float | None = None
+    fraction_of_peak: float | None = Field(
+        default=None, description="The candidate's fraction of the datasheet peak of its bounding resource "
+        "(roofline.fraction_of_peak; roofline.peak_note says which peak, or why there is none).")
     noise: bool | None = Field(default=None, description="True when speedup_ci holds 1: no difference shown.")
     flags: list[str] = Field(default_factory=list, description="Things a person must look at (e.g. speedup > 10x).")
     roofline: Roofline | None = Field(default=None, description="All roofline numbers for the candidate.")

@@ -115,6 +115,7 @@ def compute_roofline(median_ms: float, nbytes: float | None, flops: float | None
         bytes=nbytes, flops=flops, achieved_gbs=gbs, achieved_tflops=tfl,
         fraction_of_peak_bandwidth=_ratio(gbs, peak_gbs), fraction_of_peak_tflops=_ratio(tfl, peak_tflops),
         fraction_of_measured_bandwidth=_ratio(gbs, ceil_gbs), fraction_of_measured_tflops=_ratio(tfl, ceil_tflops),
+        fraction_of_peak=_ratio(sheet_ms, median_ms),
         roofline_ms=roof_ms, roofline_datasheet_ms=sheet_ms, bound=bound or sheet_bound,
         fraction_of_roofline=_ratio(roof_ms, median_ms), gap_ms=median_ms - roof_ms if roof_ms is not None else None,
     )

@@ -17,6 +17,7 @@ import contextlib
 import time
 from typing import Any
 
+from evokernel_mcp.benchmark.work import runner_counts
 from evokernel_mcp.runtime import cpus
 from evokernel_mcp.runtime.devmem import trim_between_cases
 from evokernel_mcp.runtime.spares import ChildFailed, note, wall_deadline
@@ -244,11 +245,13 @@ def _sampled(arms: _Arms, ref, samples: list, seed: int, hi: bool) -> dict[str, 
 
 
 def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, gpu: bool) -> dict:
-    case = arms.ask(ref, {"op": "case", "shape": shape, "seed": seed, "hi": False}, max_bytes=1 << 42)
+    case = arms.ask(ref, {"op": "case", "shape": shape, "seed": seed, "hi": False, "work": True}, max_bytes=1 << 42)
+    work = runner_counts(case)
     n_pool = _pool_sets(_nbytes(case["inputs"]), _nbytes(case["native"]), 3 if arms.control else 2, gpu)
     pool = [arms.ask(ref, {"op": "case", "shape": shape, "seed": seed + 1 + i, "inputs_only": True},
                      max_bytes=1 << 42)["inputs"] for i in range(n_pool)]
-    out: dict[str, Any] = {"shape": shape, "input_bytes": _nbytes(case["inputs"]), "refill_pool_sets": n_pool}
+    out: dict[str, Any] = {"shape": shape, "input_bytes": _nbytes(case["inputs"]), "refill_pool_sets": n_pool,
+                           "work": work}
     limit = 2 * OUTPUT_SLACK * _nbytes(case["native"]) + (16 << 20)
     out["settled"] = arms.ask(arms.cand, {"op": "settled", "inputs": case["inputs"], "seed": seed,
                                           "init_inputs": case["init_inputs"], "state": case["state"]})

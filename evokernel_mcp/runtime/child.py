@@ -150,6 +150,14 @@ def _info(device: str, warm: bool = True, gate=None) -> dict[str, Any]:
     import evokernel_mcp.benchmark.sides  # noqa: F401 - warm the harness sides, off the job's clock
     import evokernel_mcp.verify.sides  # noqa: F401
     lap("harness")
+    if info["device_name"] != "cpu" and not warm:
+        # a process's first op on meta tensors imports torch._dynamo (1-4 s, ~150 MB): a reference's first case
+        # plans its memory on meta (verify/memory.py), and the cached reference is a cold (untimed) child, so a
+        # cold GPU spare pays it now, not the first verify of a new reference. Timed arms never run meta ops
+        # and stay without it; the CPU path (few cores, many spares in tests) pays it in the case.
+        meta = torch.empty(2, device="meta")
+        meta + meta  # noqa: B018
+        lap("meta")
     info["boot_s"] = boot
     return info
 

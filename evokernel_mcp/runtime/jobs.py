@@ -182,6 +182,25 @@ class JobManager:
         assert self._pool is not None
         return self._pool
 
+    def warm_soon(self) -> str | None:
+        """Start the first device's runner in the background where settings.warm_start says so (auto: where
+        that device is a GPU); the device warmed, or None. Never raises: warming is an extra."""
+        from evokernel_mcp import settings
+
+        try:
+            policy = settings.get().warm_start
+            if policy == "off":
+                return None
+            portal = self._ensure_portal()
+            device = self.pool.default_device
+            if policy == "auto" and device == "cpu":
+                return None
+            portal.start_task_soon(self.pool.warm, device, name=f"warm {device}")
+            return device
+        except Exception:  # noqa: BLE001
+            log.exception("could not warm the runner at start-up")
+            return None
+
     @property
     def devices(self) -> list[str]:
         return self.pool.devices

@@ -149,6 +149,7 @@ class WorkerPool:
         self._locks: dict[str, anyio.Lock] = {}
         self._next_id = 0
         self.restarts: dict[str, int] = {}
+        self._warms: set[anyio.CancelScope] = set()  # start-up warms in flight (warm()), cancelled by aclose
 
     @property
     def default_device(self) -> str:
@@ -208,6 +209,27 @@ class WorkerPool:
         if w is None or w.proc.returncode is not None:
             w = self._workers[device] = await self._start(device)
         return w
+
+    async def warm(self, device: str | None = None) -> bool:
+        """Start `device`'s runner (and with it its spare children) now, off any call's clock: the server does
+        it at start-up (settings.warm_start), so the first verify does not wait for torch, the device context
+        and the spares. Under the device's lock, as a call's start is; a call that comes meanwhile waits for
+        this start instead of making a second. False where the start failed (the next call tries again)."""
+        device = self.check_device(device)
+        t0 = time.perf_counter()
+        scope = anyio.CancelScope()
+        self._warms.add(scope)
+        try:
+            with scope:
+                async with self._lock(device):
+                    await self.ensure_worker(device)
+                log.info("runner for %s warmed at start-up in %.1f s", device, time.perf_counter() - t0)
+                return True
+        except Exception as e:  # noqa: BLE001 - warming is an extra: the first call starts a runner as ever
+            log.warning("warming the runner for %s failed (the first call starts one): %s", device, e)
+        finally:
+            self._warms.discard(scope)
+        return False  # failed, or cancelled by aclose
 
     async def _drop(self, device: str) -> None:
         w = self._workers.pop(device, None)
@@ -307,6 +329,8 @@ class WorkerPool:
                            error=ErrorInfo(kind=kind, message=msg, detail=device_msg or None), **base)
 
     async def aclose(self) -> None:
+        for scope in list(self._warms):  # a runner still starting is killed by its start's own cleanup
+            scope.cancel()
         for device in list(self._workers):
             w = self._workers.pop(device)
             with anyio.CancelScope(shield=True):

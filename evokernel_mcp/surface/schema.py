@@ -26,7 +26,8 @@ MAX_ARG_DESCRIPTION_CHARS = 60
 # schema. Add a tool's rarely used knobs here rather than growing the listed schemas.
 ADVANCED: dict[str, tuple[str, ...]] = {
     "benchmark": ("timeout_s", "timer", "subtract_event_overhead", "add_launch_cost", "compute_unit", "seed", "use_graph",
-                  "cold_cache", "target_rel_ci", "device", "confirm", "control", "overrides", "experiment"),
+                  "cold_cache", "target_rel_ci", "device", "confirm", "control", "overrides", "experiment", "flops",
+                  "bytes"),
     "verify_vs_pytorch": ("timeout_s", "stop_on_first_failure", "device", "probe", "overrides", "experiment",
                           "tolerance"),
     "profile_pmc": ("shape", "timeout_s", "experiment", "arch", "warmup", "iters", "max_dispatches",

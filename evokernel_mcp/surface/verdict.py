@@ -78,7 +78,9 @@ def _valid_lists(data: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]
 def _speedup(item: dict[str, Any]) -> str:
     ci = item.get("speedup_ci")
     band = f" [{_fmt(ci[0])}, {_fmt(ci[1])}]" if isinstance(ci, list) and len(ci) == 2 else ""
-    return f"{_label(item)}: {_fmt(item['speedup'])}x{band}".lstrip(": ")
+    peak = item.get("fraction_of_peak")
+    of_peak = f", {_fmt(peak)} of peak" if isinstance(peak, int | float) and not isinstance(peak, bool) else ""
+    return f"{_label(item)}: {_fmt(item['speedup'])}x{band}{of_peak}".lstrip(": ")
 
 
 def _invalid_reason(item: dict[str, Any]) -> str:

@@ -254,7 +254,7 @@ def ref_case(loaded, req: dict[str, Any]) -> dict[str, Any]:
 
     req: shape, seed, hi (want the float64 reference), probe (signed probe inputs), hold (keep the
     float64 outputs here for op "expected" with held=true; the reply then has hi=None, hi_held=True),
-    inputs_only (the reply is {"inputs"} alone).
+    inputs_only (the reply is {"inputs"} alone), work (count the forward's FLOPs on meta tensors: reply "work").
     Reply: inputs, native, hi, init_inputs, state, arg_reductions, plan {where, ref_hi, chunk_elems,
     needed_bytes, budget_bytes}, notes[], reference_precision (what the outputs are judged against, and why),
     native_spread {output path: max |native - native run again|}, sampled_torch_err {output path: PyTorch's
@@ -311,6 +311,10 @@ def ref_case(loaded, req: dict[str, Any]) -> dict[str, Any]:
            "init_inputs": init, "state": state, "arg_reductions": arg_reductions(native, inputs), "notes": notes,
            "plan": plan.model_dump() if plan is not None else None, "reference_precision": ref["precision"],
            "native_spread": ref["spread"], "sampled_torch_err": ref["sampled"]}
+    if req.get("work"):  # benchmark: the FLOPs of one forward, counted on meta tensors (benchmark/work.py)
+        from evokernel_mcp.benchmark.work import count_flops
+
+        out["work"] = count_flops(model, inputs)
     if req.get("hold"):
         loaded.held_hi = out["hi"]
         out["hi"], out["hi_held"] = None, out["hi"] is not None

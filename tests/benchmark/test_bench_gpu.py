@@ -112,3 +112,23 @@ def test_gpu_verify_children_get_one_hardware_queue_and_timed_arms_the_default()
     res = anyio.run(lambda: benchmark(candidate=src, **OPTS))
     assert res.error is None, res.error
     assert "queues=None" in (res.stdout or "") and "queues=1" not in (res.stdout or ""), res.stdout
+
+
+def test_gpu_kernelbench_matmul_reports_a_fraction_of_peak():
+    """A KernelBench problem has no task.yaml counts: the reference's process counts 2*N^3 FLOPs on meta
+    tensors and the result carries the fraction of the datasheet peak, naming it."""
+    repo = Path(__file__).resolve().parents[2]
+    kb = next((p for p in (repo.parent / "shared" / "kernelbench" / "level1", Path("/work/shared/kernelbench/level1"))
+               if (p / "1_Square_matrix_multiplication_.py").is_file()), None)
+    if kb is None:
+        pytest.skip("KernelBench level-1 files not found")
+    src = (kb / "1_Square_matrix_multiplication_.py").read_text()
+    same = src + "\nclass ModelNew(Model):\n    pass\n"
+    res = anyio.run(lambda: benchmark(candidate=same, reference=src, overrides={"N": 2048}, min_reps=10,
+                                      max_time_s=0.5, wait_s=300, timeout_s=300))
+    assert res.error is None, res.error
+    r = res.results[0]
+    assert r.valid, (r.invalid_reason, r.invalid_detail)
+    assert r.roofline.flops == 2 * 2048 ** 3 and r.roofline.bytes == 3 * 2048 * 2048 * 4
+    assert r.fraction_of_peak is not None and 0 < r.fraction_of_peak, r.roofline.peak_note
+    assert r.roofline.peak_note.startswith("of the datasheet") and "flop_counter" in r.roofline.counts_source

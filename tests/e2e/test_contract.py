@@ -30,10 +30,12 @@ CONTRACT: dict[str, tuple[set[str], set[str]]] = {
         "cases.calc_diff", "cases.mismatches", "cases.first_mismatch_index", "cases.nan_count",
         "cases.unwritten_count", "cases.deterministic", "cases.inputs_mutated"}),
     "benchmark": ({"task", "reference", "candidate", "baseline", "shapes", "cold_cache", "min_reps", "max_time_s",
-                   "target_rel_ci", "use_graph", "timeout_s", "wait_s"}, {
+                   "target_rel_ci", "use_graph", "flops", "bytes", "timeout_s", "wait_s"}, {
         "results", "device", "clocks", "versions", "job_id", "provenance",
         "results.shape", "results.candidate", "results.baseline", "results.speedup", "results.speedup_ci",
         "results.achieved_gbs", "results.achieved_tflops", "results.roofline_ms", "results.fraction_of_roofline",
+        "results.fraction_of_peak", "results.roofline.fraction_of_peak", "results.roofline.peak_note",
+        "results.roofline.counts_source",
         "results.noise", "results.flags", "results.candidate.median_ms", "results.candidate.min_ms",
         "results.candidate.mean_ms", "results.candidate.p10_ms", "results.candidate.p90_ms",
         "results.candidate.std_ms", "results.candidate.ci_median_ms", "results.candidate.reps"}),
