@@ -434,7 +434,7 @@ def _baseline_child(ctx, payload: dict, task: Task, deadline: float):
         load_candidate(ctx, child, base_src, task, deadline)
     except ChildFailed as e:
         child.discard()
-        raise ChildFailed(e.kind, f"baseline: {e.message}", e.detail) from e
+        raise e.again(e.kind, f"baseline: {e.message}") from e
     return child
 
 

@@ -365,8 +365,8 @@ class Spares:
                           max_bytes=1 << 20)
         except ChildFailed as e:
             child.discard()
-            raise ChildFailed("harness" if e.kind in ("exception", "bad_candidate") else e.kind,
-                              f"the reference failed to load: {e.message}", e.detail) from e
+            raise e.again("harness" if e.kind in ("exception", "bad_candidate") else e.kind,
+                          f"the reference failed to load: {e.message}") from e
         return child
 
     def trim_references(self) -> list[str]:

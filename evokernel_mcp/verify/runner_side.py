@@ -142,7 +142,7 @@ def _reference_case(ctx, ref, shape: str, seed: int, probe: bool, deadline: floa
         if e.kind in ("timeout", "crash", "oom", "gpu_fault"):
             ctx.spares.drop_reference(ref)
         kind = "harness" if e.kind in ("exception", "bad_candidate") else e.kind
-        raise ChildFailed(kind, f"reference side, {what}: {e.message}", e.detail) from e
+        raise e.again(kind, f"reference side, {what}: {e.message}") from e
     return case
 
 
