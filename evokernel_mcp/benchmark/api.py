@@ -62,7 +62,8 @@ def _info(run: dict[str, Any] | None) -> TimingInfo | None:
         return None
     keys = ("stop_reason", "warmup_calls", "copies", "flush_bytes", "event_overhead_ms", "host_timing", "timer")
     extra = run.get("extra") or {}
-    notes = "; ".join(str(extra[k]) for k in ("activity_timer_unused", "timers_unified") if extra.get(k))
+    notes = "; ".join(str(extra[k]) for k in ("activity_timer_unused", "timers_unified", "copies_note")
+                      if extra.get(k))
     return TimingInfo(**{k: run.get(k) for k in keys if run.get(k) is not None},
                       overhead_subtracted=bool(run.get("overhead_subtracted")),
                       event_median_ms=extra.get("event_median_ms"), timer_note=notes or None,

@@ -146,6 +146,28 @@ def _reference_case(ctx, ref, shape: str, seed: int, probe: bool, deadline: floa
     return case
 
 
+def with_room(ctx, ask, keep: tuple, state: dict) -> dict:
+    """ask() the reference for a case; when it refuses the case as too_big, give our idle processes' device
+    memory back (spares, cached references of other sources, the runner's cache: spares.give_back_idle; once
+    per job) and ask again. The case then says what was given back; a refusal even then says so too."""
+    try:
+        return ask()
+    except ChildFailed as e:
+        if e.kind != "too_big" or "gave_back" in state or ctx.device == "cpu":
+            raise
+    g = state["gave_back"] = ctx.spares.give_back_idle(keep=keep)
+    freed = f", {g['freed_bytes'] / 1e9:.1f} GB freed" if g.get("freed_bytes") is not None else ""
+    what = f"{g['processes']} idle process(es) of ours stopped and the runner's cache emptied{freed}"
+    try:
+        case = ask()
+    except ChildFailed as e:
+        if e.kind == "too_big":
+            raise e.again("too_big", f"{e.message} (asked again after giving back memory: {what})") from e
+        raise
+    case["notes"] = [*(case.get("notes") or []), f"device memory given back for this case: {what}"]
+    return case
+
+
 def _candidate_runs(cand, case: dict, seed: int, deadline: float, dev: str | None, what: str,
                     model_key: int | None = None) -> list[dict]:
     limit = OUTPUT_SLACK * _nbytes(case["native"]) + (16 << 20)
@@ -172,10 +194,11 @@ def _cases(ctx, ref, cand, task: Task, payload: dict, deadline: float, progress,
 
     dev = tensor_device(ctx)
     todo = _case_list(payload)
+    room: dict = {}
     for i, (shape, seed, probe) in enumerate(todo):
         what = f"shape set {shape!r}, seed {seed}" + (", probe" if probe else "")
         progress(i, len(todo), f"verify {task.name} {what}")
-        case = _reference_case(ctx, ref, shape, seed, probe, deadline, dev)
+        case = with_room(ctx, lambda: _reference_case(ctx, ref, shape, seed, probe, deadline, dev), (ref,), room)
         runs = _candidate_runs(cand, case, seed, deadline, dev, what, model_key)
         out["cases"].append(judge(task, shape, seed, case, runs[0], runs[1], payload.get("tolerance"),
                                   device=dev or "cpu", probe=probe))
