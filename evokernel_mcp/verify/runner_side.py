@@ -185,7 +185,19 @@ def _candidate_runs(cand, case: dict, seed: int, deadline: float, dev: str | Non
             if e.kind == "exception":
                 e.message = f"candidate raised {e.message} ({what})"
             raise
+        if i == 0 and not case.get("arg_reductions"):  # the candidate keeps them: the judge needs only their dtypes
+            case["inputs"] = _dtype_stubs(case["inputs"])
     return runs
+
+
+def _dtype_stubs(inputs: Any) -> Any:
+    """Empty host tensors of the inputs' dtypes in their place (Python values kept): the runner's copy of the
+    inputs is let go once the candidate has its own, so run B and the judge have that device memory."""
+    import torch
+
+    if not isinstance(inputs, (list, tuple)):
+        return inputs
+    return [torch.empty(0, dtype=t.dtype) if isinstance(t, torch.Tensor) else t for t in inputs]
 
 
 def _cases(ctx, ref, cand, task: Task, payload: dict, deadline: float, progress, out: dict,
