@@ -250,7 +250,10 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
 
     def ask() -> dict:
         return arms.ask(ref, {"op": "case", "shape": shape, "seed": seed, "hi": False}, max_bytes=1 << 42)
-    case = with_room(ctx, ask, (ref,), {}) if ctx is not None else ask()
+    room: dict = {}
+    case = with_room(ctx, ask, (ref,), room) if ctx is not None else ask()
+    if gpu and ctx is not None:
+        _room_for_arms(ctx, arms, ref, case, room)
     n_pool = _pool_sets(_nbytes(case["inputs"]), _nbytes(case["native"]), 3 if arms.control else 2, gpu)
     pool = [arms.ask(ref, {"op": "case", "shape": shape, "seed": seed + 1 + i, "inputs_only": True},
                      max_bytes=1 << 42)["inputs"] for i in range(n_pool)]
@@ -286,6 +289,36 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
         trim_between_cases()
     arms.ask(arms.cand, {"op": "arm_close", "name": "candidate"})
     return out
+
+
+def _room_for_arms(ctx, arms: _Arms, ref, case: dict, room: dict) -> None:
+    """Before any arm gets its inputs: the arms' least need (devplan.benchmark_need) against the device's free
+    memory (all processes); short, our idle processes give theirs back first (once per shape); short even then,
+    too_big naming the bytes, the device's and the overrides, before anything runs."""
+    import torch
+
+    from evokernel_mcp.runtime import devplan
+    from evokernel_mcp.verify.runner_side import give_back
+
+    parts = devplan.benchmark_need(_nbytes(case["inputs"]), _nbytes(case["native"]), len(arms.children()))
+    need = sum(parts.values())
+    free, total = torch.cuda.mem_get_info()
+    if devplan.fits(need, free):
+        return
+    g = room.get("gave_back") or give_back(ctx, (ref,), room)
+    free, total = torch.cuda.mem_get_info()
+    if devplan.fits(need, free):
+        return
+    hint = None
+    try:
+        from evokernel_mcp.overrides import scaled_overrides  # AST only: nothing of the reference runs here
+
+        hint = scaled_overrides(arms.task.reference_source, max_elems=2**26) or None
+    except Exception:  # noqa: BLE001 - only a hint
+        hint = None
+    raise ChildFailed("too_big", "the benchmark's arms do not fit: " + devplan.too_big_message(
+        need, free, total, int(g.get("freed_bytes") or 0), parts, hint).removeprefix("this job does not fit the "
+                                                                                    "device: "))
 
 
 def _probe_bar(arms: _Arms, ref, case: dict, pool: list, seed: int):

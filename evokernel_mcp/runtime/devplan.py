@@ -153,3 +153,15 @@ def benchmark_copies(input_bytes: int, output_bytes: int, arms: int, want: int, 
                        f"{_gb(arms * (want * input_bytes + 2 * output_bytes) + input_bytes)}, {_gb(free)} free")
     return 1, (f"1 timed input set per arm instead of {want}: device memory is short "
                f"({_gb(free)} free for {arms} arm(s) of {_gb(input_bytes + 2 * output_bytes)} each)")
+
+
+def benchmark_need(input_bytes: int, output_bytes: int, arms: int) -> dict[str, int]:
+    """Device bytes a benchmark's shape still needs once the runner holds the case (its inputs and outputs), at
+    the least it can run with (one timed input set per arm, no refill pool): every arm's inputs and two calls'
+    outputs, one input set in transfer, the sampled repetition kept (inputs and outputs)."""
+    return {"arms": arms * (input_bytes + 2 * output_bytes), "transfer": input_bytes,
+            "sampled repetition": input_bytes + output_bytes}
+
+
+def fits(need: int, free: int) -> bool:
+    return need <= _usable(free)

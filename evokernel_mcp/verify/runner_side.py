@@ -146,6 +146,14 @@ def _reference_case(ctx, ref, shape: str, seed: int, probe: bool, deadline: floa
     return case
 
 
+def give_back(ctx, keep: tuple, state: dict) -> dict:
+    """Our idle processes' device memory given back for this job (spares.give_back_idle), noted in `state`."""
+    g = state["gave_back"] = ctx.spares.give_back_idle(keep=keep)
+    freed = f", {g['freed_bytes'] / 1e9:.1f} GB freed" if g.get("freed_bytes") is not None else ""
+    g["what"] = f"{g['processes']} idle process(es) of ours stopped and the runner's cache emptied{freed}"
+    return g
+
+
 def with_room(ctx, ask, keep: tuple, state: dict) -> dict:
     """ask() the reference for a case; when it refuses the case as too_big, give our idle processes' device
     memory back (spares, cached references of other sources, the runner's cache: spares.give_back_idle; once
@@ -155,9 +163,7 @@ def with_room(ctx, ask, keep: tuple, state: dict) -> dict:
     except ChildFailed as e:
         if e.kind != "too_big" or "gave_back" in state or ctx.device == "cpu":
             raise
-    g = state["gave_back"] = ctx.spares.give_back_idle(keep=keep)
-    freed = f", {g['freed_bytes'] / 1e9:.1f} GB freed" if g.get("freed_bytes") is not None else ""
-    what = f"{g['processes']} idle process(es) of ours stopped and the runner's cache emptied{freed}"
+    what = give_back(ctx, keep, state)["what"]
     try:
         case = ask()
     except ChildFailed as e:

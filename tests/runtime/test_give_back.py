@@ -104,3 +104,48 @@ def test_a_refusal_even_after_giving_back_names_it_and_other_failures_pass_throu
     with pytest.raises(ChildFailed):
         with_room(cpu, _asks(ChildFailed("too_big", "host")), (), {})
     assert cpu.spares.calls == 0, "the CPU path has no device memory to give back"
+
+
+KB = """import torch
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+batch_size = 4096
+dim = 393216
+def get_inputs():
+    return [torch.rand(batch_size, dim)]
+def get_init_inputs():
+    return []
+"""
+
+
+class _Arms:
+    def __init__(self):
+        from evokernel_mcp.tasks import task_from_reference
+
+        self.task = task_from_reference(KB)
+
+    def children(self):
+        return {"baseline": 1, "candidate": 2, "control": 3}
+
+
+def test_a_benchmark_whose_arms_do_not_fit_gives_back_then_is_too_big_before_anything_runs(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from evokernel_mcp.benchmark.runner_side import _room_for_arms
+
+    case = {"inputs": [torch.zeros(1000)], "native": torch.zeros(1000)}  # 4 kB each: the arms need 48 kB
+    readings = iter([(10_000, 80 << 30), (10**6, 80 << 30)])
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: next(readings))
+    ctx = _Ctx()
+    _room_for_arms(ctx, _Arms(), None, case, {})
+    assert ctx.spares.calls == 1, "short at first: our idle processes gave theirs back, then it fit"
+    readings = iter([(10_000, 80 << 30), (10_000, 80 << 30)])
+    with pytest.raises(ChildFailed) as ei:
+        _room_for_arms(ctx, _Arms(), None, case, {})
+    msg = ei.value.message
+    assert ei.value.kind == "too_big" and msg.startswith("the benchmark's arms do not fit: it needs")
+    assert "arms" in msg and "10.0 kB free" not in msg and "free of 85.9 GB" in msg and "overrides={" in msg
+    readings = iter([(10**9, 80 << 30)])
+    calls = ctx.spares.calls
+    _room_for_arms(ctx, _Arms(), None, case, {})
+    assert ctx.spares.calls == calls, "nothing given back when it fits"
