@@ -136,7 +136,7 @@ def shape_result(raw: dict[str, Any], task: Task, info: dict[str, Any], ceil: Ce
     sr.clocks_moved = _clocks_moved(raw)
     sr.runner_clock = (raw.get("runner_bound") or {}).get("detail")
     sr.probes_checked = (raw.get("check_probes") or {}).get("checked")
-    sr.flags = _flags(sr, raw, host)
+    sr.flags = _flags(sr, raw, host) + [str(n)[:300] for n in raw.get("memory_notes") or []]
     return apply_verdict(sr, raw, roof.roofline_datasheet_ms if roof else None)
 
 

@@ -120,13 +120,13 @@ def get_init_inputs():
 
 
 class _Arms:
-    def __init__(self):
+    def __init__(self, ctrl=None):
         from evokernel_mcp.tasks import task_from_reference
 
-        self.task = task_from_reference(KB)
+        self.task, self.ctrl = task_from_reference(KB), ctrl
 
     def children(self):
-        return {"baseline": 1, "candidate": 2, "control": 3}
+        return {"baseline": 1, "candidate": 2, **({"control": self.ctrl} if self.ctrl is not None else {})}
 
 
 def test_a_benchmark_whose_arms_do_not_fit_gives_back_then_is_too_big_before_anything_runs(monkeypatch):
@@ -136,9 +136,10 @@ def test_a_benchmark_whose_arms_do_not_fit_gives_back_then_is_too_big_before_any
     case = {"inputs": [torch.zeros(1000)], "native": torch.zeros(1000)}  # 4 kB each: the arms need 48 kB
     readings = iter([(10_000, 80 << 30), (10**6, 80 << 30)])
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: next(readings))
-    ctx = _Ctx()
-    _room_for_arms(ctx, _Arms(), None, case, {})
+    ctx, room = _Ctx(), {}
+    _room_for_arms(ctx, _Arms(), None, case, room)
     assert ctx.spares.calls == 1, "short at first: our idle processes gave theirs back, then it fit"
+    assert "given back before timing: 3 idle process(es)" in room["notes"][0]
     readings = iter([(10_000, 80 << 30), (10_000, 80 << 30)])
     with pytest.raises(ChildFailed) as ei:
         _room_for_arms(ctx, _Arms(), None, case, {})
@@ -149,3 +150,17 @@ def test_a_benchmark_whose_arms_do_not_fit_gives_back_then_is_too_big_before_any
     calls = ctx.spares.calls
     _room_for_arms(ctx, _Arms(), None, case, {})
     assert ctx.spares.calls == calls, "nothing given back when it fits"
+
+
+def test_short_of_memory_for_three_arms_the_control_arm_goes_before_the_job_does(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from evokernel_mcp.benchmark.runner_side import _room_for_arms
+
+    case = {"inputs": [torch.zeros(1000)], "native": torch.zeros(1000)}  # 12 kB per arm, 12 kB besides
+    free = int(37_000 / 0.9) + 1  # two arms fit (36 kB), three (48 kB) do not
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (free, 80 << 30))
+    ctx, room, arms = _Ctx(), {}, _Arms(ctrl="control-child")
+    retired = []
+    ctx.spares.retire = retired.append
+    _room_for_arms(ctx, arms, None, case, room)
+    assert arms.ctrl is None and retired == ["control-child"] and "control arm left out" in room["notes"][-1]
