@@ -5,7 +5,9 @@ on the CPU with injected numbers.
 
 A verify case at its peak (tensors on one device, each held by the process named):
   reference   inputs + native outputs, and the float64 copy (inputs and outputs) while its forward runs
-  runner      inputs + native outputs + candidate runs A and B (+ the float64 outputs where kept), one bool mask
+  runner      native outputs + candidate runs A and B (+ the float64 outputs where kept), one bool mask and the
+              comparison blocks (its copy of the inputs goes once the candidate has its own; an arg-reduction's
+              inputs stay, beside outputs too small to matter)
   candidate   inputs + its pristine copy + one run's outputs
   transfer    the largest tensor once more (a VMM export is a second allocation until the peer has copied it)
 The reference's float64 copy is transient (its forward, then sent and dropped) and does not coincide with the
@@ -57,7 +59,7 @@ class VerifyNeeds(BaseModel):
         i, o = self.input_bytes, self.output_bytes
         hi = float64 == "whole"
         ref_phase = i + o + (self.hi_input_bytes + self.hi_output_bytes if hi else 0)
-        judge_phase = {"runner": i + 3 * o + (self.hi_output_bytes if hi else 0) + self.mask_bytes,
+        judge_phase = {"runner": 3 * o + (self.hi_output_bytes if hi else 0) + self.mask_bytes,
                        "candidate": 2 * i + o}
         transfer = max(self.largest_bytes, self.hi_output_bytes if hi else 0)
         if ref_phase >= sum(judge_phase.values()):
