@@ -10,7 +10,9 @@ its interval should hold 1). Records the verdicts, wall times, the bar, the erro
 memory while the problem ran, sampled every 0.2 s in a thread:
   peak_ours_mib      the peak of the sum over OUR processes (this one and every descendant: the runner, its
                      children) of nvidia-smi --query-compute-apps used_memory (pynvml where installed), the
-                     ballast process left out; None where no per-process reading matched our tree
+                     ballast process left out; where no per-process reading matches our tree (pids of another
+                     namespace), the device's used memory minus what was used at the sweep's start
+                     (peak_ours_source says so)
   peak_gpu_mem_mib   the peak of the whole device's used memory (nvidia-smi --query-gpu / amd-smi), ballast included
   own_bytes          the problem's own bytes: its inputs + its outputs (shapes from meta tensors, no data)
 and the distribution of peak_ours / own over the problems whose own bytes exceed 1 GB.
@@ -282,6 +284,7 @@ async def sweep(files: list[Path], seeds: int, max_time_s: float, scale: int, be
     from evokernel_mcp.server import build_server
 
     rows = []
+    start_mib = GpuMemSampler()._read() if shutil.which("nvidia-smi") else None  # the ballast's and others' share
     async with Client(build_server()) as c:
         t_start = time.perf_counter()
         for f in files:
@@ -312,8 +315,13 @@ async def sweep(files: list[Path], seeds: int, max_time_s: float, scale: int, be
                                         "error": (f"{err.get('kind')}: {err.get('message', '')[:300]}" if err else x)}
             row["peak_gpu_mem_mib"] = mem.peak_mib
             row["peak_ours_mib"] = mem.peak_ours_mib
-            row["peak_over_own"] = (round(mem.peak_ours_mib * 2**20 / row["own_bytes"], 2)
-                                    if mem.peak_ours_mib and row["own_bytes"] else None)
+            if mem.peak_ours_mib is None and mem.peak_mib is not None and start_mib is not None:
+                # no per-process reading matched our tree (pids of another namespace): the device's used
+                # memory over what was used before the sweep began (the ballast's share and others' left out)
+                row["peak_ours_mib"] = mem.peak_mib - start_mib
+                row["peak_ours_source"] = "device used minus used at the sweep's start"
+            row["peak_over_own"] = (round(row["peak_ours_mib"] * 2**20 / row["own_bytes"], 2)
+                                    if row["peak_ours_mib"] and row["own_bytes"] else None)
             row["wall_s"] = round(time.perf_counter() - t_all, 2)
             sc = row["benchmark"].get("speedup_ci") if bench else None
             row["ok"] = (row["same"]["passed"] is True and row["perturbed"]["passed"] is False
