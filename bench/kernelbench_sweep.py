@@ -1,14 +1,23 @@
 """All 100 KernelBench level-1 problems, unchanged, through the MCP client on a GPU.
 
     PYTHONPATH=. python3 bench/kernelbench_sweep.py [--kb ../shared/kernelbench/level1] [--only 19,23,51]
-        [--part 1/4] [--seeds 2] [--max-time-s 0.5] [--overrides-scale 0] [--no-benchmark]
+        [--part 1/4] [--seeds 1] [--max-time-s 0.5] [--overrides-scale 0] [--no-benchmark] [--ballast-gb 30]
 
 Per problem, with the server built in-process (`Client(build_server())`): verify the same-code candidate
 (the file + `class ModelNew(Model): pass`; must pass every seed and the signed probe), verify a perturbed
 one (outputs * 1.01 + 1e-3, indices + 1; must fail), benchmark the same-code candidate (must complete;
-its interval should hold 1). Records the verdicts, wall times, the bar, the error kind/message, and
-the GPU's peak memory while the problem ran (nvidia-smi / amd-smi sampled every 0.2 s: the runner's
-torch.cuda.max_memory_allocated is not visible here; the sample is the whole device's used memory).
+its interval should hold 1). Records the verdicts, wall times, the bar, the error kind/message, and device
+memory while the problem ran, sampled every 0.2 s in a thread:
+  peak_ours_mib      the peak of the sum over OUR processes (this one and every descendant: the runner, its
+                     children) of nvidia-smi --query-compute-apps used_memory (pynvml where installed), the
+                     ballast process left out; where no per-process reading matches our tree (pids of another
+                     namespace), the device's used memory minus what was used at the sweep's start
+                     (peak_ours_source says so)
+  peak_gpu_mem_mib   the peak of the whole device's used memory (nvidia-smi --query-gpu / amd-smi), ballast included
+  own_bytes          the problem's own bytes: its inputs + its outputs (shapes from meta tensors, no data)
+and the distribution of peak_ours / own over the problems whose own bytes exceed 1 GB.
+`--ballast-gb N` starts a separate process holding N GB of the device (torch.empty) for the sweep's duration:
+every problem must then run or say too_big/oom cleanly (the summary counts the error kinds; none may be crash).
 Writes bench/results/kernelbench_sweep_<device>_<date>[_part-i-of-n].{md,json} (and a copy under $OUT)
 with device, date and versions. `--overrides-scale N` (0 = off) scales sizes down to ~N input elements
 (overrides.scaled_overrides) for a dry run on a small machine.
@@ -34,11 +43,72 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-class GpuMemSampler:
-    """Peak used GPU memory (MiB, the whole device) sampled with nvidia-smi (or amd-smi) in a thread."""
+def _tree(root: int) -> set[int]:
+    """root and every descendant (ppid links from /proc: the runner, its sandboxed children, their children)."""
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        kids.setdefault(ppid, []).append(int(d))
+    out, todo = set(), [root]
+    while todo:
+        p = todo.pop()
+        if p not in out:
+            out.add(p)
+            todo += kids.get(p, [])
+    return out
 
-    def __init__(self, period_s: float = 0.2):
-        self.period_s, self.peak_mib, self._stop = period_s, None, threading.Event()
+
+def per_process_mib() -> dict[int, float] | None:
+    """{pid: device MiB} of every compute process (pynvml where installed, else nvidia-smi); None without either."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        out: dict[int, float] = {}
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
+                out[p.pid] = out.get(p.pid, 0.0) + (p.usedGpuMemory or 0) / 2**20
+        return out
+    except Exception:  # noqa: BLE001 - not installed, or no NVML: nvidia-smi
+        pass
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        text = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=5).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    out = {}
+    for line in text.splitlines():
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit():
+            try:
+                out[int(parts[0])] = out.get(int(parts[0]), 0.0) + float(parts[1])
+            except ValueError:
+                continue
+    return out
+
+
+def ours_mib(readings: dict[int, float], tree: set[int], exclude: set[int]) -> float | None:
+    """Device MiB of our processes together (None when no reading is of a process of ours)."""
+    mine = [v for pid, v in readings.items() if pid in tree and pid not in exclude]
+    return sum(mine) if mine else None
+
+
+class GpuMemSampler:
+    """Peaks sampled in a thread: the device's used memory (nvidia-smi / amd-smi, the whole device) and the sum
+    over our own processes (per_process_mib filtered to this process's tree, `exclude` left out)."""
+
+    def __init__(self, period_s: float = 0.2, exclude: set[int] | None = None):
+        self.period_s, self.peak_mib, self.peak_ours_mib, self._stop = period_s, None, None, threading.Event()
+        self.exclude = exclude or set()
         self.tool = "nvidia-smi" if shutil.which("nvidia-smi") else None
 
     def _read(self) -> float | None:
@@ -50,10 +120,15 @@ class GpuMemSampler:
             return None
 
     def _loop(self) -> None:
+        me = os.getpid()
         while not self._stop.is_set():
             v = self._read()
             if v is not None:
                 self.peak_mib = v if self.peak_mib is None else max(self.peak_mib, v)
+            per = per_process_mib()
+            o = ours_mib(per, _tree(me), self.exclude) if per else None
+            if o is not None:
+                self.peak_ours_mib = o if self.peak_ours_mib is None else max(self.peak_ours_mib, o)
             self._stop.wait(self.period_s)
 
     def __enter__(self) -> "GpuMemSampler":
@@ -66,6 +141,95 @@ class GpuMemSampler:
         self._stop.set()
         if self.tool:
             self._t.join(timeout=10)
+
+
+BALLAST = """
+import sys, torch
+x = torch.empty(int(float(sys.argv[1]) * 1e9), dtype=torch.uint8, device="cuda")
+x.fill_(1)
+torch.cuda.synchronize()
+print("ready", flush=True)
+sys.stdin.read()  # held until the sweep closes our stdin (or ends)
+"""
+
+
+class Ballast:
+    """A separate process holding `gb` GB of the device (torch.empty) for the sweep's duration."""
+
+    def __init__(self, gb: float):
+        self.gb, self.proc = gb, None
+
+    def __enter__(self) -> "Ballast":
+        if self.gb > 0:
+            self.proc = subprocess.Popen([sys.executable, "-c", BALLAST, str(self.gb)], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, text=True)
+            if self.proc.stdout.readline().strip() != "ready":
+                raise SystemExit(f"the ballast process could not hold {self.gb} GB of the device")
+            print(f"ballast: process {self.proc.pid} holds {self.gb} GB of the device", flush=True)
+        return self
+
+    @property
+    def pids(self) -> set[int]:
+        return {self.proc.pid} if self.proc else set()
+
+    def __exit__(self, *exc) -> None:
+        if self.proc:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def own_bytes(src: str, overrides: dict | None = None) -> int | None:
+    """The problem's inputs + outputs in bytes, from get_inputs and one forward on meta tensors (no data); None
+    where meta cannot tell."""
+    try:
+        import torch
+
+        from evokernel_mcp.verify.memory import meta_input_specs, meta_output_specs
+
+        if overrides:
+            from evokernel_mcp.overrides import apply_overrides
+
+            src, _ = apply_overrides(src, overrides)
+        ns: dict = {"__name__": "kb_problem"}
+        exec(compile(src, "<problem>", "exec"), ns)  # noqa: S102 - the KernelBench file this script sweeps
+        ins = meta_input_specs(ns["get_inputs"])
+        with torch.device("meta"):
+            model = ns["Model"](*ns.get("get_init_inputs", list)())
+            inputs = [torch.empty(s.shape, dtype=getattr(torch, s.dtype)) for s in ins or []]
+        outs = meta_output_specs(model, inputs) if ins is not None else None
+        if ins is None or outs is None:
+            return None
+        return sum(s.nbytes() for s in ins) + sum(s.nbytes() for s in outs)
+    except Exception:  # noqa: BLE001 - a file meta cannot run
+        return None
+
+
+def ratio_summary(rows: list, min_own: int = 10**9) -> dict:
+    """Distribution of peak_ours / own_bytes over the problems whose own bytes exceed min_own."""
+    rs = sorted(r["peak_ours_mib"] * 2**20 / r["own_bytes"] for r in rows
+                if r.get("own_bytes") and r["own_bytes"] > min_own and r.get("peak_ours_mib"))
+    if not rs:
+        return {"n": 0}
+
+    def q(p: float) -> float:
+        return round(rs[min(len(rs) - 1, int(p * (len(rs) - 1) + 0.5))], 2)
+    return {"n": len(rs), "min": round(rs[0], 2), "median": q(0.5), "p90": q(0.9), "max": round(rs[-1], 2),
+            "over_3x": sum(1 for r in rs if r > 3)}
+
+
+def kinds_summary(rows: list) -> dict:
+    """How many problems ended with each error kind (same-code verify, perturbed verify, benchmark)."""
+    out: dict[str, int] = {}
+    for r in rows:
+        for part in ("same", "perturbed", "benchmark"):
+            err = (r.get(part) or {}).get("error")
+            if err:
+                k = str(err).split(":", 1)[0] if ":" in str(err) else "error"
+                out[k] = out.get(k, 0) + 1
+    return out
 
 
 def _kb_dir(arg: str | None) -> Path:
@@ -112,7 +276,7 @@ def _verdict(body: dict, is_error: bool, text: str | None) -> dict:
 
 
 async def sweep(files: list[Path], seeds: int, max_time_s: float, scale: int, bench: bool, wait_s: float,
-                budget_s: float = 0.0) -> list:
+                budget_s: float = 0.0, exclude: set[int] | None = None) -> list:
     from mcp import Client
 
     from evokernel_mcp.kb_candidates import perturbed, same_code
@@ -120,6 +284,7 @@ async def sweep(files: list[Path], seeds: int, max_time_s: float, scale: int, be
     from evokernel_mcp.server import build_server
 
     rows = []
+    start_mib = GpuMemSampler()._read() if shutil.which("nvidia-smi") else None  # the ballast's and others' share
     async with Client(build_server()) as c:
         t_start = time.perf_counter()
         for f in files:
@@ -129,9 +294,9 @@ async def sweep(files: list[Path], seeds: int, max_time_s: float, scale: int, be
             src = f.read_text()
             ov = scaled_overrides(src, max_elems=scale) if scale else None
             base = {"reference": src, "wait_s": wait_s, "timeout_s": 600, **({"overrides": ov} if ov else {})}
-            row: dict = {"problem": f.name, "overrides": ov}
+            row: dict = {"problem": f.name, "overrides": ov, "own_bytes": own_bytes(src, ov)}
             t_all = time.perf_counter()
-            with GpuMemSampler() as mem:
+            with GpuMemSampler(exclude=exclude) as mem:
                 b, t, e, x = await call_tool(c, "verify_vs_pytorch",
                                              {**base, "candidate": same_code(src), "seeds": seeds})
                 row["same"] = {**_verdict(b, e, x), "wall_s": round(t, 2)}
@@ -149,6 +314,14 @@ async def sweep(files: list[Path], seeds: int, max_time_s: float, scale: int, be
                                         "invalid_reason": res.get("invalid_reason"),
                                         "error": (f"{err.get('kind')}: {err.get('message', '')[:300]}" if err else x)}
             row["peak_gpu_mem_mib"] = mem.peak_mib
+            row["peak_ours_mib"] = mem.peak_ours_mib
+            if mem.peak_ours_mib is None and mem.peak_mib is not None and start_mib is not None:
+                # no per-process reading matched our tree (pids of another namespace): the device's used
+                # memory over what was used before the sweep began (the ballast's share and others' left out)
+                row["peak_ours_mib"] = mem.peak_mib - start_mib
+                row["peak_ours_source"] = "device used minus used at the sweep's start"
+            row["peak_over_own"] = (round(row["peak_ours_mib"] * 2**20 / row["own_bytes"], 2)
+                                    if row["peak_ours_mib"] and row["own_bytes"] else None)
             row["wall_s"] = round(time.perf_counter() - t_all, 2)
             sc = row["benchmark"].get("speedup_ci") if bench else None
             row["ok"] = (row["same"]["passed"] is True and row["perturbed"]["passed"] is False
@@ -182,8 +355,13 @@ def _markdown(meta: dict, rows: list) -> str:
              f"versions: {json.dumps(meta['versions'])}; seeds {meta['seeds']}, benchmark max_time_s "
              f"{meta['max_time_s']}, overrides scale {meta['overrides_scale'] or 'off (unchanged sizes)'}; "
              f"{meta['problems']} problems in {meta['wall_s']:.0f} s; all right: {meta['ok']}/{meta['problems']}", "",
-             "| problem | same-code | perturbed | benchmark | speedup [CI] | peak GPU MiB | wall s | error |",
-             "|---|---|---|---|---|---|---|---|"]
+             f"ballast: {meta.get('ballast_gb') or 0:g} GB held by another process; error kinds: "
+             f"{json.dumps(meta.get('error_kinds') or {})}", "",
+             "peak device memory of our processes / the problem's own bytes (inputs + outputs), problems over 1 GB: "
+             f"{json.dumps(meta.get('peak_over_own_over_1gb') or {})}", "",
+             "| problem | same-code | perturbed | benchmark | speedup [CI] | own MB | peak ours MiB | ours/own | "
+             "peak GPU MiB | wall s | error |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         b = r.get("benchmark") or {}
         ci = b.get("speedup_ci")
@@ -191,7 +369,9 @@ def _markdown(meta: dict, rows: list) -> str:
         err = r["same"]["error"] or r["perturbed"]["error"] or b.get("error") or ""
         lines.append(f"| {r['problem']} | {r['same']['passed']} ({r['same']['wall_s']} s) | "
                      f"{r['perturbed']['passed']} ({r['perturbed']['wall_s']} s) | {b.get('completed', '-')} "
-                     f"({b.get('wall_s', '-')} s) | {sp} | {r['peak_gpu_mem_mib']} | {r['wall_s']} | "
+                     f"({b.get('wall_s', '-')} s) | {sp} | "
+                     f"{round(r['own_bytes'] / 1e6) if r.get('own_bytes') else '-'} | {r.get('peak_ours_mib')} | "
+                     f"{r.get('peak_over_own')} | {r['peak_gpu_mem_mib']} | {r['wall_s']} | "
                      f"{str(err)[:160].replace('|', '/')} |")
     return "\n".join(lines) + "\n"
 
@@ -204,7 +384,9 @@ def main() -> None:
     ap.add_argument("--kb")
     ap.add_argument("--only", help="comma-separated problem numbers, e.g. 19,23,51")
     ap.add_argument("--part", help="i/n: every n-th problem starting at the i-th (split the sweep)")
-    ap.add_argument("--seeds", type=int, default=2)
+    ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--ballast-gb", type=float, default=0.0,
+                    help="a separate process holds this many GB of the device (torch.empty) for the whole sweep")
     ap.add_argument("--max-time-s", type=float, default=0.5)
     ap.add_argument("--overrides-scale", type=int, default=0)
     ap.add_argument("--wait-s", type=float, default=300)
@@ -219,16 +401,19 @@ def main() -> None:
     kb = _kb_dir(a.kb)
     files = _select(sorted(kb.glob("*.py"), key=lambda p: int(p.name.split("_")[0])), a.only, a.part)
     t0 = time.perf_counter()
-    rows = anyio.run(sweep, files, a.seeds, a.max_time_s, a.overrides_scale, not a.no_benchmark, a.wait_s,
-                     a.budget_s)
+    with Ballast(a.ballast_gb) as ballast:
+        rows = anyio.run(sweep, files, a.seeds, a.max_time_s, a.overrides_scale, not a.no_benchmark, a.wait_s,
+                         a.budget_s, ballast.pids)
     v = versions()
     device = v.get("device", "cpu").replace("NVIDIA ", "").replace(" ", "-")
     date = dt.date.today().isoformat()
     meta = {"device": device, "date": date, "versions": v, "seeds": a.seeds, "max_time_s": a.max_time_s,
             "overrides_scale": a.overrides_scale, "problems": len(rows), "ok": sum(r["ok"] for r in rows),
-            "wall_s": time.perf_counter() - t0, "only": a.only, "part": a.part}
+            "wall_s": time.perf_counter() - t0, "only": a.only, "part": a.part, "ballast_gb": a.ballast_gb,
+            "peak_over_own_over_1gb": ratio_summary(rows), "error_kinds": kinds_summary(rows)}
     stem = f"kernelbench_sweep_{device}_{date}" + (f"_part-{a.part.replace('/', '-of-')}" if a.part else "") + \
-        ("_only" if a.only else "") + (f"_{a.tag}" if a.tag else "")
+        ("_only" if a.only else "") + (f"_ballast{a.ballast_gb:g}" if a.ballast_gb else "") + \
+        (f"_{a.tag}" if a.tag else "")
     _write(stem, meta, rows)
     print(f"{meta['ok']}/{meta['problems']} right in {meta['wall_s']:.0f} s -> bench/results/{stem}.md")
 
@@ -251,7 +436,8 @@ def combine(paths: list[Path], tag: str) -> None:
     rows = sorted(by_problem.values(), key=lambda r: int(r["problem"].split("_")[0]))
     m0 = metas[0]
     meta = {**m0, "problems": len(rows), "ok": sum(r["ok"] for r in rows), "wall_s": sum(m["wall_s"] for m in metas),
-            "only": None, "part": f"combined from {len(paths)} runs: " + ", ".join(p.name for p in paths)}
+            "only": None, "part": f"combined from {len(paths)} runs: " + ", ".join(p.name for p in paths),
+            "peak_over_own_over_1gb": ratio_summary(rows), "error_kinds": kinds_summary(rows)}
     stem = f"kernelbench_sweep_{m0['device']}_{m0['date']}_combined" + (f"_{tag}" if tag else "")
     _write(stem, meta, rows)
     print(f"{meta['ok']}/{meta['problems']} right; {meta['wall_s']:.0f} s of sweeping -> bench/results/{stem}.md")

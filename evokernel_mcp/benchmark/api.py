@@ -62,7 +62,8 @@ def _info(run: dict[str, Any] | None) -> TimingInfo | None:
         return None
     keys = ("stop_reason", "warmup_calls", "copies", "flush_bytes", "event_overhead_ms", "host_timing", "timer")
     extra = run.get("extra") or {}
-    notes = "; ".join(str(extra[k]) for k in ("activity_timer_unused", "timers_unified") if extra.get(k))
+    notes = "; ".join(str(extra[k]) for k in ("activity_timer_unused", "timers_unified", "copies_note")
+                      if extra.get(k))
     return TimingInfo(**{k: run.get(k) for k in keys if run.get(k) is not None},
                       overhead_subtracted=bool(run.get("overhead_subtracted")),
                       event_median_ms=extra.get("event_median_ms"), timer_note=notes or None,
@@ -147,7 +148,7 @@ def shape_result(raw: dict[str, Any], task: Task, info: dict[str, Any], ceil: Ce
     sr.clocks_moved = _clocks_moved(raw)
     sr.runner_clock = (raw.get("runner_bound") or {}).get("detail")
     sr.probes_checked = (raw.get("check_probes") or {}).get("checked")
-    sr.flags = _flags(sr, raw, host)
+    sr.flags = _flags(sr, raw, host) + [str(n)[:300] for n in raw.get("memory_notes") or []]
     return apply_verdict(sr, raw, floor_ms)
 
 

@@ -85,7 +85,8 @@ class TimingInfo(Model):
     event_median_ms: float | None = Field(
         default=None, description="With the activity clock: the median the events gave for the same repetitions "
         "(the difference is the launch cost on the device).")
-    timer_note: str | None = Field(default=None, description="Why the activity clock was not used, if it was not.")
+    timer_note: str | None = Field(default=None, description="Why the activity clock was not used, if it was not; "
+                                   "and fewer timed input sets than the caches want, when device memory was short.")
     kernel_span_median_ms: float | None = Field(
         default=None, description="With the activity clock: the median bare kernel span (first kernel start to "
         "last kernel end), before launch_cost_ms was added.")

@@ -90,6 +90,8 @@ def _run_dict(run, name: str, init: dict, report: dict, gpu: bool, cpu: int | No
     """One arm's timing record in the shape api.py reads (timing.TimingRun.to_dict)."""
     times = [t for _, t in run.times_ms[name]]
     extra = {**(report.get("marks") or {}), "rounds": len(run.rounds)}
+    if isinstance(init.get("copies_note"), str):  # fewer timed input sets than the caches want: memory was short
+        extra["copies_note"] = init["copies_note"][:300]
     if report.get("activity_timer_unused"):
         extra["activity_timer_unused"] = report["activity_timer_unused"]
     ovh = init.get("event_overhead_ms")
@@ -244,14 +246,26 @@ def _sampled(arms: _Arms, ref, samples: list, seed: int, hi: bool) -> dict[str, 
     return worst
 
 
-def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, gpu: bool) -> dict:
-    case = arms.ask(ref, {"op": "case", "shape": shape, "seed": seed, "hi": False, "work": True}, max_bytes=1 << 42)
+def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, gpu: bool, ctx=None) -> dict:
+    from evokernel_mcp.verify.runner_side import with_room
+
+    def ask() -> dict:
+        return arms.ask(ref, {"op": "case", "shape": shape, "seed": seed, "hi": False, "work": True},
+                        max_bytes=1 << 42)
+    room: dict = {}
+    case = with_room(ctx, ask, (ref,), room) if ctx is not None else ask()
     work = runner_counts(case)
+    if "gave_back" in room:
+        room["notes"] = [f"device memory given back for this shape: {room['gave_back']['what']}"]
+    if gpu and ctx is not None:
+        _room_for_arms(ctx, arms, ref, case, room)
     n_pool = _pool_sets(_nbytes(case["inputs"]), _nbytes(case["native"]), 3 if arms.control else 2, gpu)
     pool = [arms.ask(ref, {"op": "case", "shape": shape, "seed": seed + 1 + i, "inputs_only": True},
                      max_bytes=1 << 42)["inputs"] for i in range(n_pool)]
     out: dict[str, Any] = {"shape": shape, "input_bytes": _nbytes(case["inputs"]), "refill_pool_sets": n_pool,
                            "work": work}
+    if room.get("notes"):
+        out["memory_notes"] = room["notes"]
     limit = 2 * OUTPUT_SLACK * _nbytes(case["native"]) + (16 << 20)
     out["settled"] = arms.ask(arms.cand, {"op": "settled", "inputs": case["inputs"], "seed": seed,
                                           "init_inputs": case["init_inputs"], "state": case["state"]})
@@ -283,6 +297,47 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
         trim_between_cases()
     arms.ask(arms.cand, {"op": "arm_close", "name": "candidate"})
     return out
+
+
+def _room_for_arms(ctx, arms: _Arms, ref, case: dict, room: dict) -> None:
+    """Before any arm gets its inputs: the arms' least need (devplan.benchmark_need) against the device's free
+    memory (all processes); short, our idle processes give theirs back first (once per shape); short even then,
+    too_big naming the bytes, the device's and the overrides, before anything runs."""
+    import torch
+
+    from evokernel_mcp.runtime import devplan
+    from evokernel_mcp.verify.runner_side import give_back
+
+    i, o = _nbytes(case["inputs"]), _nbytes(case["native"])
+    parts = devplan.benchmark_need(i, o, len(arms.children()))
+    need = sum(parts.values())
+    free, total = torch.cuda.mem_get_info()
+    if devplan.fits(need, free):
+        return
+    g = room.get("gave_back") or give_back(ctx, (ref,), room)
+    free, total = torch.cuda.mem_get_info()
+    if devplan.fits(need, free):
+        room.setdefault("notes", []).append(f"device memory given back before timing: {g['what']}")
+        return
+    if arms.ctrl is not None:  # the control arm (the noise floor) is an aid: it goes before the job does
+        fewer = devplan.benchmark_need(i, o, len(arms.children()) - 1)
+        if devplan.fits(sum(fewer.values()), free):
+            ctrl, arms.ctrl = arms.ctrl, None
+            ctx.spares.retire(ctrl)
+            room.setdefault("notes", []).append(
+                f"control arm left out: the three arms need {need / 1e9:.1f} GB of device memory, "
+                f"{free / 1e9:.1f} GB free (after giving back idle processes); no noise floor for this shape")
+            return
+    hint = None
+    try:
+        from evokernel_mcp.overrides import scaled_overrides  # AST only: nothing of the reference runs here
+
+        hint = scaled_overrides(arms.task.reference_source, max_elems=2**26) or None
+    except Exception:  # noqa: BLE001 - only a hint
+        hint = None
+    raise ChildFailed("too_big", "the benchmark's arms do not fit: " + devplan.too_big_message(
+        need, free, total, int(g.get("freed_bytes") or 0), parts, hint).removeprefix("this job does not fit the "
+                                                                                    "device: "))
 
 
 def _probe_bar(arms: _Arms, ref, case: dict, pool: list, seed: int):
@@ -372,7 +427,7 @@ def _benchmark(ctx, payload: dict[str, Any], progress, timing_quiet: bool = Fals
             note("benchmark %s: waited %.2f s for retired children", shape, ctx.spares.wait_retired())
             try:
                 with ctx.spares.quiet(wait=False) if timing_quiet else contextlib.nullcontext():
-                    raw = _bench_shape(arms, ref, shape, seed, opt, prog, gpu)
+                    raw = _bench_shape(arms, ref, shape, seed, opt, prog, gpu, ctx)
             except ChildFailed as e:
                 result["error"] = {**e.info(), "shape": shape}
                 break
@@ -437,7 +492,7 @@ def _baseline_child(ctx, payload: dict, task: Task, deadline: float):
         load_candidate(ctx, child, base_src, task, deadline)
     except ChildFailed as e:
         child.discard()
-        raise ChildFailed(e.kind, f"baseline: {e.message}", e.detail) from e
+        raise e.again(e.kind, f"baseline: {e.message}") from e
     return child
 
 

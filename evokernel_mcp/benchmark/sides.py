@@ -45,9 +45,14 @@ def arm_init(loaded, req: dict[str, Any]) -> dict[str, Any]:
     inputs = _to(req["inputs"], loaded.device)
     opt = timing.TimingOptions(**req["options"])
     k, flusher = (1 if gpu else CPU_COPIES), None  # host: a few rotating copies average out placement effects
+    copies_note = None
     if gpu and opt.cold_cache:
         l2, mall, _ = timing.cache_bytes(0)
-        k = timing.copies_for(_nbytes(inputs), l2 + mall, torch.cuda.mem_get_info()[0])
+        free = torch.cuda.mem_get_info()[0]
+        k, want = timing.copies_for(_nbytes(inputs), l2 + mall, free), timing.copies_for(_nbytes(inputs), l2 + mall)
+        if k < want:
+            copies_note = (f"{k} timed input set(s) rotated instead of {want}: device memory is short "
+                           f"({free / 1e9:.1f} GB free, {_nbytes(inputs) / 1e9:.2f} GB per set)")
         flusher = timing.CacheFlusher(0)
     pool = loaded.__dict__["bench_pool"] = [_to(p, loaded.device) for p in req.get("refill_pool") or []]
     arms = loaded.__dict__.setdefault("arms", {})
@@ -63,7 +68,7 @@ def arm_init(loaded, req: dict[str, Any]) -> dict[str, Any]:
         overhead = timing.event_overhead_ms(flusher, timer.api, 50)
     _sync(loaded.device)
     return {"copies": k, "warmup_calls": warm, "flush_bytes": flusher.nbytes if flusher else None,
-            "event_overhead_ms": overhead, "graph": bool(gpu and opt.use_graph)}
+            "event_overhead_ms": overhead, "graph": bool(gpu and opt.use_graph), "copies_note": copies_note}
 
 
 def arm_block(loaded, req: dict[str, Any]) -> dict[str, Any]:

@@ -123,7 +123,7 @@ def _inputs(ctx, req: SessionRequest, deadline: float) -> dict[str, Any]:
         if e.kind in ("timeout", "crash", "oom", "gpu_fault"):
             ctx.spares.drop_reference(ref)
         kind = "harness" if e.kind in ("exception", "bad_candidate") else e.kind
-        raise ChildFailed(kind, f"reference side, shape set {shape!r} seed {req.seed}: {e.message}", e.detail) from e
+        raise e.again(kind, f"reference side, shape set {shape!r} seed {req.seed}: {e.message}") from e
     return {k: case.get(k) for k in ("inputs", "init_inputs", "state")}
 
 

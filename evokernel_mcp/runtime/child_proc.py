@@ -77,6 +77,12 @@ class ChildFailed(Exception):
         self.role: str | None = None  # the process's role and the limit it hit (limits.attribute)
         self.limit: str | None = None
 
+    def again(self, kind: str, message: str) -> "ChildFailed":
+        """The same failure reworded (a caller naming where it happened), the process's role and limit kept."""
+        out = ChildFailed(kind, message, self.detail)
+        out.role, out.limit = self.role, self.limit
+        return out
+
     def info(self) -> dict[str, Any]:
         out = {"kind": self.kind, "message": self.message, "detail": self.detail}
         return out | ({"role": self.role} if self.role else {}) | ({"limit": self.limit} if self.limit else {})
@@ -204,7 +210,15 @@ class Child:
             raise ChildFailed("crash", f"the process running {what} {self._how()}", self._tails()) from e
         except frames.FrameError as e:
             self.kill()
+            if _out_of_device_memory(e):  # our own receive found no device memory: not the peer's doing
+                raise ChildFailed("oom", f"receiving the reply to {what} failed on the runner's side: {e}") from e
             raise ChildFailed("bad_candidate", f"protocol violation during {what}: {e}") from e
+        except RuntimeError as e:
+            if not _out_of_device_memory(e, itself=True):
+                raise
+            self.kill()  # the fds of the rest of the message are unread: the channel is out of step
+            raise ChildFailed("oom", f"receiving the reply to {what} failed on the runner's side: "
+                              f"{type(e).__name__}: {str(e)[:500]}") from e
         finally:
             timer.cancel()
         if not isinstance(msg, dict):
@@ -245,6 +259,11 @@ class Child:
             e.kind, e.message, e.limit = limits.attribute(e.kind, e.message, role=role, limits=self.limits,
                                                           cgroup=self.cgroup, killed_by=limits.killed_by(rc))
             e.role = role
+            if e.kind in ("oom", "gpu_fault") and not self.dead:
+                # a process out of device memory (or with a faulted context) serves nothing more: one that failed
+                # to receive or send has a stream out of step and ends itself (exit code 0), so a cache that
+                # kept it would hand the next job a process about to be gone
+                self.kill(close=False)
             raise
 
     def _request(self, msg: dict[str, Any], *, timeout_s: float, max_bytes: int, device: str | None = None) -> Any:
@@ -375,6 +394,26 @@ class Child:
             self._close_captures()
             shutil.rmtree(self.scratch, ignore_errors=True)
         return finish
+
+
+def _out_of_device_memory(e: BaseException, itself: bool = False) -> bool:
+    """A FrameError caused by our own device allocation failing (the courier's VMM import or copy, torch's
+    allocator): judged by the exception types along the cause chain, never by text the peer could have put in
+    a header (a dtype name, a shape)."""
+    import sys
+
+    from evokernel_mcp.runtime.cuda_vmm import VmmError
+    from evokernel_mcp.runtime.protocol import classify_text
+
+    torch = sys.modules.get("torch")
+    oom_type = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
+    seen = e if itself else e.__cause__
+    while seen is not None:
+        if (oom_type is not None and isinstance(seen, oom_type)) or \
+                (isinstance(seen, VmmError) and classify_text(str(seen)) == "oom"):
+            return True
+        seen = seen.__cause__
+    return False
 
 
 CAPTURE_NAMES = ("stdout.txt", "stderr.txt", ".boot.log")

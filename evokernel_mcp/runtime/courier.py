@@ -4,7 +4,8 @@ one sandboxed child carries one fd per big tensor (SCM_RIGHTS).
 - A CUDA tensor travels as a VMM allocation (cuda_vmm.py): device to device, no host copy, whatever the
   PID namespaces. The receiver copies it into memory it owns and releases the mapping; the sender keeps
   its allocation until the peer's next message (by then the peer has copied it), then frees it.
-- A host tensor (or a CUDA tensor where VMM is not available) travels as a memfd: one copy in, one out.
+- A host tensor (or a CUDA tensor where VMM is not available, or where the device has no room for the second
+  copy an export makes) travels as a memfd: one copy in, one out.
   A sandboxed sender whose file-size limit is below the tensor's size uses the pipe instead.
 - Small tensors stay in the pipe: an fd costs more than it saves below THRESHOLD.
 - CUDA tensors up to ARENA_BYTES in all per message go through an arena instead: one allocation per
@@ -133,10 +134,8 @@ class Courier:
                 finally:
                     os.close(fd)
                 self._arena_sent, extra["new"] = True, True
-        elif via == "vmm":
-            from evokernel_mcp.runtime import cuda_vmm
-
-            fd, size, mapping = cuda_vmm.export(t)
+        elif via == "vmm" and (exported := self._export_or_host(t)) is not None:
+            fd, size, mapping = exported
             try:
                 self._send_fd(fd)
             finally:
@@ -147,6 +146,7 @@ class Courier:
                 mapping.release()
             extra = {"via": "vmm", "alloc": size}
         else:
+            via = "memfd"
             flat = t.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
             view = memoryview(flat.numpy()).cast("B")
             fd = os.memfd_create("evokernel-tensor", os.MFD_CLOEXEC)
@@ -161,6 +161,22 @@ class Courier:
             extra = {"via": "memfd"}
         self.count(via, t.numel() * t.element_size(), time.perf_counter() - t0)
         return extra
+
+    def _export_or_host(self, t):
+        """cuda_vmm.export(t), or None when the device has no room for the second copy an export makes: the
+        tensor then goes through host memory (memfd) instead of failing, where this process may write a file
+        that big (a sandboxed sender under a smaller file-size limit raises the out-of-memory as it is)."""
+        from evokernel_mcp.runtime import cuda_vmm
+        from evokernel_mcp.runtime.protocol import classify_text
+
+        try:
+            return cuda_vmm.export(t)
+        except cuda_vmm.VmmError as e:
+            soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+            if classify_text(str(e)) != "oom" or (soft != resource.RLIM_INFINITY and t.numel() * t.element_size() > soft):
+                raise
+            self.count("vmm_fallback", t.numel() * t.element_size(), 0.0)
+            return None
 
     def sent(self) -> None:
         """Every tensor of the message is out: the arena's copies must be complete before the peer reads."""

@@ -351,7 +351,7 @@ def attribute(kind: str, message: str, *, role: str, limits: Limits | None, cgro
     low = message.lower()
     if killed_by == "SIGKILL" and cgroup is not None and cgroup.oom_kills() > 0:
         return "oom", f"the {role} process was killed by the out-of-memory killer: it went over its {mem}", mem
-    if kind in ("exception", "bad_candidate", "crash", "oom") and any(m in low for m in _HOST_OOM) \
+    if kind in ("exception", "bad_candidate", "crash", "oom", "harness") and any(m in low for m in _HOST_OOM) \
             and "cuda" not in low and "hip" not in low:
         return "oom", f"the {role} process ran out of host memory under its {mem}: {message}", mem
     if killed_by == "SIGXCPU":

@@ -195,6 +195,7 @@ def serve(device: str, chan: Channel) -> None:
         finally:
             os.chdir(home)
             try:
+                CTX.spares.end_hold()  # spares given back for this job's room start again
                 CTX.spares.trim_references()  # cached reference processes within their memory budget
             except Exception:  # noqa: BLE001 - a /proc race; the next job trims again
                 log_exc()

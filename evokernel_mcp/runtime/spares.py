@@ -120,6 +120,7 @@ class Spares:
         self._retiring = 0  # a retired child's end), and of it retired children not yet gone
         self._closed = False
         self._quiet = 0  # quiet sections open (no new spares): the job's whole run on a host of few cores
+        self._held = False  # idle children were given back for a big job: no new spares until it ends
         self._timing = 0  # ... of which timing now: spares' device phases are held back only then
         self._profiles = device != "cpu"  # only a GPU child has a profiler to warm
         self._triton_key: str | None = None  # Triton's install key, from the first GPU spare (child.py)
@@ -251,7 +252,7 @@ class Spares:
         when warm ones are still short, warm idle cold ones in the background (off any job's clock)."""
         with self._lock:
             self._sweep()
-            if self._quiet:
+            if self._quiet or self._held:
                 return
             need = max(0, self.n - len(self._ready) - self._starting - self._warming)
             warm, to_warm = 0, []
@@ -365,8 +366,8 @@ class Spares:
                           max_bytes=1 << 20)
         except ChildFailed as e:
             child.discard()
-            raise ChildFailed("harness" if e.kind in ("exception", "bad_candidate") else e.kind,
-                              f"the reference failed to load: {e.message}", e.detail) from e
+            raise e.again("harness" if e.kind in ("exception", "bad_candidate") else e.kind,
+                          f"the reference failed to load: {e.message}") from e
         return child
 
     def trim_references(self) -> list[str]:
@@ -457,6 +458,46 @@ class Spares:
             while self._retiring and time.monotonic() - t0 < timeout_s:
                 self._lock.wait(timeout=0.5)
         return time.monotonic() - t0
+
+    def give_back_idle(self, keep: tuple = ()) -> dict[str, object]:
+        """A job needs device memory our idle processes hold: stop every ready spare and every cached reference
+        process not in `keep`, empty this runner's allocator cache, wait until they are gone, and start no new
+        spare until the job ends (end_hold). Returns what was given back: {processes, holdings
+        (runtime/devplan.Holding dicts), freed_bytes (the device's free memory after minus before: measured),
+        free_bytes}."""
+        from evokernel_mcp.runtime.devmem import release_cached
+        from evokernel_mcp.runtime.devplan import CONTEXT_BYTES_ASSUMED, Holding
+
+        before = self._free_memory()
+        with self._lock:
+            self._held = True
+            spares = list(self._ready)
+            self._ready = []
+            refs = [(k, c) for k, c in self._refs.items() if c not in keep]
+            for k, _ in refs:
+                del self._refs[k]
+        gone = [Holding(role="spare", pid=c.proc.pid, bytes=CONTEXT_BYTES_ASSUMED, source="assumed (a CUDA context)")
+                for c in spares] + \
+               [Holding(role="cached reference", pid=c.proc.pid, bytes=CONTEXT_BYTES_ASSUMED,
+                        source="assumed (a CUDA context)") for _, c in refs]
+        for c in spares + [c for _, c in refs]:
+            c.discard()
+        release_cached()
+        self.wait_retired()
+        after = self._free_memory()
+        freed = after[0] - before[0] if before and after else None
+        note("gave back %d idle process(es) for a job that needs the room: %s", len(gone),
+             f"{freed / 2**30:.2f} GiB freed" if freed is not None else "no device view")
+        return {"processes": len(gone), "holdings": [h.model_dump() for h in gone], "freed_bytes": freed,
+                "free_bytes": after[0] if after else None}
+
+    def end_hold(self) -> None:
+        """The job that needed the room is over: spares start again."""
+        with self._lock:
+            if not self._held:
+                return
+            self._held = False
+        self.replenish()
 
     def drop_reference(self, child: Child) -> None:
         for k, c in list(self._refs.items()):

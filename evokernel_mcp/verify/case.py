@@ -90,9 +90,7 @@ def _preset(ref, input_dtypes: list) -> str:
 
 def _judge_leaf(path: str, a, b, r, h, ctx: dict) -> tuple[dict[str, Any], bool]:
     """One output leaf: the bar's record and whether runs A and B agree bitwise where written."""
-    import torch
-
-    from evokernel_mcp.verify.compare import SENTINEL, bitwise_equal
+    from evokernel_mcp.verify.compare import bitwise_equal, unwritten_mask
 
     arg = ctx["arg"].get(path)
     if arg is not None and 0 <= int(arg["input"]) < len(ctx["inputs"]):
@@ -102,9 +100,7 @@ def _judge_leaf(path: str, a, b, r, h, ctx: dict) -> tuple[dict[str, Any], bool]
     floating = a.is_floating_point() or a.is_complex()
     unwritten = None
     if floating and b is not None and b.shape == a.shape and b.dtype == a.dtype:
-        bb = b.real if b.is_complex() else b
-        aa = a.real if a.is_complex() else a
-        unwritten = torch.isnan(aa) & (bb == SENTINEL)
+        unwritten = unwritten_mask(a, b)
     dname = str(r.dtype).removeprefix("torch.")
     tol = tolerance_override(ctx["task"], dname, ctx["override"])
     spread = ctx["spread"].get(path) if floating else None
@@ -113,8 +109,9 @@ def _judge_leaf(path: str, a, b, r, h, ctx: dict) -> tuple[dict[str, Any], bool]
                      chunk_elems=ctx["chunk"], unwritten=unwritten,
                      native_spread=float(spread) if spread is not None else None,
                      sampled_torch_err=float(sampled) if sampled is not None else None)
-    written = ~unwritten if unwritten is not None else None
-    det = b is None or bitwise_equal(a, b, written)
+    if unwritten is not None:
+        unwritten.logical_not_()  # now the written elements (the bar is done with the mask)
+    det = b is None or bitwise_equal(a, b, unwritten)
     return part, det
 
 

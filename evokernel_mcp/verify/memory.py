@@ -178,6 +178,44 @@ def plan_case(est: CaseEstimate, free_device: int | None, free_host: int, *, chu
         chunk //= 2
 
 
+def verify_needs(input_specs: list[TensorSpec], output_specs: list[TensorSpec], *,
+                 chunk_elems: int = DEFAULT_CHUNK):
+    """The case's tensors by process on one device (runtime/devplan.VerifyNeeds); the comparison blocks are
+    counted with the runner's mask."""
+    from evokernel_mcp.runtime.devplan import VerifyNeeds
+
+    specs = [*input_specs, *output_specs]
+    return VerifyNeeds(
+        input_bytes=sum(s.nbytes() for s in input_specs), output_bytes=sum(s.nbytes() for s in output_specs),
+        hi_input_bytes=sum(s.hi_bytes() for s in input_specs if s.is_floating()),
+        hi_output_bytes=sum(s.hi_bytes() if s.is_floating() else s.nbytes() for s in output_specs),
+        largest_bytes=max((s.nbytes() for s in specs), default=0),
+        mask_bytes=max((s.numel() for s in output_specs), default=0) + JUDGE_ARRAYS * 8 * chunk_elems)
+
+
+def plan_device_case(input_specs: list[TensorSpec], output_specs: list[TensorSpec], free_device: int,
+                     free_host: int, *, total_device: int | None = None, want_hi: bool = True,
+                     suggested_overrides: dict | None = None) -> Plan:
+    """plan_case for a case on a device, made from what every process of the job holds at the peak
+    (runtime/devplan.plan_verify: reference, runner, candidate, a tensor in transfer) against the device's free
+    memory across all processes: the float64 reference kept whole where that fits, else left out (PyTorch's
+    error then measured on a float64 sample of the batch where the model allows), else a refusal naming the
+    bytes needed, the bytes the device has and the overrides that shrink it. The host must still hold the
+    inputs while they are generated."""
+    from evokernel_mcp.runtime.devplan import plan_verify
+
+    est = estimate_case(input_specs, output_specs, ref_hi=want_hi, clones=2)
+    if est.input_bytes > HEADROOM * free_host:
+        return plan_case(est, free_device, free_host, suggested_overrides=suggested_overrides)
+    needs = verify_needs(input_specs, output_specs)
+    if not want_hi:
+        needs = needs.model_copy(update={"hi_input_bytes": 0, "hi_output_bytes": 0})
+    dp = plan_verify(needs, free_device, total_device, [], suggested_overrides)
+    return Plan(ref_hi=want_hi and dp.float64 == "whole", chunk_elems=DEFAULT_CHUNK, where="device",
+                needed_bytes=dp.needed_bytes, budget_bytes=int(HEADROOM * free_device), refuse=dp.too_big,
+                ref_hi_bytes=est.ref_hi_bytes if want_hi else 0)
+
+
 def _to_meta(obj: Any) -> Any:
     import torch
 

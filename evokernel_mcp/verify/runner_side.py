@@ -142,7 +142,35 @@ def _reference_case(ctx, ref, shape: str, seed: int, probe: bool, deadline: floa
         if e.kind in ("timeout", "crash", "oom", "gpu_fault"):
             ctx.spares.drop_reference(ref)
         kind = "harness" if e.kind in ("exception", "bad_candidate") else e.kind
-        raise ChildFailed(kind, f"reference side, {what}: {e.message}", e.detail) from e
+        raise e.again(kind, f"reference side, {what}: {e.message}") from e
+    return case
+
+
+def give_back(ctx, keep: tuple, state: dict) -> dict:
+    """Our idle processes' device memory given back for this job (spares.give_back_idle), noted in `state`."""
+    g = state["gave_back"] = ctx.spares.give_back_idle(keep=keep)
+    freed = f", {g['freed_bytes'] / 1e9:.1f} GB freed" if g.get("freed_bytes") is not None else ""
+    g["what"] = f"{g['processes']} idle process(es) of ours stopped and the runner's cache emptied{freed}"
+    return g
+
+
+def with_room(ctx, ask, keep: tuple, state: dict) -> dict:
+    """ask() the reference for a case; when it refuses the case as too_big, give our idle processes' device
+    memory back (spares, cached references of other sources, the runner's cache: spares.give_back_idle; once
+    per job) and ask again. The case then says what was given back; a refusal even then says so too."""
+    try:
+        return ask()
+    except ChildFailed as e:
+        if e.kind != "too_big" or "gave_back" in state or ctx.device == "cpu":
+            raise
+    what = give_back(ctx, keep, state)["what"]
+    try:
+        case = ask()
+    except ChildFailed as e:
+        if e.kind == "too_big":
+            raise e.again("too_big", f"{e.message} (asked again after giving back memory: {what})") from e
+        raise
+    case["notes"] = [*(case.get("notes") or []), f"device memory given back for this case: {what}"]
     return case
 
 
@@ -163,7 +191,19 @@ def _candidate_runs(cand, case: dict, seed: int, deadline: float, dev: str | Non
             if e.kind == "exception":
                 e.message = f"candidate raised {e.message} ({what})"
             raise
+        if i == 0 and not case.get("arg_reductions"):  # the candidate keeps them: the judge needs only their dtypes
+            case["inputs"] = _dtype_stubs(case["inputs"])
     return runs
+
+
+def _dtype_stubs(inputs: Any) -> Any:
+    """Empty host tensors of the inputs' dtypes in their place (Python values kept): the runner's copy of the
+    inputs is let go once the candidate has its own, so run B and the judge have that device memory."""
+    import torch
+
+    if not isinstance(inputs, (list, tuple)):
+        return inputs
+    return [torch.empty(0, dtype=t.dtype) if isinstance(t, torch.Tensor) else t for t in inputs]
 
 
 def _cases(ctx, ref, cand, task: Task, payload: dict, deadline: float, progress, out: dict,
@@ -172,10 +212,11 @@ def _cases(ctx, ref, cand, task: Task, payload: dict, deadline: float, progress,
 
     dev = tensor_device(ctx)
     todo = _case_list(payload)
+    room: dict = {}
     for i, (shape, seed, probe) in enumerate(todo):
         what = f"shape set {shape!r}, seed {seed}" + (", probe" if probe else "")
         progress(i, len(todo), f"verify {task.name} {what}")
-        case = _reference_case(ctx, ref, shape, seed, probe, deadline, dev)
+        case = with_room(ctx, lambda: _reference_case(ctx, ref, shape, seed, probe, deadline, dev), (ref,), room)
         runs = _candidate_runs(cand, case, seed, deadline, dev, what, model_key)
         out["cases"].append(judge(task, shape, seed, case, runs[0], runs[1], payload.get("tolerance"),
                                   device=dev or "cpu", probe=probe))

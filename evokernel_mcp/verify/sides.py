@@ -155,7 +155,6 @@ def _plan(loaded, model, shape: str, inputs: list[Any] | None, want_hi: bool):
     if out_specs is None:
         out_specs, note = in_specs, "output sizes unknown (no meta forward): assumed the inputs' size"
     on_device = loaded.device != "cpu"
-    est = memory.estimate_case(in_specs, out_specs, ref_hi=want_hi, clones=2 if on_device else 4)
     hint = None
     if loaded.task.kind == "kernelbench":
         try:
@@ -164,7 +163,14 @@ def _plan(loaded, model, shape: str, inputs: list[Any] | None, want_hi: bool):
             hint = scaled_overrides(loaded.task.reference_source, max_elems=2**26) or None
         except Exception:  # noqa: BLE001 - only a hint in the refusal
             hint = None
-    return memory.plan_case(est, _device_free(loaded.device), _host_free(), suggested_overrides=hint), note
+    if on_device:  # every process of the job on one device, against what is free there across all processes
+        import torch
+
+        return memory.plan_device_case(in_specs, out_specs, _device_free(loaded.device), _host_free(),
+                                       total_device=int(torch.cuda.mem_get_info()[1]), want_hi=want_hi,
+                                       suggested_overrides=hint), note
+    est = memory.estimate_case(in_specs, out_specs, ref_hi=want_hi, clones=4)
+    return memory.plan_case(est, None, _host_free(), suggested_overrides=hint), note
 
 
 def _make_inputs(loaded, shape: str, seed: int, probe: bool) -> list[Any]:

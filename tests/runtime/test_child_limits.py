@@ -82,6 +82,47 @@ def test_memory_taken_past_rlimit_data_is_oom_from_the_cgroup_not_a_crash(server
     assert good["passed"] is True and not good.get("error"), good
 
 
+REF_GRAB = """
+import torch
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        blob = bytearray(3 << 30)
+        return x * 2
+
+def get_inputs():
+    return [torch.randn(64)]
+
+def get_init_inputs():
+    return []
+"""
+REF_OK = REF_GRAB.replace("        blob = bytearray(3 << 30)\n", "")
+
+
+def _verify_ref(srv, reference: str) -> dict:
+    from mcp import Client
+
+    from evokernel_mcp.kb_candidates import same_code
+
+    async def main():
+        async with Client(srv) as c:
+            return await c.call_tool("verify_vs_pytorch", {"reference": reference, "candidate": same_code(reference),
+                                                           "seeds": 1, "wait_s": 120, "timeout_s": 60})
+    r = anyio.run(main)
+    assert not r.is_error, r.content
+    return r.structured_content
+
+
+def test_a_reference_over_the_limit_is_oom_naming_the_reference_and_the_next_job_passes(server):
+    out = _verify_ref(server, REF_GRAB)
+    err = out["error"]
+    assert out["passed"] is False and err["kind"] == "oom" and err["role"] == "reference", err
+    assert "reference" in err["message"] and "1.00 GiB" in err["limit"], err
+    assert "exited with code" not in err["message"], err
+    good = _verify_ref(server, REF_OK)
+    assert good["passed"] is True and not good.get("error"), good
+
+
 def test_after_the_grabs_a_wrong_candidate_still_fails_on_its_numbers(server):
     wrong = _verify(server, WRONG)
     assert wrong["passed"] is False and not wrong.get("error"), wrong
@@ -182,3 +223,66 @@ def test_the_memory_plan_sees_the_per_process_limit():
             "print(sides._host_free())\n")
     free = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     assert 0 < free < 1 << 30
+
+
+class _Gone:
+    pid = os.getpid()
+
+    def poll(self):
+        return None
+
+
+def _child_failing_with(kind: str, message: str):
+    from evokernel_mcp.runtime.child_proc import Child, ChildFailed
+
+    c = Child.__new__(Child)
+    c.dead, c.role, c.limits, c.cgroup, c.proc, c.killed = False, "reference", None, None, _Gone(), []
+
+    def fail(msg, **kw):
+        raise ChildFailed(kind, message)
+
+    def kill(close=True):
+        c.killed.append(close)
+        c.dead = True
+    c._request, c.kill = fail, kill
+    return c
+
+
+def test_a_child_out_of_device_memory_is_stopped_so_no_cache_hands_it_to_the_next_job():
+    """A process that failed to send its reply by VMM (cuMemCreate: out of memory) ends itself with exit code 0;
+    the runner stops it at once and names it, so the next job gets a fresh one instead of 'exited with code 0'."""
+    from evokernel_mcp.runtime.child_proc import ChildFailed
+
+    c = _child_failing_with("oom", "VmmError: cuMemCreate failed: CUDA error 2 (out of memory)")
+    with pytest.raises(ChildFailed) as ei:
+        c.request({"op": "case"}, timeout_s=5, max_bytes=0)
+    assert ei.value.kind == "oom" and ei.value.role == "reference" and "device" in ei.value.limit
+    assert c.killed and c.dead
+    again = ei.value.again("harness", "reference side, seed 0: " + ei.value.message)
+    assert again.role == "reference" and again.limit == ei.value.limit and again.info()["role"] == "reference"
+    c = _child_failing_with("exception", "ValueError: wrong shape")  # not a memory failure: the process serves on
+    with pytest.raises(ChildFailed):
+        c.request({"op": "case"}, timeout_s=5, max_bytes=0)
+    assert not c.killed
+
+
+def test_our_own_receive_out_of_device_memory_is_oom_on_the_runners_side_never_the_peers_protocol_violation():
+    from evokernel_mcp.runtime.child_proc import _out_of_device_memory
+    from evokernel_mcp.runtime.courier import CourierError
+    from evokernel_mcp.runtime.cuda_vmm import VmmError
+    from evokernel_mcp.runtime.frames import FrameError
+
+    def chain(*errs):
+        for inner, outer in zip(errs, errs[1:]):
+            outer.__cause__ = inner
+        return errs[-1]
+
+    ours = chain(VmmError("cuMemCreate failed: CUDA error 2 (out of memory)"), CourierError("x"), FrameError("y"))
+    assert _out_of_device_memory(ours)
+    forged = FrameError("tensor dtype 'out of memory' is not allowed")  # text the peer chose
+    assert not _out_of_device_memory(forged)
+    other = chain(VmmError("cuMemMap failed: CUDA error 1 (invalid argument)"), CourierError("x"), FrameError("y"))
+    assert not _out_of_device_memory(other)
+    torch = pytest.importorskip("torch")
+    assert _out_of_device_memory(torch.OutOfMemoryError("CUDA out of memory"), itself=True)
+    assert not _out_of_device_memory(RuntimeError("out of memory"), itself=True), "only the allocator's own type"

@@ -288,3 +288,25 @@ def test_sent_fds_says_whether_the_message_being_written_sent_any():
     assert tx.sent_fds()
     tx.plan([torch.randn(3)])  # the next message starts clean
     assert not tx.sent_fds()
+
+
+def test_no_room_for_the_second_device_copy_of_an_export_sends_through_host_memory(monkeypatch):
+    """A VMM export makes a second device copy; where cuMemCreate finds no room for it, the tensor goes by memfd
+    (the receiver gets it all the same) instead of failing the job; any other driver error stays an error."""
+    from evokernel_mcp.runtime import cuda_vmm
+
+    def full(t):
+        raise cuda_vmm.VmmError("cuMemCreate failed: CUDA error 2 (out of memory)")
+    monkeypatch.setattr(cuda_vmm, "export", full)
+    tx, rx = _pair()
+    t = torch.randn(BIG)
+    extra = tx.send(t, "vmm")
+    assert extra == {"via": "memfd"} and tx.stats["vmm_fallback_bytes"] == t.numel() * 4
+    got = rx.recv({"nbytes": t.numel() * 4, **extra}, None).view(torch.float32)
+    assert torch.equal(got, t)
+
+    def broken(t):
+        raise cuda_vmm.VmmError("cuMemMap failed: CUDA error 1 (invalid argument)")
+    monkeypatch.setattr(cuda_vmm, "export", broken)
+    with pytest.raises(cuda_vmm.VmmError):
+        tx.send(t, "vmm")

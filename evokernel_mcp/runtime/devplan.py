@@ -1,0 +1,169 @@
+"""The device memory of a job across all of our processes, and what our idle processes give back when it needs
+the room. Pure arithmetic on numbers handed in (free and total bytes from torch.cuda.mem_get_info, which counts
+every process on the device; what each idle process holds): no device, no I/O, so every decision is unit-tested
+on the CPU with injected numbers.
+
+A verify case at its peak (tensors on one device, each held by the process named):
+  reference   inputs + native outputs, and the float64 copy (inputs and outputs) while its forward runs
+  runner      native outputs + candidate runs A and B (+ the float64 outputs where kept), one bool mask and the
+              comparison blocks (its copy of the inputs goes once the candidate has its own; an arg-reduction's
+              inputs stay, beside outputs too small to matter)
+  candidate   inputs + its pristine copy + one run's outputs
+  transfer    the largest tensor once more (a VMM export is a second allocation until the peer has copied it)
+The reference's float64 copy is transient (its forward, then sent and dropped) and does not coincide with the
+candidate's runs, so the peak is the larger of the two phases.
+
+Idle processes of ours (spares, cached reference processes of other sources, the runner's allocator cache) are
+counted: when the job does not fit in what is free, they are stopped (or their caches emptied) and the job is
+planned again against what is free then. A job that does not fit even then is `too_big`, naming the bytes it
+needs, the bytes the device has and the overrides that would shrink it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+HEADROOM = 0.9  # plan within this fraction of the free memory (the allocator's rounding, a context's growth)
+CONTEXT_BYTES_ASSUMED = 640 << 20  # an idle CUDA process without a per-process reading (610-772 MiB on an H100)
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:.1f} GB" if abs(n) >= 1e8 else f"{n / 1e6:.1f} MB"
+
+
+class Holding(BaseModel):
+    """Device memory one idle process of ours holds, and whether it can be given back."""
+
+    role: Literal["spare", "cached reference", "runner cache", "kept draws"]
+    pid: int | None = None
+    bytes: int
+    source: str = Field(description="Where the number comes from: 'nvidia-smi', 'torch allocator', or "
+                        "'assumed (a CUDA context)'.")
+
+
+class VerifyNeeds(BaseModel):
+    """Bytes of one verify case's tensors (shapes from meta tensors: verify/memory.py)."""
+
+    input_bytes: int
+    output_bytes: int
+    hi_input_bytes: int = Field(default=0, description="The floating inputs in float64 (0: none floating).")
+    hi_output_bytes: int = Field(default=0, description="The outputs in float64.")
+    largest_bytes: int = Field(default=0, description="The largest single tensor (sent between processes).")
+    mask_bytes: int = Field(default=0, description="One byte per output element (the unwritten mask).")
+
+    def by_process(self, float64: Literal["whole", "sampled", "none"]) -> dict[str, int]:
+        """{process: bytes} at the case's peak, with the float64 reference kept whole, sampled or left out."""
+        i, o = self.input_bytes, self.output_bytes
+        hi = float64 == "whole"
+        ref_phase = i + o + (self.hi_input_bytes + self.hi_output_bytes if hi else 0)
+        judge_phase = {"runner": 3 * o + (self.hi_output_bytes if hi else 0) + self.mask_bytes,
+                       "candidate": 2 * i + o}
+        transfer = max(self.largest_bytes, self.hi_output_bytes if hi else 0)
+        if ref_phase >= sum(judge_phase.values()):
+            return {"reference": ref_phase, "transfer": transfer}
+        return {**judge_phase, "transfer": transfer}
+
+    def peak(self, float64: Literal["whole", "sampled", "none"]) -> int:
+        return sum(self.by_process(float64).values())
+
+
+class DevicePlan(BaseModel):
+    """What a job will hold on the device and how it fits (or why not)."""
+
+    needed_bytes: int
+    parts: dict[str, int] = Field(description="Bytes by process at the job's peak.")
+    free_bytes: int = Field(description="Free on the device (all processes: cudaMemGetInfo) when planned.")
+    total_bytes: int | None = None
+    reclaim: list[Holding] = Field(default_factory=list, description="Idle processes of ours to stop (caches to "
+                                   "empty) first.")
+    reclaim_bytes: int = 0
+    float64: Literal["whole", "sampled", "none"] = "whole"
+    copies: int | None = Field(default=None, description="Benchmark: timed input sets rotated per arm.")
+    too_big: str | None = None
+    note: str | None = None
+
+
+def _choose(holdings: list[Holding], short: int) -> list[Holding]:
+    """The idle holdings to give back to cover `short` bytes: caches first (no process to start again), then
+    cached references of other sources, then spares, biggest first; all of them when they cannot cover it."""
+    order = {"runner cache": 0, "kept draws": 1, "cached reference": 2, "spare": 3}
+    picked, got = [], 0
+    for h in sorted(holdings, key=lambda h: (order[h.role], -h.bytes)):
+        if got >= short:
+            break
+        picked.append(h)
+        got += h.bytes
+    return picked
+
+
+def _usable(free: int) -> int:
+    return int(HEADROOM * max(0, free))
+
+
+def too_big_message(needed: int, free: int, total: int | None, reclaimed: int, parts: dict[str, int],
+                    overrides: dict | None) -> str:
+    by = " + ".join(f"{k} {_gb(v)}" for k, v in parts.items() if v)
+    has = f"{_gb(free)} free of {_gb(total)}" if total else f"{_gb(free)} free"
+    given = f" after giving back {_gb(reclaimed)} our idle processes held" if reclaimed else ""
+    fix = (f"pass overrides={overrides!r} (the problem's size constants, scaled down)" if overrides else
+           "pass overrides with smaller size constants (e.g. batch_size)")
+    return (f"this job does not fit the device: it needs {_gb(needed)} ({by}), the device has {has}{given} "
+            f"({HEADROOM:.0%} usable); {fix}, or name a smaller shape set, or run it on a device with more memory")
+
+
+def plan_verify(needs: VerifyNeeds, free: int, total: int | None, holdings: list[Holding],
+                overrides: dict | None = None) -> DevicePlan:
+    """The float64 reference whole where it fits in what is free; else sampled (PyTorch's own error measured in
+    float64 on a slice of the batch: verify/refout.py) where that fits; else the same two with idle processes
+    of ours given back first; else too_big. Giving back comes after dropping the whole float64 copy: it is an
+    accuracy aid, and a stopped spare costs the next job a process start."""
+    reclaimable = sum(h.bytes for h in holdings)
+    for mode in ("whole", "sampled"):
+        need = needs.peak(mode)
+        if need <= _usable(free):
+            return DevicePlan(needed_bytes=need, parts=needs.by_process(mode), free_bytes=free, total_bytes=total,
+                              float64=mode)
+    for mode in ("whole", "sampled"):
+        need = needs.peak(mode)
+        if need <= _usable(free + reclaimable):
+            pick = _choose(holdings, math.ceil((need - _usable(free)) / HEADROOM))  # (HEADROOM of it is usable)
+            got = sum(h.bytes for h in pick)
+            return DevicePlan(needed_bytes=need, parts=needs.by_process(mode), free_bytes=free, total_bytes=total,
+                              float64=mode, reclaim=pick, reclaim_bytes=got,
+                              note=f"{len(pick)} idle process(es)/cache(s) of ours give back {_gb(got)} first")
+    need = needs.peak("sampled")
+    parts = needs.by_process("sampled")
+    return DevicePlan(needed_bytes=need, parts=parts, free_bytes=free, total_bytes=total, float64="none",
+                      reclaim=list(holdings), reclaim_bytes=reclaimable,
+                      too_big=too_big_message(need, free, total, reclaimable, parts, overrides))
+
+
+def benchmark_copies(input_bytes: int, output_bytes: int, arms: int, want: int, free: int) -> tuple[int, str | None]:
+    """Timed input sets rotated per arm: `want` (enough to defeat the caches) while every arm's sets, outputs and
+    one set in flight fit in what is free; fewer when memory is short, down to 1, with a note saying so."""
+    if input_bytes <= 0 or want <= 1:
+        return max(1, want), None
+    for k in range(want, 0, -1):
+        need = arms * (k * input_bytes + 2 * output_bytes) + input_bytes
+        if need <= _usable(free):
+            if k == want:
+                return k, None
+            return k, (f"{k} timed input set(s) per arm instead of {want}: {want} would need "
+                       f"{_gb(arms * (want * input_bytes + 2 * output_bytes) + input_bytes)}, {_gb(free)} free")
+    return 1, (f"1 timed input set per arm instead of {want}: device memory is short "
+               f"({_gb(free)} free for {arms} arm(s) of {_gb(input_bytes + 2 * output_bytes)} each)")
+
+
+def benchmark_need(input_bytes: int, output_bytes: int, arms: int) -> dict[str, int]:
+    """Device bytes a benchmark's shape still needs once the runner holds the case (its inputs and outputs), at
+    the least it can run with (one timed input set per arm, no refill pool): every arm's inputs and two calls'
+    outputs, one input set in transfer, the sampled repetition kept (inputs and outputs)."""
+    return {"arms": arms * (input_bytes + 2 * output_bytes), "transfer": input_bytes,
+            "sampled repetition": input_bytes + output_bytes}
+
+
+def fits(need: int, free: int) -> bool:
+    return need <= _usable(free)

@@ -1,0 +1,166 @@
+"""Our idle processes give their device memory back to a job that needs the room (spares.give_back_idle), and a
+case the reference refused as too_big is asked again once after that (verify/runner_side.with_room); fakes for
+the children and injected free-memory readings, no device."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+
+import pytest
+
+from evokernel_mcp.runtime import spares
+from evokernel_mcp.runtime.child_proc import ChildFailed
+from evokernel_mcp.verify.runner_side import with_room
+
+
+class _Proc:
+    pid = os.getpid()
+
+    def poll(self):
+        return None
+
+
+class _Kid:
+    def __init__(self):
+        self.proc, self.discarded, self.warm = _Proc(), False, False
+
+    def discard(self):
+        self.discarded = True
+
+
+def _pool(monkeypatch, frees):
+    pool = spares.Spares("cuda:0", n=0)
+    pool._profiles = False
+    pool._ready = [_Kid(), _Kid()]
+    pool._refs = OrderedDict([("this", _Kid()), ("other", _Kid())])
+    readings = iter(frees)
+    monkeypatch.setattr(spares.Spares, "_free_memory", staticmethod(lambda: next(readings)))
+    return pool
+
+
+def test_idle_spares_and_other_cached_references_are_stopped_and_no_spare_starts_until_the_job_ends(monkeypatch):
+    pool = _pool(monkeypatch, [(10 << 30, 80 << 30), (12 << 30, 80 << 30)])
+    ready, keep, other = list(pool._ready), pool._refs["this"], pool._refs["other"]
+    started = []
+    monkeypatch.setattr(threading.Thread, "start", lambda self: started.append(self))
+    out = pool.give_back_idle(keep=(keep,))
+    assert all(k.discarded for k in ready) and other.discarded and not keep.discarded
+    assert list(pool._refs) == ["this"] and pool._ready == []
+    assert out["processes"] == 3 and out["freed_bytes"] == 2 << 30 and out["free_bytes"] == 12 << 30
+    assert {h["role"] for h in out["holdings"]} == {"spare", "cached reference"}
+    pool.n = 4
+    pool.replenish()
+    assert started == [], "no spare starts while the job that needed the room runs"
+    pool.end_hold()
+    assert not pool._held and len(started) == 4, "spares start again once it is over"
+
+
+class _Spares:
+    def __init__(self):
+        self.calls = 0
+
+    def give_back_idle(self, keep):
+        self.calls += 1
+        return {"processes": 3, "freed_bytes": 2 * 10**9}
+
+
+class _Ctx:
+    def __init__(self, device="cuda:0"):
+        self.device, self.spares = device, _Spares()
+
+
+def _asks(*answers):
+    it = iter(answers)
+
+    def ask():
+        a = next(it)
+        if isinstance(a, Exception):
+            raise a
+        return a
+    return ask
+
+
+def test_a_case_refused_as_too_big_is_asked_again_once_after_giving_back_and_says_so():
+    ctx, state = _Ctx(), {}
+    case = with_room(ctx, _asks(ChildFailed("too_big", "needs 70 GB"), {"notes": ["x"]}), (), state)
+    assert ctx.spares.calls == 1 and case["notes"][0] == "x" and "3 idle process(es)" in case["notes"][1]
+    assert "2.0 GB freed" in case["notes"][1]
+    with pytest.raises(ChildFailed) as ei:  # once per job: the next refusal stands
+        with_room(ctx, _asks(ChildFailed("too_big", "needs 90 GB")), (), state)
+    assert ctx.spares.calls == 1 and ei.value.message == "needs 90 GB"
+
+
+def test_a_refusal_even_after_giving_back_names_it_and_other_failures_pass_through():
+    ctx = _Ctx()
+    with pytest.raises(ChildFailed) as ei:
+        with_room(ctx, _asks(ChildFailed("too_big", "needs 99 GB"), ChildFailed("too_big", "needs 99 GB")), (), {})
+    assert ei.value.kind == "too_big" and "asked again after giving back memory: 3 idle" in ei.value.message
+    with pytest.raises(ChildFailed) as ei:
+        with_room(ctx, _asks(ChildFailed("exception", "boom")), (), {})
+    assert ei.value.kind == "exception" and ctx.spares.calls == 1
+    cpu = _Ctx("cpu")
+    with pytest.raises(ChildFailed):
+        with_room(cpu, _asks(ChildFailed("too_big", "host")), (), {})
+    assert cpu.spares.calls == 0, "the CPU path has no device memory to give back"
+
+
+KB = """import torch
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+batch_size = 4096
+dim = 393216
+def get_inputs():
+    return [torch.rand(batch_size, dim)]
+def get_init_inputs():
+    return []
+"""
+
+
+class _Arms:
+    def __init__(self, ctrl=None):
+        from evokernel_mcp.tasks import task_from_reference
+
+        self.task, self.ctrl = task_from_reference(KB), ctrl
+
+    def children(self):
+        return {"baseline": 1, "candidate": 2, **({"control": self.ctrl} if self.ctrl is not None else {})}
+
+
+def test_a_benchmark_whose_arms_do_not_fit_gives_back_then_is_too_big_before_anything_runs(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from evokernel_mcp.benchmark.runner_side import _room_for_arms
+
+    case = {"inputs": [torch.zeros(1000)], "native": torch.zeros(1000)}  # 4 kB each: the arms need 48 kB
+    readings = iter([(10_000, 80 << 30), (10**6, 80 << 30)])
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: next(readings))
+    ctx, room = _Ctx(), {}
+    _room_for_arms(ctx, _Arms(), None, case, room)
+    assert ctx.spares.calls == 1, "short at first: our idle processes gave theirs back, then it fit"
+    assert "given back before timing: 3 idle process(es)" in room["notes"][0]
+    readings = iter([(10_000, 80 << 30), (10_000, 80 << 30)])
+    with pytest.raises(ChildFailed) as ei:
+        _room_for_arms(ctx, _Arms(), None, case, {})
+    msg = ei.value.message
+    assert ei.value.kind == "too_big" and msg.startswith("the benchmark's arms do not fit: it needs")
+    assert "arms" in msg and "10.0 kB free" not in msg and "free of 85.9 GB" in msg and "overrides={" in msg
+    readings = iter([(10**9, 80 << 30)])
+    calls = ctx.spares.calls
+    _room_for_arms(ctx, _Arms(), None, case, {})
+    assert ctx.spares.calls == calls, "nothing given back when it fits"
+
+
+def test_short_of_memory_for_three_arms_the_control_arm_goes_before_the_job_does(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from evokernel_mcp.benchmark.runner_side import _room_for_arms
+
+    case = {"inputs": [torch.zeros(1000)], "native": torch.zeros(1000)}  # 12 kB per arm, 12 kB besides
+    free = int(37_000 / 0.9) + 1  # two arms fit (36 kB), three (48 kB) do not
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (free, 80 << 30))
+    ctx, room, arms = _Ctx(), {}, _Arms(ctrl="control-child")
+    retired = []
+    ctx.spares.retire = retired.append
+    _room_for_arms(ctx, arms, None, case, room)
+    assert arms.ctrl is None and retired == ["control-child"] and "control arm left out" in room["notes"][-1]

@@ -1,0 +1,88 @@
+"""One device-memory plan per job across all of our processes (runtime/devplan.py, verify/memory.plan_device_case),
+decided on injected numbers: KernelBench level-1 sizes on an 80 GB card, our idle processes given back before a
+job that needs the room, too_big naming the bytes and the overrides, fewer timed input sets when memory is short."""
+
+from __future__ import annotations
+
+import pytest
+
+from evokernel_mcp.runtime.devplan import Holding, VerifyNeeds, benchmark_copies, plan_verify
+from evokernel_mcp.verify.memory import TensorSpec, plan_device_case, verify_needs
+
+GB = 10**9
+H100 = 80 * 2**30
+NORM = [TensorSpec(shape=[112, 64, 512, 512], dtype="float32")]  # 34_InstanceNorm, 36_RMSNorm_: 7.5 GB in and out
+L1NORM = [TensorSpec(shape=[32768, 65535], dtype="float32")]  # 38_L1Norm_, 39_L2Norm_: 8.6 GB in and out
+RELU = [TensorSpec(shape=[4096, 393216], dtype="float32")]  # 19_ReLU .. 32_HardTanh: 6.4 GB in and out
+CONV63_IN = [TensorSpec(shape=[16, 16, 1024, 1024], dtype="float32")]
+CONV63_OUT = [TensorSpec(shape=[16, 128, 1022, 1022], dtype="float32")]
+
+
+def _idle(n_spares=8, n_refs=1, each=700 << 20):
+    return [Holding(role="spare", pid=100 + i, bytes=each, source="nvidia-smi") for i in range(n_spares)] + \
+        [Holding(role="cached reference", pid=200 + i, bytes=each, source="nvidia-smi") for i in range(n_refs)]
+
+
+def test_a_norm_on_an_80_gb_card_keeps_no_whole_float64_copy_and_plans_within_the_card():
+    free = H100 - 6 * 2**30  # contexts of the runner and children
+    plan = plan_device_case(NORM, NORM, free, 200 * GB, total_device=H100)
+    assert plan.refuse is None and plan.where == "device"
+    assert plan.ref_hi is False, "the whole float64 copy does not fit: left out (sampled in float64 where it can)"
+    assert plan.needed_bytes <= 0.9 * free
+    assert plan.ref_hi_bytes == 2 * 2 * NORM[0].nbytes(), "the sample is sized from the whole copy's bytes"
+    big = plan_device_case(L1NORM, L1NORM, free, 200 * GB, total_device=H100)
+    assert big.refuse is None and big.ref_hi is False, "the biggest norms fit an 80 GB card too"
+    roomy = plan_device_case(NORM, NORM, 135 * 2**30, 200 * GB, total_device=141 * 2**30)
+    assert roomy.ref_hi is True and roomy.refuse is None, "on a 141 GB card the float64 copy is kept whole"
+
+
+def test_an_elementwise_activation_counts_every_process_of_the_job_not_one():
+    needs = verify_needs(RELU, RELU)
+    i = RELU[0].nbytes()
+    whole = needs.by_process("whole")
+    assert whole["runner"] >= 3 * i + 2 * i and whole["candidate"] == 3 * i and whole["transfer"] == 2 * i
+    free = H100 - 6 * 2**30
+    plan = plan_verify(needs, free, H100, [])
+    assert plan.float64 == "whole" and plan.needed_bytes == needs.peak("whole") <= 0.9 * free
+    plan = plan_verify(needs, 60 * GB, H100, [])  # a card with 20 GB held elsewhere
+    assert plan.float64 == "sampled" and plan.too_big is None and not plan.reclaim
+    assert plan.needed_bytes == needs.peak("sampled") <= 0.9 * 60 * GB
+
+
+def test_idle_processes_are_given_back_before_a_job_that_needs_their_room_and_counted():
+    needs = VerifyNeeds(input_bytes=10 * GB, output_bytes=10 * GB, hi_input_bytes=20 * GB, hi_output_bytes=20 * GB,
+                        largest_bytes=10 * GB)
+    sampled = needs.peak("sampled")
+    free = int(sampled / 0.9) - 3 * GB  # 3 GB short: our 9 idle processes hold 6.6 GB
+    plan = plan_verify(needs, free, H100, _idle())
+    assert plan.too_big is None and plan.float64 == "sampled"
+    assert plan.reclaim and plan.reclaim[0].role == "cached reference", "a cache before a spare"
+    assert 3 * GB <= plan.reclaim_bytes < sum(h.bytes for h in _idle()), "only as many as cover the shortfall"
+    assert "give back" in plan.note
+    assert plan_verify(needs, int(sampled / 0.9) + GB, H100, _idle()).reclaim == [], "nothing stopped when it fits"
+
+
+def test_a_job_that_cannot_fit_even_then_is_too_big_naming_bytes_device_and_overrides():
+    plan = plan_device_case(CONV63_IN, CONV63_OUT, 10 * GB, 200 * GB, total_device=H100,
+                            suggested_overrides={"batch_size": 2})
+    assert plan.refuse is not None and plan.ref_hi is False
+    msg = plan.refuse
+    assert "needs" in msg and f"{plan.needed_bytes / 1e9:.1f} GB" in msg
+    assert "10.0 GB free of 85.9 GB" in msg and "overrides={'batch_size': 2}" in msg
+    assert "runner" in msg and "candidate" in msg, "the bytes by process"
+    out = plan_verify(verify_needs(CONV63_IN, CONV63_OUT), 10 * GB, H100, _idle(), {"batch_size": 2})
+    assert out.too_big and "after giving back 6.6 GB" in out.too_big and out.reclaim_bytes == 9 * (700 << 20)
+
+
+def test_the_host_must_still_hold_the_generated_inputs():
+    plan = plan_device_case(NORM, NORM, H100, 4 * GB, total_device=H100)
+    assert plan.refuse and "host" in plan.refuse
+
+
+@pytest.mark.parametrize("free_gb,want,copies", [(80, 4, 4), (40, 4, 3), (30, 4, 2), (20, 4, 1), (5, 4, 1)])
+def test_fewer_timed_input_sets_when_memory_is_short_saying_so(free_gb, want, copies):
+    k, why = benchmark_copies(4 * GB, 1 * GB, 2, want, free_gb * GB)
+    assert k == copies
+    assert (why is None) == (k == want)
+    if why:
+        assert f"instead of {want}" in why
