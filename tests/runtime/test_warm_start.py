@@ -73,6 +73,7 @@ def test_a_warmed_runner_serves_the_first_call_and_a_close_mid_start_leaves_none
     """warm(): the runner is up before any call, and the first call uses it (no second start); a close while a
     warm is still starting its runner ends that runner too."""
     use_settings(warm_start="on")
+    others = set(_runners_of_this_process())  # runners of other tests' fixtures, kept for their session
     m = JobManager(devices=["cpu"])
     try:
         assert m.warm_soon() == "cpu"
@@ -88,9 +89,9 @@ def test_a_warmed_runner_serves_the_first_call_and_a_close_mid_start_leaves_none
         assert out.state == "done" and out.result.result["pid"] == pid and pool.restarts.get("cpu", 0) == 0
     finally:
         anyio.run(m.aclose)
-    assert _runners_of_this_process() == []
+    assert set(_runners_of_this_process()) <= others
     m = JobManager(devices=["cpu"])
     m.warm_soon()
     time.sleep(0.5)  # the runner's process is spawned, not ready
     anyio.run(m.aclose)
-    assert _runners_of_this_process() == []
+    assert set(_runners_of_this_process()) <= others
