@@ -28,14 +28,15 @@ from evokernel_mcp.benchmark.timing import TimingOptions
 class BlockTimer:
     def __init__(self, fn: Callable[..., Any], arg_sets: Sequence[tuple], opt: TimingOptions, *, gpu: bool,
                  refill_pool: Sequence[Sequence[Any]] = (), sample_size: int = 4, seed: int = 0,
-                 flusher: Any = None, probe_table: Sequence[Sequence[int]] | None = None) -> None:
+                 flusher: Any = None, probe_table: Sequence[Sequence[int]] | None = None,
+                 probe_chunks: Sequence[int] | None = None) -> None:
         if not arg_sets:
             raise ValueError("no input sets to time with")
         self.fn, self.arg_sets, self.opt, self.gpu = fn, list(arg_sets), opt, gpu
         self.pool, self.flusher = list(refill_pool), flusher
         # host path: every repetition on new input content (the timed case's inputs, then the pool's)
         self.contents = ([settle.clone_inputs(self.arg_sets[0])] + self.pool) if self.pool and not gpu else []
-        self.prober = probes.Prober(probe_table) if probe_table and not gpu else None
+        self.prober = probes.Prober(probe_table, probe_chunks) if probe_table and not gpu else None
         self.block_probes: Any = None
         self.sampler = settle.OutputSampler(sample_size, seed)
         self.rep, self.block, self.last = 0, 0, None

@@ -118,7 +118,8 @@ def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progr
         req = {"op": "arm_init", "name": name, "inputs": case["inputs"], "seed": seed,
                "init_inputs": case["init_inputs"], "state": case["state"], "options": opt,
                "sample_size": (2 if big <= POOL_FULL_BYTES else 1) if name == "candidate" else 0,
-               "refill_pool": pool, "probe_table": table}
+               "refill_pool": pool, "probe_table": table,
+               "probe_chunks": bar.chunks if bar is not None else None}
         inits[name] = arms.ask(child, req, max_bytes=1 << 20)
     blocks: dict[str, list[dict[str, Any]]] = {name: [] for name in arms.children()}
     probe_checks: list[dict[str, Any]] = []

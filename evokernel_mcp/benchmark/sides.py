@@ -54,7 +54,8 @@ def arm_init(loaded, req: dict[str, Any]) -> dict[str, Any]:
     sets = [inputs] + [_clone(inputs) for _ in range(k - 1)]  # the received inputs are this arm's own
     timer = arms[req["name"]] = BlockTimer(fn, sets, opt, gpu=gpu, refill_pool=pool if not opt.use_graph else [],
                                            sample_size=int(req.get("sample_size", 2)), seed=int(req["seed"]),
-                                           flusher=flusher, probe_table=req.get("probe_table"))
+                                           flusher=flusher, probe_table=req.get("probe_table"),
+                                           probe_chunks=req.get("probe_chunks"))
     if gpu and opt.use_graph:  # replay captured graphs (launch-bound callables): the graph owns its buffers
         timer.calls = timing._make_graphs(fn, sets)
     warm = timer.warm_up()

@@ -25,20 +25,20 @@ def test_no_input_set_is_timed_twice_in_a_row_on_the_same_content():
                 assert probes.content_of(g, n_sets, n_contents) != probes.content_of(g + n_sets, n_sets, n_contents)
 
 
-def _timer(fn, contents, table):
+def _timer(fn, contents, table, chunks=None):
     x = contents[0]
     return BlockTimer(fn, [[t.clone() for t in x] for _ in range(4)], timing.TimingOptions(max_time_s=0.1),
-                      gpu=False, refill_pool=contents[1:], sample_size=0, probe_table=table)
+                      gpu=False, refill_pool=contents[1:], sample_size=0, probe_table=table, probe_chunks=chunks)
 
 
-def _judge(fn, blocks=(3, 5, 4, 6)):
+def _judge(fn, blocks=(3, 5, 4, 6), n=1000, dtype=torch.float32):
     """Time `fn` block by block on the host path; every block's probes judged against x + y."""
     g = torch.Generator().manual_seed(0)
-    contents = [[torch.randn(1000, generator=g), torch.randn(1000, generator=g)] for _ in range(3)]
+    contents = [[torch.randn(n, generator=g).to(dtype), torch.randn(n, generator=g).to(dtype)] for _ in range(3)]
     table = probes.position_table(5)
     expected = [{"native": a + b, "hi": a.double() + b.double(), "arg_reductions": {}} for a, b in contents]
     bar = probes.ProbeBar(TASK, expected, table)
-    bt = _timer(fn, contents, table)
+    bt = _timer(fn, contents, table, bar.chunks)
     bt.warm_up()
     out, first = [], 0
     for k in blocks:
@@ -72,6 +72,48 @@ def test_probes_pass_an_honest_candidate_and_catch_skipped_stale_and_cached_answ
         checks = _judge(fn)
         bad = [c for c in checks if not c["passed"]]
         assert bad and "verify's bar" in bad[0]["note"], (fn.__name__, checks)
+
+
+def _table_reader(x, y):
+    """Computes only the positions of the probe table it finds in its own process (the harness's Prober), and
+    leaves the rest of its output zero."""
+    import gc
+
+    prober = next(o for o in gc.get_objects() if isinstance(o, probes.Prober))
+    out = torch.zeros_like(x)
+    pos = torch.unique(prober.idx.reshape(-1) % x.numel())
+    out[pos] = x[pos] + y[pos]
+    return out
+
+
+@pytest.mark.parametrize("n,dtype", [(1000, torch.float32), (4096, torch.bfloat16), (200_000, torch.float32)])
+def test_chunk_sums_catch_a_candidate_that_computes_only_the_probed_positions(n, dtype):
+    checks = _judge(_table_reader, n=n, dtype=dtype)
+    assert not checks[0]["passed"] and "chunk sum" in checks[0]["note"], checks[0]
+    honest = _judge(torch.add, n=n, dtype=dtype)
+    assert all(c["passed"] for c in honest), honest
+
+
+def test_chunk_bar_is_the_sum_of_verify_bars_so_an_output_within_them_passes():
+    """Every element off by just under its own bar, all in one direction: each chunk's sums sit at the edge of
+    their bar and pass; just over it in one element's worth fails."""
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.randn(5000, generator=g), torch.randn(5000, generator=g)
+    ref = a.double() + b.double()
+    table = probes.position_table(3)
+    bar = probes.ProbeBar(TASK, [{"native": (a + b), "hi": ref, "arg_reductions": {}}], table)
+    width = bar.exp.shape[2]
+    th = bar.thr[0, 0]
+    sums = [k == 1 for k in bar.kinds]
+    col = sums.index(True)
+    row = bar.exp[0, 0].clone()
+    row[col] += 0.999 * th[col]
+    assert bar.check(row[None], 0, 1)["passed"]
+    row[col] = bar.exp[0, 0, col] + 1.001 * th[col]
+    bad = bar.check(row[None], 0, 1)
+    assert not bad["passed"] and "chunk sum" in bad["note"] and row.numel() == width
+    assert probes.chunk_len(10**6, 1e-4) == 10**6 and probes.chunk_len(10**6, 1.6e-2) == -(-10**6 // probes.CHUNKS_PER_LEAF)
+    assert probes.chunk_len(1000, 1.6e-2) == 390 and probes.chunk_len(10, 1.6e-2) == 10
 
 
 def test_a_cache_keyed_by_address_and_version_never_hits():
