@@ -4,16 +4,21 @@ with events behind it; host clock on the CPU path).
 
 Host path (per repetition, probes.py): before each repetition, outside its timed window, its input set is
 refilled with the next input content (same addresses, new values, new version counters); after it, also
-outside the window, its output is probed at the runner's positions. Every arm does the same work.
+outside the window, its output is probed at the runner's positions and by chunk sums. Every arm does the
+same work.
 GPU path (per block): the rotating input sets are refilled with new values between blocks
 (settle.refill_inputs; outside any timed window and outside the block's profiler session, so the copies
 are never charged to a repetition). Per-repetition contents and probes need activity.py to tell the
 harness's copy and gather kernels from the call's before they can run there.
 
+On a GPU a block runs in two requests: run_block (the repetitions run to completion, the device synchronised:
+the runner's clock around the block stops at its answer) and finish_block (the profiler's records cut into
+times), so work that grows with the candidate's kernel count stays off the runner's clock.
+
 Then the block's LAST repetition (its output and the inputs it used) is offered to a seeded reservoir
 (settle.OutputSampler) for the runner's full check. `report()` returns the sampled outputs, the verdict's
 marks (timing.window_marks) and the method, for the runner. Every time this process reports is a claim:
-the runner holds it against its own clock around the block (runner_side.runner_bound).
+the runner holds it against its own clock around the block (bound.runner_bound).
 """
 
 from __future__ import annotations
