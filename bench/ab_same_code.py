@@ -245,9 +245,10 @@ def main() -> None:
 
 
 def _campaign(a, meta: dict, dev: str) -> None:
-    from bench.ab_campaign import run_campaign, to_markdown as campaign_md
+    from bench.ab_campaign import run_campaign
+    from bench.ab_campaign import to_markdown as campaign_md
 
-    meta["command"] = "python3 bench/ab_same_code.py --campaign " + " ".join(sys.argv[1:]).replace("--campaign", "")
+    meta["command"] = " ".join(["python3", "bench/ab_same_code.py", *sys.argv[1:]])
     md = REPO / "bench" / "results" / f"campaign_{dev}_{meta['date']}{'_' + a.tag if a.tag else ''}.md"
     out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
 
