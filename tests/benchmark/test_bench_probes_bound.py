@@ -202,6 +202,22 @@ def test_gpu_blocks_an_honest_launch_bound_kernel_never_misfires():
         assert 0.9 < got["wall_speedup"] < 1.1
 
 
+def test_a_deferred_block_answers_when_it_has_run_and_gives_its_times_after():
+    from evokernel_mcp.benchmark import sides
+
+    x = torch.randn(100)
+    bt = BlockTimer(torch.add, [(x, x.clone())], timing.TimingOptions(max_time_s=0.1), gpu=False, sample_size=1)
+    bt.warm_up()
+    loaded = SimpleNamespace(arms={"candidate": bt})
+    assert sides.arm_block(loaded, {"name": "candidate", "k": 3, "defer": True}) == {"ran": 3}
+    assert bt.rep == 0  # the block ran; its times, sample and repetition count wait for arm_times
+    rep = sides.arm_times(loaded, {"name": "candidate"})
+    assert len(rep["times"]) == 3 and rep["first_rep"] == 0 and bt.rep == 3 and bt.sampler.seen == 1
+    with pytest.raises(RuntimeError):
+        bt.finish_block()
+    assert len(sides.arm_block(loaded, {"name": "candidate", "k": 2})["times"]) == 2 and bt.rep == 5
+
+
 def test_common_sleep_is_sized_for_the_slowest_host_with_the_candidates_claim_capped():
     assert common_host_per_rep({"baseline": 10e-6, "control": 12e-6, "candidate": 5e-6}) == 12e-6
     assert common_host_per_rep({"baseline": 10e-6, "candidate": 40e-6}) == 40e-6  # a Triton launcher: honest, kept
