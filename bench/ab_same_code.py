@@ -9,7 +9,11 @@
 3. The cheats in bench/candidates_ab/: each valid=false with the expected reason and no speedup.
 
 Run on the GPU machine from the repo root:  PYTHONPATH=. python3 bench/ab_same_code.py [--calls 8]
-  [--max-time-s 2] [--only same,five,cheats] [--kernels gemm,softmax,...] [--tag T]
+  [--max-time-s 2] [--only same,five,cheats] [--kernels gemm,softmax,...] [--tag T] [--kb DIR]
+The acceptance campaign at DEFAULT arguments (bench/ab_campaign.py: same code on 12 kernels, 5 % and 2 % more
+work, precision downgrades, forges with and without confirm, the wall of a default call), one command:
+  PYTHONPATH=. python3 bench/ab_same_code.py --campaign --kb .kb/level1 [--budget-s 480] [--same-calls 48]
+  writes bench/results/campaign_<device>_<date>.md (and the .json under $OUT when set).
 Writes bench/results/ab_same_code_<device>_<date>[_T].{md,json} (device, date, clocks, versions), and
 copies under $OUT when set. On the CPU path it runs too (host timing; small sizes via --cpu-small).
 """
@@ -206,17 +210,26 @@ def main() -> None:
     ap.add_argument("--tag", default="")
     ap.add_argument("--kb-extra", default="", help="more KernelBench level-1 problems by number (e.g. 72,75)")
     ap.add_argument("--cpu-small", action="store_true", help="small sizes for the CPU path (plumbing only)")
+    ap.add_argument("--kb", default="", help="KernelBench level1 directory (default: .kb/level1 or ../shared)")
+    ap.add_argument("--campaign", action="store_true", help="the acceptance campaign at default arguments")
+    ap.add_argument("--budget-s", type=float, default=480.0, help="campaign: no call starts after this")
+    ap.add_argument("--same-calls", type=int, default=48, help="campaign: same-code calls (round-robin)")
     ap.add_argument("--mm-n", type=int, default=0, help="N override of 1_Square_matrix_multiplication_ for the 5 %% "
                     "check and the cheats (0: the file's own 4096)")
     a = ap.parse_args()
     a.kernels = [k for k in a.kernels.split(",") if k]
     a.kb_extra = [k for k in a.kb_extra.split(",") if k]
+    global KB
+    KB = Path(a.kb).resolve() if a.kb else KB
+    a.kb = str(KB)
     import torch
 
     dev = torch.cuda.get_device_name(0).replace(" ", "_") if torch.cuda.is_available() else "cpu"
     meta = {"device": dev, "date": datetime.date.today().isoformat(), "max_time_s": a.max_time_s, "calls": a.calls,
             "versions": {"torch": torch.__version__, "python": platform.python_version(),
                          "cuda": torch.version.cuda, "hip": getattr(torch.version, "hip", None)}}
+    if a.campaign:
+        return _campaign(a, meta, dev)
     stem = REPO / "bench" / "results" / f"ab_same_code_{dev}_{meta['date']}{'_' + a.tag if a.tag else ''}"
 
     def save(res: dict) -> None:
@@ -229,6 +242,28 @@ def main() -> None:
     res = anyio.run(run_all, a, save)
     save(res)
     print(to_markdown(res, meta))
+
+
+def _campaign(a, meta: dict, dev: str) -> None:
+    from bench.ab_campaign import run_campaign
+    from bench.ab_campaign import to_markdown as campaign_md
+
+    meta["command"] = " ".join(["python3", "bench/ab_same_code.py", *sys.argv[1:]])
+    md = REPO / "bench" / "results" / f"campaign_{dev}_{meta['date']}{'_' + a.tag if a.tag else ''}.md"
+    out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
+
+    def save(res: dict) -> None:
+        md.write_text(campaign_md(res, meta))
+        if out_dir is not None:
+            shutil.copy(md, out_dir / md.name)
+            (out_dir / md.with_suffix(".json").name).write_text(json.dumps({"meta": meta, **res}, indent=1,
+                                                                           default=str))
+
+    t0 = time.monotonic()
+    res = anyio.run(run_campaign, a, save)
+    meta["campaign_wall_s"] = round(time.monotonic() - t0, 1)
+    save(res)
+    print(campaign_md(res, meta))
 
 
 if __name__ == "__main__":

@@ -4,16 +4,21 @@ with events behind it; host clock on the CPU path).
 
 Host path (per repetition, probes.py): before each repetition, outside its timed window, its input set is
 refilled with the next input content (same addresses, new values, new version counters); after it, also
-outside the window, its output is probed at the runner's positions. Every arm does the same work.
+outside the window, its output is probed at the runner's positions and by chunk sums. Every arm does the
+same work.
 GPU path (per block): the rotating input sets are refilled with new values between blocks
 (settle.refill_inputs; outside any timed window and outside the block's profiler session, so the copies
 are never charged to a repetition). Per-repetition contents and probes need activity.py to tell the
 harness's copy and gather kernels from the call's before they can run there.
 
+On a GPU a block runs in two requests: run_block (the repetitions run to completion, the device synchronised:
+the runner's clock around the block stops at its answer) and finish_block (the profiler's records cut into
+times), so work that grows with the candidate's kernel count stays off the runner's clock.
+
 Then the block's LAST repetition (its output and the inputs it used) is offered to a seeded reservoir
 (settle.OutputSampler) for the runner's full check. `report()` returns the sampled outputs, the verdict's
 marks (timing.window_marks) and the method, for the runner. Every time this process reports is a claim:
-the runner holds it against its own clock around the block (runner_side.runner_bound).
+the runner holds it against its own clock around the block (bound.runner_bound).
 """
 
 from __future__ import annotations
@@ -28,14 +33,15 @@ from evokernel_mcp.benchmark.timing import TimingOptions
 class BlockTimer:
     def __init__(self, fn: Callable[..., Any], arg_sets: Sequence[tuple], opt: TimingOptions, *, gpu: bool,
                  refill_pool: Sequence[Sequence[Any]] = (), sample_size: int = 4, seed: int = 0,
-                 flusher: Any = None, probe_table: Sequence[Sequence[int]] | None = None) -> None:
+                 flusher: Any = None, probe_table: Sequence[Sequence[int]] | None = None,
+                 probe_chunks: Sequence[int] | None = None) -> None:
         if not arg_sets:
             raise ValueError("no input sets to time with")
         self.fn, self.arg_sets, self.opt, self.gpu = fn, list(arg_sets), opt, gpu
         self.pool, self.flusher = list(refill_pool), flusher
         # host path: every repetition on new input content (the timed case's inputs, then the pool's)
         self.contents = ([settle.clone_inputs(self.arg_sets[0])] + self.pool) if self.pool and not gpu else []
-        self.prober = probes.Prober(probe_table) if probe_table and not gpu else None
+        self.prober = probes.Prober(probe_table, probe_chunks) if probe_table and not gpu else None
         self.block_probes: Any = None
         self.sampler = settle.OutputSampler(sample_size, seed)
         self.rep, self.block, self.last = 0, 0, None
@@ -48,6 +54,8 @@ class BlockTimer:
         self.api: dict[str, Any] = timing.bind_event_api() if gpu else {"sync": lambda: None}
         self.cycles_per_ms: float | None = None
         self.host_per_rep_s = 0.0
+        self.host_enqueue_s: float | None = None
+        self._pending: Any = None
 
     def _call_of(self, a: tuple) -> Callable[[], None]:
         def call() -> None:
@@ -59,19 +67,40 @@ class BlockTimer:
         n, per_call = timing.warm_up_by_time(self.calls, timing.warmup_budget_s(self.opt), self.api["sync"])
         self.warmup_calls, self.host_per_rep_s = n, per_call
         if self.gpu:
+            h0 = timing._perf_ns()  # the host's cost of one enqueue, without waiting for the device
+            for i in range(3):
+                self.calls[i % len(self.calls)]()
+            self.host_enqueue_s = (timing._perf_ns() - h0) / 3 / 1e9
+            self.api["sync"]()
+            self.last, self.warmup_calls = None, n + 3
             self.cycles_per_ms = timing.sleep_cycles_per_ms(self.api)
             if self.opt.timer == "auto":
                 self.plan, self.failure = timing._activity_plan(self.calls, self.flusher, self.cycles_per_ms,
                                                                 self.api)
             self.marks.update(timing.window_marks(self.plan, self.failure))
-        return n
+        return self.warmup_calls
 
-    def time_block(self, k: int) -> list[float]:
+    def time_block(self, k: int, cushion_ms: float | None = None) -> list[float]:
         """Times (ms) of k repetitions: refill, time, offer the last repetition to the sampler."""
+        self.run_block(k, cushion_ms)
+        return self.finish_block()
+
+    def run_block(self, k: int, cushion_ms: float | None = None) -> None:
+        """Run k timed repetitions to completion (device synchronised); their times wait for finish_block. The
+        runner's clock around a block ends here on a GPU: cutting the profiler's records into spans is harness
+        work that grows with the candidate's kernel count, so it stays out of the bound (runner_side)."""
         if self.block and not self.contents:
             settle.refill_inputs(self.arg_sets, self.pool, self.block)
         start = self.rep
-        times = self._device_block(start, k) if self.gpu else self._host_block(start, k)
+        raw = self._device_run(start, k, cushion_ms) if self.gpu else self._host_block(start, k)
+        self._pending = (start, k, raw)
+
+    def finish_block(self) -> list[float]:
+        pending, self._pending = self._pending, None
+        if pending is None:
+            raise RuntimeError("no block was run")
+        start, k, raw = pending
+        times = self._device_times(raw, k) if self.gpu else raw
         j = (start + k - 1) % len(self.arg_sets)
         if self.last is not None:  # graph replays return nothing to sample
             self.sampler.offer(start + k - 1, j, self.arg_sets[j], self.last)
@@ -99,10 +128,8 @@ class BlockTimer:
         self.block_probes = probe.end() if probe is not None else None
         return out
 
-    def _device_block(self, start: int, k: int) -> list[float]:
+    def _device_run(self, start: int, k: int, cushion_ms: float | None) -> tuple[Any, list[float]]:
         import torch
-
-        from evokernel_mcp.benchmark import activity
 
         session = (timing._activity_session or timing._torch_activity)() if self.plan is not None else None
         if session is not None:
@@ -110,12 +137,20 @@ class BlockTimer:
         try:
             with torch.no_grad():
                 ev = timing.timed_batch(self.calls, start, k, self.flusher, self.api, self.cycles_per_ms,
-                                         self.host_per_rep_s)
-        finally:
+                                         self.host_per_rep_s, cushion_ms)
+        except BaseException:
             if session is not None:
                 session.__exit__(None, None, None)
+            raise
+        return session, ev
+
+    def _device_times(self, raw: tuple[Any, list[float]], k: int) -> list[float]:
+        from evokernel_mcp.benchmark import activity
+
+        session, ev = raw
         if session is None:
             return ev
+        session.__exit__(None, None, None)
         spans = activity.spans_ms(session.activities(), self.plan, k)
         if isinstance(spans, str):  # the block's records did not cut: events for this run from now on
             self.failure, self.plan = spans, None

@@ -180,7 +180,7 @@ class ShapeResult(Model):
         "each block (what it read, what was reported, the excess over the baseline arm's and the allowance).")
     probes_checked: int | None = Field(
         default=None, description="Timed repetitions whose output was probed at random positions and judged by "
-        "verify's bar (host path: every one); null: not probed.")
+        "verify's bar, and every element by chunk sums (host path: every one); null: not probed.")
     confirm_speedup: float | None = Field(default=None, description="With confirm=true: the paired speedup a "
                                           "second fresh process measured on fresh inputs.")
     confirm_speedup_ci: tuple[float, float] | None = None

@@ -15,9 +15,19 @@ by verify's bar (bar.py: RMS-floored tol of the output dtype, 2 x PyTorch's own 
 and bool outputs exact): `ProbeBar.check`. A repetition that skipped work, replayed a stale or cached answer,
 or computed in a lower precision than the problem's dtype fails here, whichever repetition it was.
 
-What the probes cannot see alone: a candidate that reads the table (it is in its process) and computes only
-the probed positions. The full checks of sampled repetitions and the post-timing checks on refilled and
-fresh inputs (runner_side) judge whole outputs.
+Chunk sums. The position table is in the arm's process, so a candidate could read it and compute only the
+probed positions. So each repetition's probe row also holds, for every output tensor, the float64 sum and
+sum of absolute values of each contiguous chunk of its elements (`chunk_sums`; the chunk length comes from
+the runner, `chunk_len`). Every element enters one chunk, nothing about them is secret, and nothing needs
+choosing in advance. The runner's bar for a chunk is the sum of verify's per-element bars over it
+(|sum(o) - sum(r)| <= sum(thr) and ||o| - |r|| <= |o - r| per element), so an output verify passes always
+passes: the check is one-sided and cannot misfire. Its reach: a wrong element moves its chunk's sums by
+its error while the chunk's bar grows with the chunk length, so chunks are sized so a wrong answer of the
+output's scale stands out (about 0.1 / tol^2 elements: one chunk for most fp32 outputs, some hundreds of
+elements for bf16), at most CHUNKS_PER_LEAF per output tensor: beyond that (bf16 outputs of several
+hundred thousand elements) an answer wrong at a few scattered positions may hide in its chunk's bar, and
+the full checks of sampled repetitions and the post-timing checks on refilled and fresh inputs
+(runner_side) judge whole outputs.
 """
 
 from __future__ import annotations
@@ -28,6 +38,8 @@ from typing import Any
 
 PROBE_ROWS = 64      # rows of the position table (repetition g reads row g % PROBE_ROWS)
 PROBE_PER_LEAF = 16  # positions probed per output tensor per repetition
+CHUNK_MIN = 64       # elements per chunk sum, at least (a chunk sum costs a float64 pair per row)
+CHUNKS_PER_LEAF = 128
 
 
 def content_of(g: int, n_sets: int, n_contents: int) -> int:
@@ -42,14 +54,52 @@ def position_table(seed: int, rows: int = PROBE_ROWS, per: int = PROBE_PER_LEAF)
     return [[rng.randrange(1 << 62) for _ in range(per)] for _ in range(rows)]
 
 
+def chunk_len(n: int, tol: float) -> int:
+    """Elements per chunk sum of an output of n elements judged at relative tolerance tol (module docstring)."""
+    want = int(0.1 / tol ** 2) if tol > 0 else n
+    return max(1, min(max(want, CHUNK_MIN), n), -(-n // CHUNKS_PER_LEAF))
+
+
+def chunk_sums(flat: Any, length: int) -> tuple[Any, Any]:
+    """(sums, sums of absolute values) of each `length`-element chunk of the 1-D tensor `flat`, as float64.
+    Accumulated in float32 for floating outputs of 32 bits or less (cheap: a float64 pass costs ten times
+    more on a CPU), float64 otherwise; `sum_slack` bounds the rounding."""
+    import torch
+
+    acc = torch.float64 if flat.dtype == torch.float64 or not flat.is_floating_point() else torch.float32
+    flat = flat.to(acc)
+    n = flat.numel()
+    full = n // length
+    parts = [flat[: full * length].view(full, length)] if full else []
+    if n > full * length:
+        parts.append(flat[full * length:].view(1, -1))
+    sums = torch.cat([p.sum(1) for p in parts]).to(torch.float64)
+    abss = torch.cat([p.abs().sum(1) for p in parts]).to(torch.float64)
+    return sums, abss
+
+
+def sum_slack(length: int, dtype: Any) -> float:
+    """A bound on chunk_sums' rounding, relative to the chunk's sum of |values|: torch's reductions sum in a
+    tree or cascade, so the error grows with log2 of the length (4x margin, and the float32 rounding of each
+    value when a wider output is summed in float32 does not arise: those sum in float64)."""
+    import math
+
+    import torch
+
+    eps = 2.0 ** -53 if dtype == torch.float64 or not dtype.is_floating_point else 2.0 ** -24
+    return 4 * (math.log2(max(length, 1)) + 2) * eps
+
+
 # ------------------------------------------------------------------------ inside the arm's process
 class Prober:
-    """Reads each repetition's output at its table row into a float64 row (harness code beside the arm)."""
+    """Reads each repetition's output at its table row, and its chunk sums, into a float64 row (harness code
+    beside the arm). chunks[i]: the chunk length of the i-th non-empty output tensor (None: no chunk sums)."""
 
-    def __init__(self, table: Sequence[Sequence[int]]) -> None:
+    def __init__(self, table: Sequence[Sequence[int]], chunks: Sequence[int] | None = None) -> None:
         import torch
 
         self.idx = torch.tensor(table, dtype=torch.int64)
+        self.chunks = list(chunks) if chunks else None
         self.rows: list[Any] | None = []
         self.why_not: str | None = None
 
@@ -62,7 +112,7 @@ class Prober:
         if self.rows is None:
             return
         pos = self.idx[g % len(self.idx)]
-        vals = []
+        vals, leaf = [], 0
         for t in (list(out) if isinstance(out, (list, tuple)) else [out]):
             if not isinstance(t, torch.Tensor) or t.is_complex():
                 self.rows, self.why_not = None, "an output is not a real-valued tensor"
@@ -71,6 +121,9 @@ class Prober:
             if flat.numel() == 0:
                 continue
             vals.append(flat[(pos % flat.numel()).to(flat.device)].to(torch.float64))
+            if self.chunks is not None and leaf < len(self.chunks):
+                vals.extend(chunk_sums(flat, int(self.chunks[leaf])))
+            leaf += 1
         self.rows.append(torch.cat(vals).cpu() if vals else torch.zeros(0, dtype=torch.float64))
 
     def end(self) -> Any:
@@ -100,11 +153,13 @@ class ProbeBar:
 
         self.idx = torch.tensor(table, dtype=torch.int64)
         self.why_not: str | None = None
+        self.chunks: list[int] | None = None  # chunk length per non-empty output tensor (sent to the arms)
+        self.kinds: list[int] = []  # per column: 0 a probed position, 1 a chunk sum, 2 a chunk sum of |values|
         exp, thr, nat, exact = [], [], [], None
         for e in expected:
             part = self._content(task, e)
             if isinstance(part, str):
-                self.why_not = part
+                self.why_not, self.chunks = part, None
                 return
             exp.append(part[0])
             thr.append(part[1])
@@ -123,7 +178,7 @@ class ProbeBar:
             return "the reference's output is not a tensor or a tuple of tensors"
         if e.get("arg_reductions"):
             return "an output is an arg-reduction (ties may legally pick other indices)"
-        exp, thr, nat, exact = [], [], [], []
+        exp, thr, nat, exact, chunks, kinds = [], [], [], [], [], []
         for i, n in enumerate(native):
             if n.numel() == 0:
                 continue
@@ -133,11 +188,13 @@ class ProbeBar:
             dev = n.device
             pos = (self.idx % n.numel()).to(dev)
             nf = n.detach().reshape(-1)[pos].to(torch.float64).cpu()
+            kinds += [0] * nf.shape[1]
             if not n.is_floating_point():
                 exp.append(nf)
                 thr.append(torch.zeros_like(nf))
                 nat.append(nf)
                 exact.append(torch.ones(nf.shape[1], dtype=torch.bool))
+                self._chunk_part(n.detach().reshape(-1), None, None, chunks, kinds, exp, thr, nat, exact)
                 continue
             dname = str(n.dtype).removeprefix("torch.")
             tol, _, _ = bar.effective_tolerance(_preset(n, []), tolerance_override(task, dname, None))
@@ -150,9 +207,36 @@ class ProbeBar:
             thr.append((tol_eff * r.abs() + tol_eff * rms).clamp_min(floor))
             nat.append(nf)
             exact.append(torch.zeros(nf.shape[1], dtype=torch.bool))
+            full = ref.detach().reshape(-1).to(torch.float64)
+            bar_full = (tol_eff * full.abs() + tol_eff * rms).clamp_min(floor)
+            self._chunk_part(n.detach().reshape(-1), full, bar_full, chunks, kinds, exp, thr, nat, exact,
+                             tol=tol_eff)
         if not exp:
             return "no output elements"
+        if self.chunks is None:
+            self.chunks, self.kinds = chunks, kinds
         return torch.cat(exp, 1), torch.cat(thr, 1), torch.cat(nat, 1), torch.cat(exact)
+
+    def _chunk_part(self, native: Any, ref: Any, bar_full: Any, chunks: list, kinds: list, exp: list, thr: list,
+                    nat: list, exact: list, tol: float = 0.0) -> None:
+        """Append one output's chunk sums (sums, then sums of absolute values) to the columns: expected from
+        ref (float64; the native output for integer outputs, judged exactly), allowed error the chunk's sum of
+        verify's per-element bars, plus float64 rounding of the sums."""
+        import torch
+
+        rows = self.idx.shape[0]
+        length = chunk_len(native.numel(), tol)
+        chunks.append(length)
+        s_n, a_n = chunk_sums(native, length)
+        s_r, a_r = chunk_sums(ref, length) if ref is not None else (s_n, a_n)
+        slack = (sum_slack(length, native.dtype) + 1e-12) * a_r + 1e-300
+        b = (chunk_sums(bar_full, length)[0] + slack) if bar_full is not None else slack
+        for e, nv in ((s_r, s_n), (a_r, a_n)):
+            exp.append(e.cpu().expand(rows, -1))
+            thr.append(b.cpu().expand(rows, -1))
+            nat.append(nv.cpu().expand(rows, -1))
+            exact.append(torch.zeros(e.numel(), dtype=torch.bool))
+        kinds += [1] * s_r.numel() + [2] * s_r.numel()
 
     def check(self, rows: Any, first_rep: int, n_sets: int) -> dict[str, Any]:
         """Judge one block's probe rows (repetitions first_rep, first_rep + 1, ...): {passed, checked, ...}."""
@@ -180,9 +264,10 @@ class ProbeBar:
             return {"passed": True, "checked": k}
         bad = torch.nonzero(~ok)
         i, j = int(bad[0, 0]), int(bad[0, 1])
+        what = ("probed value", "chunk sum", "chunk sum of |values|")[self.kinds[j] if j < len(self.kinds) else 0]
         return {"passed": False, "checked": k, "mismatches": int((~ok).sum()),
                 "rep": first_rep + i, "content": int(c[i]),
-                "note": (f"timed repetition {first_rep + i} (input content {int(c[i])}): probed value {j} is "
+                "note": (f"timed repetition {first_rep + i} (input content {int(c[i])}): {what} {j} is "
                          f"{float(o[i, j]):.7g}, the reference's {float(e[i, j]):.7g} (allowed error "
                          f"{float(th[i, j]):.3g}, verify's bar); {int((~ok).sum())} of {ok.numel()} probed values "
                          f"of this block are wrong")}

@@ -17,6 +17,7 @@ import contextlib
 import time
 from typing import Any
 
+from evokernel_mcp.benchmark.bound import common_host_per_rep, cushion_ms, runner_bound
 from evokernel_mcp.benchmark.work import runner_counts
 from evokernel_mcp.runtime import cpus
 from evokernel_mcp.runtime.devmem import trim_between_cases
@@ -121,16 +122,24 @@ def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progr
         req = {"op": "arm_init", "name": name, "inputs": case["inputs"], "seed": seed,
                "init_inputs": case["init_inputs"], "state": case["state"], "options": opt,
                "sample_size": (2 if big <= POOL_FULL_BYTES else 1) if name == "candidate" else 0,
-               "refill_pool": pool, "probe_table": table}
+               "refill_pool": pool, "probe_table": table,
+               "probe_chunks": bar.chunks if bar is not None else None}
         inits[name] = arms.ask(child, req, max_bytes=1 << 20)
     blocks: dict[str, list[dict[str, Any]]] = {name: [] for name in arms.children()}
     probe_checks: list[dict[str, Any]] = []
 
+    host = common_host_per_rep({n: i.get("host_enqueue_s") for n, i in inits.items()}) if gpu else None
+
     def arm(child, name: str, ovh: float | None):
         def call(k: int) -> list[float]:  # event times less the measured empty-event pair, when asked
+            req = {"op": "arm_block", "name": name, "k": k}
+            if gpu:  # every arm of a round behind the same GPU sleep; the clock stops when the block has run
+                req.update(defer=True, cushion_ms=cushion_ms(k, host) if host is not None else None)
             t0 = time.perf_counter()  # the runner's own clock: the candidate can lengthen it, never shorten it
-            rep = arms.ask(child, {"op": "arm_block", "name": name, "k": k}, max_bytes=64 << 20)
+            rep = arms.ask(child, req, max_bytes=64 << 20)
             wall_ms = (time.perf_counter() - t0) * 1e3
+            if gpu:
+                rep = arms.ask(child, {"op": "arm_times", "name": name}, max_bytes=64 << 20)
             times = rep["times"] if isinstance(rep, dict) else rep
             blocks[name].append({"wall_ms": wall_ms, "sum_ms": float(sum(times)), "k": k})
             rows = rep.get("probes") if isinstance(rep, dict) else None
@@ -147,7 +156,7 @@ def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progr
     run = run_interleaved(calls, opt=TimingOptions(**opt), rng_seed=seed,
                           on_progress=lambda frac, msg: progress(frac, 1.0, msg))
     out: dict[str, Any] = {"rounds": {n: run.series(n) for n in run.arms},
-                           "runner_bound": runner_bound(run, blocks, enforced=not gpu)}
+                           "runner_bound": runner_bound(run, blocks)}
     if bar is not None:
         out["check_probes"] = _probe_summary(probe_checks, bar)
     limit = 4 * OUTPUT_SLACK * (_nbytes(case["native"]) + _nbytes(case["inputs"])) + (16 << 20)
@@ -169,66 +178,6 @@ def _probe_summary(checks: list[dict[str, Any]], bar) -> dict[str, Any] | None:
         return None
     bad = next((c for c in checks if not c.get("passed")), None)
     return bad or {"passed": True, "checked": sum(c.get("checked") or 0 for c in checks)}
-
-
-# The runner's bound on a reported time. Per interleaved round, each arm's block takes wall_ms on the runner's
-# clock (request sent to reply read) and reports times summing to sum_ms; the rest (unaccounted = wall - sum)
-# is the harness's work around the timed windows (the request, refills, probes, the loop). Every arm does the
-# same harness work for the same k in a round, so the candidate's unaccounted time must match the baseline's:
-# a candidate that reports less than it ran (a rescaled timer) or moves work out of its timed windows shows
-# as an excess over the mean of the baseline and control arms' (medians over rounds: a scheduler delay hits one
-# block, not most). Allowed: BOUND_FRAC of its own reported block time, BOUND_UNACC_FRAC of the baseline arms'
-# unaccounted time (a process placed worse is slower at the harness's copies too), the control arm's excess over the
-# baseline (what two processes of identical code differ by), BOUND_NOISE_K standard errors of that excess,
-# and BOUND_ABS_MS. Forging a time therefore gains at most about BOUND_FRAC where the blocks' noise is low;
-# where it is high (a loaded host, blocks dominated by harness work) the allowance says how much.
-BOUND_FRAC = 0.15
-BOUND_NOISE_K = 4.0
-BOUND_ABS_MS = 0.05
-BOUND_UNACC_FRAC = 0.15  # of the baseline arms' own unaccounted time: placement slows a process's harness work too
-
-
-def runner_bound(run, blocks: dict[str, list[dict[str, Any]]], enforced: bool = True) -> dict[str, Any] | None:
-    """The candidate's reported times against the runner's clock (the comment above): {passed, excess_ms,
-    allowance_ms, enforced, ...}; None without rounds. Not enforced on a GPU (reported only): there a block's
-    wall time also holds host work that runs beside the device (launch overhead, the GPU-sleep cushion sized
-    per arm), so a launch-bound candidate would show an honest excess; the verdict ignores it there."""
-    import statistics
-
-    n = len(run.rounds)
-    if not n or "candidate" not in blocks or "baseline" not in blocks:
-        return None
-
-    def per_round(name: str) -> list[dict[str, Any]]:
-        return blocks[name][run.warmup_calls.get(name, 0):][:n]
-
-    def unacc(b: dict[str, Any]) -> float:
-        return b["wall_ms"] - b["sum_ms"]
-    cand, base = per_round("candidate"), per_round("baseline")
-    if len(cand) != n or len(base) != n:
-        return None
-    ctrl = per_round("control") if "control" in blocks else []
-    ref = [(unacc(b) + unacc(c)) / 2 for b, c in zip(base, ctrl)] if len(ctrl) == n else [unacc(b) for b in base]
-    excess = statistics.median(unacc(c) - r for c, r in zip(cand, ref))
-    reported = statistics.median(c["sum_ms"] for c in cand)
-    wall = statistics.median(c["wall_ms"] for c in cand)
-    harness = statistics.median(ref)
-    allowance, ctrl_note = BOUND_FRAC * reported + BOUND_UNACC_FRAC * max(harness, 0.0) + BOUND_ABS_MS, "no control arm"
-    if len(ctrl) == n:
-        d = [unacc(c) - unacc(b) for c, b in zip(ctrl, base)]
-        med = statistics.median(d)
-        mad = statistics.median(abs(x - med) for x in d)
-        allowance += abs(med) + BOUND_NOISE_K * 1.4826 * mad / n ** 0.5
-        ctrl_note = f"control arm's excess {med:.4g} ms (MAD {mad:.3g} ms)"
-    passed = excess <= allowance
-    detail = (f"per block (median of {n} rounds) the runner's clock read {wall:.4g} ms, the candidate reported "
-              f"{reported:.4g} ms and left {excess:.4g} ms more unaccounted than the baseline arms for the same "
-              f"repetitions; allowed {allowance:.4g} ms ({BOUND_FRAC:g} x its time + {BOUND_UNACC_FRAC:g} x the "
-              f"baseline arms' {harness:.4g} ms + {BOUND_ABS_MS:g} ms; "
-              f"{ctrl_note})")
-    return {"passed": passed, "excess_ms": excess, "allowance_ms": allowance, "wall_ms": wall,
-            "reported_ms": reported, "rounds": n, "enforced": enforced,
-            "detail": detail + ("" if enforced else " (GPU: reported, not enforced)")}
 
 
 def _sampled(arms: _Arms, ref, samples: list, seed: int, hi: bool) -> dict[str, Any] | None:

@@ -59,7 +59,8 @@ def arm_init(loaded, req: dict[str, Any]) -> dict[str, Any]:
     sets = [inputs] + [_clone(inputs) for _ in range(k - 1)]  # the received inputs are this arm's own
     timer = arms[req["name"]] = BlockTimer(fn, sets, opt, gpu=gpu, refill_pool=pool if not opt.use_graph else [],
                                            sample_size=int(req.get("sample_size", 2)), seed=int(req["seed"]),
-                                           flusher=flusher, probe_table=req.get("probe_table"))
+                                           flusher=flusher, probe_table=req.get("probe_table"),
+                                           probe_chunks=req.get("probe_chunks"))
     if gpu and opt.use_graph:  # replay captured graphs (launch-bound callables): the graph owns its buffers
         timer.calls = timing._make_graphs(fn, sets)
     warm = timer.warm_up()
@@ -68,15 +69,28 @@ def arm_init(loaded, req: dict[str, Any]) -> dict[str, Any]:
         overhead = timing.event_overhead_ms(flusher, timer.api, 50)
     _sync(loaded.device)
     return {"copies": k, "warmup_calls": warm, "flush_bytes": flusher.nbytes if flusher else None,
-            "event_overhead_ms": overhead, "graph": bool(gpu and opt.use_graph), "copies_note": copies_note}
+            "event_overhead_ms": overhead, "graph": bool(gpu and opt.use_graph), "copies_note": copies_note,
+            "host_enqueue_s": timer.host_enqueue_s}
 
 
 def arm_block(loaded, req: dict[str, Any]) -> dict[str, Any]:
-    """Time k repetitions of arm req['name']: {times (ms), first_rep, probes ([k, width] float64 tensor of
-    the outputs at the runner's positions, or None)}."""
+    """Time k repetitions of arm req['name'] (GPU: behind a GPU sleep of req['cushion_ms'] when given):
+    {times (ms), first_rep, probes ([k, width] float64 tensor of the outputs at the runner's positions and
+    their chunk sums, or None)}. With req['defer']: run them to completion and answer {ran: k} at once; the
+    times follow on "arm_times" (the runner's clock around the block stops at this answer)."""
+    timer = loaded.arms[req["name"]]
+    cushion = req.get("cushion_ms")
+    timer.run_block(int(req["k"]), float(cushion) if cushion is not None else None)
+    if req.get("defer"):
+        return {"ran": int(req["k"])}
+    return arm_times(loaded, req)
+
+
+def arm_times(loaded, req: dict[str, Any]) -> dict[str, Any]:
+    """The times of the block just run (arm_block): {times, first_rep, probes}."""
     timer = loaded.arms[req["name"]]
     first = timer.rep
-    times = timer.time_block(int(req["k"]))
+    times = timer.finish_block()
     rows = timer.block_probes  # plain numbers: a tensor in a reply costs a shared-memory transfer per block
     return {"times": times, "first_rep": first, "probes": rows.tolist() if rows is not None else None}
 

@@ -420,8 +420,17 @@ def event_overhead_ms(flusher: CacheFlusher | None, api: dict[str, Any], n: int)
     return vals[len(vals) // 2]
 
 
+def cushion_ms(n: int, host_per_rep_s: float) -> float:
+    """The GPU sleep queued before a batch of n launches: twice the host's time to queue them (plus 20 us a
+    launch), 0.2-200 ms, so the host stays ahead of the device."""
+    return min(max(2 * n * (host_per_rep_s + 20e-6) * 1e3, 0.2), 200.0)
+
+
 def timed_batch(calls: Sequence[Callable[[], Any]], start: int, n: int, flusher: CacheFlusher | None,
-                 api: dict[str, Any], cycles_per_ms: float | None, host_per_rep_s: float) -> list[float]:
+                 api: dict[str, Any], cycles_per_ms: float | None, host_per_rep_s: float,
+                 cushion: float | None = None) -> list[float]:
+    """n timed repetitions queued behind one GPU sleep (`cushion` ms when given: the runner gives every arm of
+    a round the same one, so the arms' blocks hold the same harness work), synchronised at the end."""
     import torch
 
     ev = api["Event"]
@@ -429,8 +438,8 @@ def timed_batch(calls: Sequence[Callable[[], Any]], start: int, n: int, flusher:
     ends = [ev(enable_timing=True) for _ in range(n)]
     # keep the device busy while the host queues the batch (host ahead => no launch gap inside a timing)
     if cycles_per_ms:
-        cushion_ms = min(max(2 * n * (host_per_rep_s + 20e-6) * 1e3, 0.2), 200.0)
-        torch.cuda._sleep(int(cushion_ms * cycles_per_ms))
+        ms = cushion if cushion is not None else cushion_ms(n, host_per_rep_s)
+        torch.cuda._sleep(int(ms * cycles_per_ms))
     for i in range(n):
         if flusher:
             flusher.flush()

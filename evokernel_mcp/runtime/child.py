@@ -24,7 +24,8 @@ from typing import Any
 from evokernel_mcp.runtime import frames
 from evokernel_mcp.runtime.devmem import release_cached
 
-_ARM = {op: f"evokernel_mcp.benchmark.sides:{op}" for op in ("arm_init", "arm_block", "arm_report", "arm_close")}
+_ARM = {op: f"evokernel_mcp.benchmark.sides:{op}" for op in ("arm_init", "arm_block", "arm_times", "arm_report",
+                                                                 "arm_close")}
 OPS = {
     "reference": {"case": "evokernel_mcp.verify.sides:ref_case",
                   "expected": "evokernel_mcp.verify.sides:ref_expected", **_ARM},

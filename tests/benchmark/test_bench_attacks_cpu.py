@@ -36,6 +36,7 @@ def test_honest_candidate_is_valid_with_every_repetition_probed():
     ("cheat_block_timer_scaled", "time_below_runner_bound"),
     ("cheat_perf_counter_scaled", "time_below_runner_bound"),
     ("cheat_skip_alternate_reps", "wrong_output_in_timed_call"),
+    ("cheat_probe_positions", "wrong_output_in_timed_call"),
     ("cheat_memo_ptr", "wrong_output_in_timed_call"),
     ("cheat_bf16_rounded", "wrong_output_in_timed_call"),
 ])

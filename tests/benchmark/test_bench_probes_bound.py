@@ -12,7 +12,7 @@ import torch
 
 from evokernel_mcp.benchmark import probes, timing, verdict
 from evokernel_mcp.benchmark.blocks import BlockTimer
-from evokernel_mcp.benchmark.runner_side import runner_bound
+from evokernel_mcp.benchmark.bound import common_host_per_rep, runner_bound
 from evokernel_mcp.tasks import load_task
 
 TASK = load_task("vector_add")
@@ -25,20 +25,20 @@ def test_no_input_set_is_timed_twice_in_a_row_on_the_same_content():
                 assert probes.content_of(g, n_sets, n_contents) != probes.content_of(g + n_sets, n_sets, n_contents)
 
 
-def _timer(fn, contents, table):
+def _timer(fn, contents, table, chunks=None):
     x = contents[0]
     return BlockTimer(fn, [[t.clone() for t in x] for _ in range(4)], timing.TimingOptions(max_time_s=0.1),
-                      gpu=False, refill_pool=contents[1:], sample_size=0, probe_table=table)
+                      gpu=False, refill_pool=contents[1:], sample_size=0, probe_table=table, probe_chunks=chunks)
 
 
-def _judge(fn, blocks=(3, 5, 4, 6)):
+def _judge(fn, blocks=(3, 5, 4, 6), n=1000, dtype=torch.float32):
     """Time `fn` block by block on the host path; every block's probes judged against x + y."""
     g = torch.Generator().manual_seed(0)
-    contents = [[torch.randn(1000, generator=g), torch.randn(1000, generator=g)] for _ in range(3)]
+    contents = [[torch.randn(n, generator=g).to(dtype), torch.randn(n, generator=g).to(dtype)] for _ in range(3)]
     table = probes.position_table(5)
     expected = [{"native": a + b, "hi": a.double() + b.double(), "arg_reductions": {}} for a, b in contents]
     bar = probes.ProbeBar(TASK, expected, table)
-    bt = _timer(fn, contents, table)
+    bt = _timer(fn, contents, table, bar.chunks)
     bt.warm_up()
     out, first = [], 0
     for k in blocks:
@@ -72,6 +72,48 @@ def test_probes_pass_an_honest_candidate_and_catch_skipped_stale_and_cached_answ
         checks = _judge(fn)
         bad = [c for c in checks if not c["passed"]]
         assert bad and "verify's bar" in bad[0]["note"], (fn.__name__, checks)
+
+
+def _table_reader(x, y):
+    """Computes only the positions of the probe table it finds in its own process (the harness's Prober), and
+    leaves the rest of its output zero."""
+    import gc
+
+    prober = next(o for o in gc.get_objects() if isinstance(o, probes.Prober))
+    out = torch.zeros_like(x)
+    pos = torch.unique(prober.idx.reshape(-1) % x.numel())
+    out[pos] = x[pos] + y[pos]
+    return out
+
+
+@pytest.mark.parametrize("n,dtype", [(1000, torch.float32), (4096, torch.bfloat16), (200_000, torch.float32)])
+def test_chunk_sums_catch_a_candidate_that_computes_only_the_probed_positions(n, dtype):
+    checks = _judge(_table_reader, n=n, dtype=dtype)
+    assert not checks[0]["passed"] and "chunk sum" in checks[0]["note"], checks[0]
+    honest = _judge(torch.add, n=n, dtype=dtype)
+    assert all(c["passed"] for c in honest), honest
+
+
+def test_chunk_bar_is_the_sum_of_verify_bars_so_an_output_within_them_passes():
+    """Every element off by just under its own bar, all in one direction: each chunk's sums sit at the edge of
+    their bar and pass; just over it in one element's worth fails."""
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.randn(5000, generator=g), torch.randn(5000, generator=g)
+    ref = a.double() + b.double()
+    table = probes.position_table(3)
+    bar = probes.ProbeBar(TASK, [{"native": (a + b), "hi": ref, "arg_reductions": {}}], table)
+    width = bar.exp.shape[2]
+    th = bar.thr[0, 0]
+    sums = [k == 1 for k in bar.kinds]
+    col = sums.index(True)
+    row = bar.exp[0, 0].clone()
+    row[col] += 0.999 * th[col]
+    assert bar.check(row[None], 0, 1)["passed"]
+    row[col] = bar.exp[0, 0, col] + 1.001 * th[col]
+    bad = bar.check(row[None], 0, 1)
+    assert not bad["passed"] and "chunk sum" in bad["note"] and row.numel() == width
+    assert probes.chunk_len(10**6, 1e-4) == 10**6 and probes.chunk_len(10**6, 1.6e-2) == -(-10**6 // probes.CHUNKS_PER_LEAF)
+    assert probes.chunk_len(1000, 1.6e-2) == 390 and probes.chunk_len(10, 1.6e-2) == 10
 
 
 def test_a_cache_keyed_by_address_and_version_never_hits():
@@ -125,6 +167,66 @@ def test_runner_bound_given_these_blocks_this_verdict():
     assert wide["allowance_ms"] > ok["allowance_ms"] + 5
 
 
+def _gpu_blocks(n, k, kernel_ms, harness_ms_per_rep, fixed_ms=1.5, scale=1.0, jitter=0.02, seed=0):
+    """GPU-shaped block records: the runner's wall = request + profiler start + common sleep + k x (flush +
+    kernel) + sync + reply (harness_ms_per_rep: the flush and the sleep per repetition); reported: k x kernel."""
+    rng = random.Random(seed)
+    return [{"k": k, "sum_ms": k * kernel_ms * scale,
+             "wall_ms": fixed_ms + k * (kernel_ms + harness_ms_per_rep) * (1 + abs(rng.gauss(0, jitter)))}
+            for _ in range(n)]
+
+
+@pytest.mark.parametrize("kernel_ms,k", [(0.05, 300), (1.0, 15), (5.0, 3)])
+def test_gpu_blocks_a_rescaled_timer_is_caught_where_the_kernel_dominates(kernel_ms, k):
+    n, warm, harness = 30, 2, 0.14  # an H100's 256 MiB read-only flush (~80 us) and a 2 x (10 + 20) us sleep
+    base = _gpu_blocks(n + warm, k, kernel_ms, harness, seed=1)
+    ctrl = _gpu_blocks(n + warm, k, kernel_ms, harness, seed=2)
+    forged = _gpu_blocks(n + warm, k, kernel_ms, harness, scale=0.35, seed=3)
+    bad = runner_bound(_run(n), {"baseline": base, "control": ctrl, "candidate": forged})
+    assert not bad["passed"] and bad["enforced"], bad["detail"]
+    assert bad["reported_speedup"] == pytest.approx(1 / 0.35, rel=0.01) and bad["wall_speedup"] < 1.05
+    honest = _gpu_blocks(n + warm, k, kernel_ms / 3, harness, seed=3)  # 3x faster, honestly reported
+    assert runner_bound(_run(n), {"baseline": base, "control": ctrl, "candidate": honest})["passed"]
+
+
+def test_gpu_blocks_an_honest_launch_bound_kernel_never_misfires():
+    """A 2 us kernel behind an 80 us flush: the walls are almost all harness work, the runner's speedup is
+    compressed toward 1, and honest reports of a 2x faster or 2x slower kernel pass (one-sided test)."""
+    n, warm, k = 30, 2, 400
+    base = _gpu_blocks(n + warm, k, 0.002, 0.14, jitter=0.05, seed=1)
+    ctrl = _gpu_blocks(n + warm, k, 0.002, 0.14, jitter=0.05, seed=2)
+    for t in (0.001, 0.004, 0.0021):
+        cand = _gpu_blocks(n + warm, k, t, 0.14, jitter=0.05, seed=3)
+        got = runner_bound(_run(n), {"baseline": base, "control": ctrl, "candidate": cand})
+        assert got["passed"], (t, got["detail"])
+        assert 0.9 < got["wall_speedup"] < 1.1
+
+
+def test_a_deferred_block_answers_when_it_has_run_and_gives_its_times_after():
+    from evokernel_mcp.benchmark import sides
+
+    x = torch.randn(100)
+    bt = BlockTimer(torch.add, [(x, x.clone())], timing.TimingOptions(max_time_s=0.1), gpu=False, sample_size=1)
+    bt.warm_up()
+    loaded = SimpleNamespace(arms={"candidate": bt})
+    assert sides.arm_block(loaded, {"name": "candidate", "k": 3, "defer": True}) == {"ran": 3}
+    assert bt.rep == 0  # the block ran; its times, sample and repetition count wait for arm_times
+    rep = sides.arm_times(loaded, {"name": "candidate"})
+    assert len(rep["times"]) == 3 and rep["first_rep"] == 0 and bt.rep == 3 and bt.sampler.seen == 1
+    with pytest.raises(RuntimeError):
+        bt.finish_block()
+    assert len(sides.arm_block(loaded, {"name": "candidate", "k": 2})["times"]) == 2 and bt.rep == 5
+
+
+def test_common_sleep_is_sized_for_the_slowest_host_with_the_candidates_claim_capped():
+    assert common_host_per_rep({"baseline": 10e-6, "control": 12e-6, "candidate": 5e-6}) == 12e-6
+    assert common_host_per_rep({"baseline": 10e-6, "candidate": 40e-6}) == 40e-6  # a Triton launcher: honest, kept
+    assert common_host_per_rep({"baseline": 10e-6, "candidate": 1.0}) == pytest.approx(110e-6)  # inflated: capped
+    assert common_host_per_rep({"baseline": 1e-3, "candidate": 1.0}) == pytest.approx(4e-3)
+    assert common_host_per_rep({"baseline": None, "candidate": 1e-5}) is None
+    assert timing.cushion_ms(100, 10e-6) == pytest.approx(6.0) and timing.cushion_ms(1, 0) == 0.2
+
+
 def test_verdict_reads_probes_and_the_runner_bound():
     base = {"shape": "s", "candidate": {"times_ms": [1.0] * 10, "host_timing": True}, "check_timed": {"passed": True},
             "check_fresh": {"passed": True}}
@@ -138,7 +240,7 @@ def test_verdict_reads_probes_and_the_runner_bound():
     v = verdict.judge_shape({**base, "confirm": {"check_probes": {"passed": False, "note": "rep 3"}}}, None)
     assert v[:2] == (False, "wrong_output_in_timed_call") and v[2].startswith("confirm")
     assert verdict.judge_shape({**base, "runner_bound": {"passed": True}, "check_probes": {"passed": True}}, None)[0]
-    # on a GPU the bound is reported, not enforced (host launch work beside the device is in the wall time)
+    # a bound marked not enforced is reported only
     assert verdict.judge_shape({**base, "runner_bound": {"passed": False, "enforced": False}}, None)[0]
 
 

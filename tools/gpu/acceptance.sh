@@ -5,7 +5,8 @@
 #   steps: parity (profile_pmc presets + thread_trace vs a recorded run: PARITY_BEFORE=file), gputests (the
 #   gpu-marked tests in GPU_TESTS), defaults (verify at default arguments: every shape set on a GPU), sweep
 #   (12 configurations of a Triton GEMM in one call), integrity (the exploit corpus on this GPU), cmd (the shell
-#   command in $CMD, limit T_cmd)
+#   command in $CMD, limit T_cmd), campaign (the benchmark verdict at default arguments through the MCP client: same code, 5 %/2 % more work, downgrades,
+#   forges, the wall of a default call; bench/ab_campaign.py, KernelBench from .kb/level1, at most 8 minutes)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 t0=$(date +%s)
@@ -29,6 +30,8 @@ for s in "$@"; do case $s in
             step defaults 120 python3 -m evokernel_mcp call verify_vs_pytorch --json '{"candidate": "@/tmp/cand.py", "task": "vector_add"}' ;;
   sweep) step sweep "${T_sweep:-240}" python3 bench/sweep_gemm.py --out "$OUT/sweep_gemm.md" ;;
   cmd) step cmd "${T_cmd:-300}" sh -c "$CMD" ;;
+  campaign) step campaign "${T_campaign:-560}" python3 bench/ab_same_code.py --campaign --kb .kb/level1 \
+            --budget-s "${CAMPAIGN_BUDGET_S:-480}" ;;
   integrity) step integrity "${T_integrity:-420}" sh -c "python3 -m evokernel_mcp integrity --json > $OUT/integrity.json" ;;
 esac; done
 echo "=== done at +$(( $(date +%s) - t0 ))s"
