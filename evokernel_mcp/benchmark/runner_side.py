@@ -344,9 +344,9 @@ def _benchmark(ctx: RunnerContext, payload: BenchmarkRequest, progress, timing_q
     try:
         cpu = None if gpu else claim.enter_context(cpus.claim_arm_cpu())
         load_candidate(ctx, cand, payload.candidate, task, deadline)
-        base = _baseline_child(ctx, payload, task, deadline)
+        base = _baseline_child(ctx, payload.baseline, task, deadline)
         if payload.control:
-            ctrl = _baseline_child(ctx, payload, task, deadline)
+            ctrl = _baseline_child(ctx, payload.baseline, task, deadline)
         note("benchmark: reference, candidate and baseline loaded at %.2f s", time.monotonic() - t0)
         arms = _Arms(cand, base, task, deadline, ctrl, cpu=cpu, dev=tensor_device(ctx) or "cpu")
         shapes, seed, opt = list(payload.shapes), payload.seed, dict(payload.options)
@@ -395,7 +395,7 @@ def _confirm(ctx: RunnerContext, payload: BenchmarkRequest, task: Task, ref, sha
     child, base = ctx.spares.take("bench"), None
     try:
         load_candidate(ctx, child, payload.candidate, task, deadline)
-        base = _baseline_child(ctx, payload, task, deadline)
+        base = _baseline_child(ctx, payload.baseline, task, deadline)
         arms = _Arms(child, base, task, deadline, cpu=cpu, dev=tensor_device(ctx) or "cpu")
         s2 = seed + 31337
         case = arms.ask(ref, {"op": "case", "shape": shape, "seed": s2, "hi": False}, max_bytes=1 << 42)
@@ -416,10 +416,9 @@ def _confirm(ctx: RunnerContext, payload: BenchmarkRequest, task: Task, ref, sha
                 ctx.spares.retire(c)
 
 
-def _baseline_child(ctx: RunnerContext, payload: BenchmarkRequest, task: Task, deadline: float):
-    """A fresh child hosting the baseline: the task's reference loaded afresh (baseline "pytorch"), else the
+def _baseline_child(ctx: RunnerContext, base_src: str, task: Task, deadline: float):
+    """A fresh child hosting the baseline: the task's reference loaded afresh (base_src "pytorch"), else the
     baseline source loaded as a candidate is."""
-    base_src = payload.baseline
     if base_src == "pytorch":
         return ctx.spares.fresh_reference(task, timeout_s=wall_deadline(deadline), purpose="bench")
     child = ctx.spares.take("bench")
