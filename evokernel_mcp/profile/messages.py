@@ -3,8 +3,6 @@ runner on receipt; the reply validated by the server)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import Field
 
 from evokernel_mcp.models import Model

@@ -27,8 +27,15 @@ from pydantic import ValidationError
 from evokernel_mcp import settings
 from evokernel_mcp.paths import sub_state_dir
 from evokernel_mcp.runtime import courier, frames, kernel_cache, limits, pycache, safefs, sandbox
-from evokernel_mcp.runtime.messages import (CHILD_REPLY, CHILD_REQUEST, CHILD_START, ChildGate, ChildOk, ChildReady,
-                                            GoRequest)
+from evokernel_mcp.runtime.messages import (
+    CHILD_REPLY,
+    CHILD_REQUEST,
+    CHILD_START,
+    ChildGate,
+    ChildOk,
+    ChildReady,
+    GoRequest,
+)
 from evokernel_mcp.runtime.protocol import OUTPUT_TAIL_CHARS, classify_text
 
 log = logging.getLogger(__name__)
@@ -135,7 +142,7 @@ class Child:
         ours, theirs = courier.pair()  # big tensors by fd beside the pipes (courier.py)
         # the capture files are made here, before any agent code runs, and read through these descriptors only:
         # the scratch dir is the sandbox's, so a name there may be a link, a FIFO or a device by the time we read
-        self._captures = _capture_files(self.scratch, sandbox.scratch_owner(level))
+        self._captures = safefs.create_new(self.scratch, CAPTURE_NAMES, sandbox.scratch_owner(level))
         out_fd, err_fd, boot_fd = (f.fileno() for f in self._captures)
         argv = [sys.executable, "-m", "evokernel_mcp.runtime.child", "--device", kind,
                 *([] if wrap else ["--fd-sock", str(theirs.fileno())]),
@@ -399,24 +406,3 @@ class Child:
 
 
 CAPTURE_NAMES = ("stdout.txt", "stderr.txt", ".boot.log")
-
-
-def _capture_files(scratch, owner: int | None) -> list[io.FileIO]:
-    """stdout.txt, stderr.txt and .boot.log created new in the fresh scratch dir (never following a link, never
-    an existing file), read-write, owned by the sandbox's uid when it has one (its tools may reopen
-    /proc/self/fd/1); the runner reads them through these descriptors only."""
-    dfd = safefs.open_dir(scratch)
-    out: list[io.FileIO] = []
-    try:
-        for name in CAPTURE_NAMES:
-            fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
-            out.append(io.FileIO(fd, "r+", closefd=True))
-            if owner is not None:
-                os.fchown(fd, owner, owner)
-    except BaseException:
-        for f in out:
-            f.close()
-        raise
-    finally:
-        os.close(dfd)
-    return out

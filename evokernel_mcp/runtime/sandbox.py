@@ -35,7 +35,8 @@ from evokernel_mcp.paths import REPO_DIR, state_dir
 from evokernel_mcp.runtime import limits as job_limits
 from evokernel_mcp.runtime.envs import ENV_ALLOW, hidden_files, is_secret_name
 from evokernel_mcp.runtime.limits import NPROC
-from evokernel_mcp.runtime.proctree import children_map as _children_map, descendants  # noqa: F401 - re-exported
+from evokernel_mcp.runtime.proctree import children_map as _children_map  # noqa: F401 - re-exported
+from evokernel_mcp.runtime.proctree import descendants
 
 log = logging.getLogger(__name__)
 
