@@ -166,12 +166,11 @@ def serve(device: str, chan: Channel) -> None:
         cpu0 = _cpu_s()
         t0 = time.perf_counter()
         try:
-            spec = ops.spec_of(req.op)
-            typed = spec.request.model_validate(req.payload)  # the server sent it from this model
-            fn = ops.resolve(req.op)
+            fn = ops.resolve(req.op)  # (an unknown op: ValueError naming the known ones)
+            call = ops.RUNNER_CALL.validate_python(req.model_dump())  # the payload as its op's model
             os.chdir(scratch)
             with cap:
-                given = fn(ctx, typed, progress)
+                given = fn(ctx, call.payload, progress)
             done: ResultEvent | ErrorEvent = ResultEvent(event="result", id=req.id, result=ops.reply_dict(
                 ops.reply_of(req.op, given), given))
         except Exception as e:  # noqa: BLE001 - every failure becomes an error event

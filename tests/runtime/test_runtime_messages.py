@@ -110,3 +110,39 @@ def test_ops_take_the_runner_context_as_an_argument():
         params = list(inspect.signature(ops.resolve(name)).parameters)
         assert params[:1] == ["ctx"] and len(params) == 3, (name, params)
     assert not hasattr(runner, "CTX") and not hasattr(runner, "context")  # no module-level context to reach for
+
+
+# A stand-in runner whose answer to each request is off the op's reply model.
+OFF_MODEL_RUNNER = r'''
+import json, sys
+print(json.dumps({"event": "ready", "pid": 1, "device": "cpu", "info": {}}), flush=True)
+for line in sys.stdin:
+    req = json.loads(line)
+    print(json.dumps({"event": "result", "id": req["id"], "result": {"pid": "not a pid", "extra": 1}}), flush=True)
+'''
+
+
+def test_a_reply_off_its_model_is_an_internal_error_not_a_result():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import anyio
+
+    from evokernel_mcp.runtime.pool import WorkerPool, _Worker
+
+    async def main():
+        pool = WorkerPool(["cpu"])
+        proc = await anyio.open_process([sys.executable, "-c", OFF_MODEL_RUNNER], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+        w = _Worker("cpu", proc, Path("/nonexistent.log"))
+        assert (await w.next_event()).event == "ready"
+        try:
+            return await pool._exchange(w, ops.make_call(4, "ping", {}, None), 10, None, Path("/nonexistent"))
+        finally:
+            await pool.aclose()
+            await w.kill()
+
+    reply = anyio.run(main)
+    assert not reply.ok and reply.result is None and reply.error.kind == "internal"
+    assert "does not match its model" in reply.error.message
