@@ -179,6 +179,8 @@ def _error(e: BaseException, kind: str | None = None) -> ChildError:
     text = f"{type(e).__name__}: {e}"
     tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
     k = kind or getattr(e, "kind", None) or classify_text(text) or "exception"
+    if not isinstance(k, str) or len(k) > 64:  # an exception of the agent's with a `kind` of its own making
+        k = "bad_candidate"
     return ChildError(kind=k, message=tail(text, 2000), detail=tail(tb, 6000))
 
 
