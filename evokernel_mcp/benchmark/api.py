@@ -35,7 +35,7 @@ from evokernel_mcp.tasks import Task, with_overrides
 
 log = logging.getLogger(__name__)
 SPEEDUP_FLAG_X = 10.0
-CEILINGS_OP = "evokernel_mcp.benchmark.ceilings:worker_ceilings"
+CEILINGS_OP = "measure_ceilings"  # runtime/ops.py
 
 
 def _stats_of(run: dict[str, Any], confidence: float) -> TimingStats:

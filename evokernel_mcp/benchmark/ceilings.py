@@ -16,6 +16,7 @@ import json
 import logging
 from typing import Any
 
+from evokernel_mcp.benchmark.messages import CeilingsRequest
 from evokernel_mcp.benchmark.models import Ceilings
 from evokernel_mcp.models import Provenance
 from evokernel_mcp.paths import sub_state_dir
@@ -166,15 +167,14 @@ def with_launch_cost(c: Ceilings, backend: str, progress=None) -> Ceilings:
     return c.model_copy(update={"launch_cost_us": lc.us, "launch_cost_detail": lc.detail, "provenance": prov})
 
 
-def worker_ceilings(payload: dict[str, Any], progress) -> dict[str, Any]:
-    """Runner op: the ceilings of this runner's device (cached unless payload['refresh'])."""
+def worker_ceilings(ctx: Any, req: CeilingsRequest, progress) -> Ceilings:  # noqa: ARG001
+    """Runner op "measure_ceilings": the ceilings of this runner's device (cached unless req.refresh)."""
     import torch
 
     if torch.cuda.is_available():  # the launch cost is measured on the activity clock
         from evokernel_mcp.benchmark.timing import prime_activity
 
         prime_activity()
-    c = ensure(bool(payload.get("refresh")), progress, copy_bytes=payload.get("copy_bytes"),
-               matmul_n=payload.get("matmul_n"))
+    c = ensure(req.refresh, progress, copy_bytes=req.copy_bytes, matmul_n=req.matmul_n)
     progress(1, 1, "done")
-    return c.model_dump(mode="json")
+    return c

@@ -18,12 +18,14 @@ import time
 from typing import Any
 
 from evokernel_mcp.benchmark.bound import common_host_per_rep, cushion_ms, runner_bound
+from evokernel_mcp.benchmark.messages import BenchmarkRequest
 from evokernel_mcp.benchmark.work import runner_counts
 from evokernel_mcp.runtime import cpus
+from evokernel_mcp.runtime.context import RunnerContext
 from evokernel_mcp.runtime.devmem import trim_between_cases
 from evokernel_mcp.runtime.spares import ChildFailed, note, wall_deadline
 from evokernel_mcp.tasks import Task
-from evokernel_mcp.verify.runner_side import OUTPUT_SLACK, _nbytes, load_candidate
+from evokernel_mcp.verify.runner_side import OUTPUT_SLACK, _nbytes, load_candidate, tensor_device
 
 CHECK_SEED_OFFSET = 7919
 REFILL_SEED_OFFSET = 104729
@@ -33,20 +35,14 @@ POOL_FULL_BYTES = 512 << 20
 HI_CHECK_BYTES = 1 << 30  # post-timing checks against a float64 reference up to this output size
 
 
-def _check(task: Task, got: Any, expected: dict[str, Any]) -> dict[str, Any]:
+def _check(task: Task, got: Any, expected: dict[str, Any], dev: str = "cpu") -> dict[str, Any]:
     """The candidate's output vs the reference's for the same inputs, with verify's bar (verify/case.py:
     RMS-floored, PyTorch's own error as the floor, outputs of every kind, arg-reductions by the values
     selected), compared on the runner's device. `expected`: a reply of the reference's "case" or
-    "expected" op (native, hi or None when the float64 copy did not fit, arg_reductions, inputs)."""
+    "expected" op (native, hi or None when the float64 copy did not fit, arg_reductions, inputs); `dev`: where
+    the runner compares (verify/runner_side.py tensor_device)."""
     from evokernel_mcp.verify.case import judge_outputs
-    from evokernel_mcp.verify.runner_side import tensor_device
 
-    try:
-        from evokernel_mcp.runtime.runner import context
-
-        dev = tensor_device(context()) or "cpu"
-    except RuntimeError:  # not inside a runner (unit tests)
-        dev = "cpu"
     plan = expected.get("plan") or {}
     m = judge_outputs(task, expected["native"], expected.get("hi"), got, None, inputs=expected.get("inputs"),
                       arg=expected.get("arg_reductions"), chunk=plan.get("chunk_elems"), device=dev)
@@ -58,8 +54,9 @@ class _Arms:
     and, on request, the control arm (a byte-identical copy of the baseline in a child of its own, so that
     its ratio to the baseline measures what separate processes alone make of identical code)."""
 
-    def __init__(self, cand, base, task: Task, deadline: float, ctrl=None, cpu: int | None = None):
+    def __init__(self, cand, base, task: Task, deadline: float, ctrl=None, cpu: int | None = None, dev: str = "cpu"):
         self.cand, self.base, self.task, self.deadline, self.ctrl = cand, base, task, deadline, ctrl
+        self.dev = dev  # where the runner compares outputs
         self.cpu = None if cpu is None else _pin(self.children().values(), cpu)
 
     @property
@@ -188,7 +185,7 @@ def _sampled(arms: _Arms, ref, samples: list, seed: int, hi: bool) -> dict[str, 
     while samples:
         s = samples.pop(0)
         exp = arms.ask(ref, {"op": "expected", "inputs": s["inputs"], "seed": seed, "hi": hi}, max_bytes=1 << 42)
-        chk = _check(arms.task, s["outputs"] if len(s["outputs"]) != 1 else s["outputs"][0], exp)
+        chk = _check(arms.task, s["outputs"] if len(s["outputs"]) != 1 else s["outputs"][0], exp, arms.dev)
         worst["checked"] += 1
         if not chk.get("passed"):
             return {**chk, "checked": worst["checked"], "rep": s["rep"]}
@@ -241,7 +238,7 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
         out["output_dtype"] = out.get("output_dtype") or got.get("output_dtype")
         exp = {"inputs": x, **arms.ask(ref, {"op": "expected", "inputs": x, "seed": seed, "hi": hi},
                                         max_bytes=1 << 42)}
-        out[key] = _check(arms.task, got.pop(name), exp)
+        out[key] = _check(arms.task, got.pop(name), exp, arms.dev)
         exp = x = got = None
         trim_between_cases()
     arms.ask(arms.cand, {"op": "arm_close", "name": "candidate"})
@@ -320,30 +317,26 @@ def _pool_sets(in_bytes: int, out_bytes: int, n_arms: int, gpu: bool) -> int:
     return 0
 
 
-def runner_benchmark(payload: dict[str, Any], progress) -> dict[str, Any]:
-    """Op "benchmark". payload: task, candidate, baseline ('pytorch' or source), shapes, options
-    (TimingOptions fields), seed, ceilings, budget_s. Returns raw times per shape and the checks."""
-    from evokernel_mcp.runtime.runner import context
-
-    ctx = context()
+def runner_benchmark(ctx: RunnerContext, req: BenchmarkRequest, progress) -> dict[str, Any]:
+    """Op "benchmark" (benchmark/messages.py): raw times per shape and the checks (BenchmarkReply)."""
     # no interpreter starts in the background while arms are timed: on a host of few cores, for the whole job
     # (after the starts in flight); on a GPU host with cores to spare, only around the shapes' timing, so the
     # children this job took are replaced while it loads its sources (spares.waits_in_quiet)
     whole = ctx.spares.waits_in_quiet()
     with ctx.spares.quiet() if whole else contextlib.nullcontext():
-        return _benchmark(ctx, payload, progress, timing_quiet=not whole)
+        return _benchmark(ctx, req, progress, timing_quiet=not whole)
 
 
-def _benchmark(ctx, payload: dict[str, Any], progress, timing_quiet: bool = False) -> dict[str, Any]:
+def _benchmark(ctx: RunnerContext, payload: BenchmarkRequest, progress, timing_quiet: bool = False) -> dict[str, Any]:
     from evokernel_mcp.benchmark.clocks import read_clocks
     from evokernel_mcp.benchmark.worker_info import ceilings_for, device_info
 
-    task = Task(**payload["task"])
-    deadline = time.monotonic() + float(payload.get("budget_s", 280))
+    task = payload.task
+    deadline = time.monotonic() + payload.budget_s
     info = device_info()
     t0 = time.monotonic()
     result: dict[str, Any] = {"device_info": info, "shapes": [], "clocks_before": None, "clocks_after": None,
-                              "ceilings": ceilings_for(payload, progress)}
+                              "ceilings": ceilings_for(payload.ceilings, progress)}
     note("benchmark: device info and ceilings in %.2f s", time.monotonic() - t0)
     ctx.spares.wait_retired_if_tight()
     try:
@@ -357,13 +350,13 @@ def _benchmark(ctx, payload: dict[str, Any], progress, timing_quiet: bool = Fals
     claim = contextlib.ExitStack()  # host timing: one CPU for every arm, this job's until its arms are gone
     try:
         cpu = None if gpu else claim.enter_context(cpus.claim_arm_cpu())
-        load_candidate(ctx, cand, payload["candidate"], task, deadline)
-        base = _baseline_child(ctx, payload, task, deadline)
-        if payload.get("control"):
-            ctrl = _baseline_child(ctx, payload, task, deadline)
+        load_candidate(ctx, cand, payload.candidate, task, deadline)
+        base = _baseline_child(ctx, payload.baseline, task, deadline)
+        if payload.control:
+            ctrl = _baseline_child(ctx, payload.baseline, task, deadline)
         note("benchmark: reference, candidate and baseline loaded at %.2f s", time.monotonic() - t0)
-        arms = _Arms(cand, base, task, deadline, ctrl, cpu=cpu)
-        shapes, seed, opt = list(payload["shapes"]), int(payload.get("seed", 0)), dict(payload["options"])
+        arms = _Arms(cand, base, task, deadline, ctrl, cpu=cpu, dev=tensor_device(ctx) or "cpu")
+        shapes, seed, opt = list(payload.shapes), payload.seed, dict(payload.options)
         clocks = _Clocks(read_clocks, info)
         for i, shape in enumerate(shapes):
             before = clocks.before()
@@ -383,7 +376,7 @@ def _benchmark(ctx, payload: dict[str, Any], progress, timing_quiet: bool = Fals
             raw["clocks_before"], raw["clocks_after"] = before, clocks.after()
             note("benchmark %s: done at %.2f s", shape, time.monotonic() - t0)
             result["shapes"].append(raw)
-            if payload.get("confirm"):
+            if payload.confirm:
                 quiet = (lambda: ctx.spares.quiet(wait=False)) if timing_quiet else contextlib.nullcontext
                 result["shapes"][-1]["confirm"] = _confirm(ctx, payload, task, ref, shape, seed, opt, deadline, gpu,
                                                            quiet, arms.cpu)
@@ -398,19 +391,19 @@ def _benchmark(ctx, payload: dict[str, Any], progress, timing_quiet: bool = Fals
                 ctx.spares.retire(c)
         claim.close()
         note("benchmark: arms retired at %.2f s", time.monotonic() - t0)
-    progress(len(payload["shapes"]), len(payload["shapes"]), "benchmark done")
+    progress(len(payload.shapes), len(payload.shapes), "benchmark done")
     return result
 
 
-def _confirm(ctx, payload: dict, task: Task, ref, shape: str, seed: int, opt: dict, deadline: float,
+def _confirm(ctx: RunnerContext, payload: BenchmarkRequest, task: Task, ref, shape: str, seed: int, opt: dict, deadline: float,
              gpu: bool, quiet=contextlib.nullcontext, cpu: int | None = None) -> dict[str, Any]:
     """Re-time the candidate in a SECOND fresh process with fresh inputs (another seed), interleaved with
     the baseline again: a time a process reports about itself is only trusted when another agrees."""
     child, base = ctx.spares.take("bench"), None
     try:
-        load_candidate(ctx, child, payload["candidate"], task, deadline)
-        base = _baseline_child(ctx, payload, task, deadline)
-        arms = _Arms(child, base, task, deadline, cpu=cpu)
+        load_candidate(ctx, child, payload.candidate, task, deadline)
+        base = _baseline_child(ctx, payload.baseline, task, deadline)
+        arms = _Arms(child, base, task, deadline, cpu=cpu, dev=tensor_device(ctx) or "cpu")
         s2 = seed + 31337
         case = arms.ask(ref, {"op": "case", "shape": shape, "seed": s2, "hi": False}, max_bytes=1 << 42)
         pool, bar = [], None
@@ -430,10 +423,9 @@ def _confirm(ctx, payload: dict, task: Task, ref, shape: str, seed: int, opt: di
                 ctx.spares.retire(c)
 
 
-def _baseline_child(ctx, payload: dict, task: Task, deadline: float):
-    """A fresh child hosting the baseline: the task's reference loaded afresh (baseline "pytorch"), else the
+def _baseline_child(ctx: RunnerContext, base_src: str, task: Task, deadline: float):
+    """A fresh child hosting the baseline: the task's reference loaded afresh (base_src "pytorch"), else the
     baseline source loaded as a candidate is."""
-    base_src = payload.get("baseline", "pytorch")
     if base_src == "pytorch":
         return ctx.spares.fresh_reference(task, timeout_s=wall_deadline(deadline), purpose="bench")
     child = ctx.spares.take("bench")

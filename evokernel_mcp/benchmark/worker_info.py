@@ -28,10 +28,11 @@ def device_info() -> dict[str, Any]:
             "hip": hip, "cuda": torch.version.cuda, "l2_bytes": int(getattr(p, "L2_cache_size", 0) or 0)}
 
 
-def ceilings_for(payload: dict[str, Any], progress) -> dict[str, Any] | None:
+def ceilings_for(wanted: bool, progress) -> dict[str, Any] | None:
+    """The device's ceilings for a benchmark that asks for them (`wanted`), None on the CPU path."""
     import torch
 
-    if not payload.get("ceilings", True) or not torch.cuda.is_available():
+    if not wanted or not torch.cuda.is_available():
         return None  # the CPU path has no device roofline: host timings are not compared to ceilings
     from evokernel_mcp.benchmark.ceilings import ensure
 

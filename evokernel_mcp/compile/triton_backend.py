@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
-import json
 import os
 import re
 import sys
@@ -17,13 +16,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import ValidationError
 
+from evokernel_mcp.compile.child_messages import ChildResult, CompileSpec
 from evokernel_mcp.compile.cuda_backend import cubin_res_usage, cubin_sass, resources_from_logs
 from evokernel_mcp.compile.models import BackendOutput
 from evokernel_mcp.compile.options import CompileOptions, is_amd
 from evokernel_mcp.errors import ToolTimeout
-from evokernel_mcp.models import Diagnostic, Model, ToolchainInfo
+from evokernel_mcp.models import Diagnostic, ToolchainInfo
 from evokernel_mcp.paths import sub_state_dir
 from evokernel_mcp.runtime import safefs, sandbox
 from evokernel_mcp.subproc import run_async, tail
@@ -35,18 +35,6 @@ MAX_STAGE_BYTES = 256 << 20
 _STAGE_FILES = ("ttir", "ttgir", "llir", "amdgcn", "ptx")
 _MLIR_DIAG = re.compile(rf"{re.escape(MODULE_FILE)}:(?P<line>\d+):(?P<col>\d+): (?P<sev>error|warning|note|remark): "
                         r"(?P<msg>.*)$")
-
-
-class ChildResult(Model):
-    """What triton_child.py writes to result.json. The user's module runs in that process and may rewrite the
-    file at exit: every field is checked here, and stage files are read only as kernel.<ext> in the workdir."""
-
-    ok: bool
-    diagnostics: list[Diagnostic] = Field(default_factory=list, max_length=1000)
-    files: dict[str, str] = Field(default_factory=dict, max_length=32)
-    metadata: dict[str, Any] = Field(default_factory=dict, max_length=64)
-    log: str = Field(default="", max_length=1 << 20)
-    versions: dict[str, str] = Field(default_factory=dict, max_length=16)
 
 
 @functools.lru_cache(maxsize=1)
@@ -98,10 +86,10 @@ async def compile_triton(source: str, kernel: str, target: str, *, signature: di
                          specialization: dict[str, str] | None = None) -> BackendOutput:
     """Run triton.compile in a child with the launch's specialization; diagnostics carry the user's lines."""
     (workdir / MODULE_FILE).write_text(source, encoding="utf-8")
-    spec = {"out_dir": str(workdir), "module_path": str(workdir / MODULE_FILE), "kernel": kernel,
-            "signature": signature or {}, "constexprs": constexprs or {}, "target": gpu_target(target),
-            "options": options.triton_options(), "specialization": specialization or {}}
-    (workdir / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
+    spec = CompileSpec(out_dir=str(workdir), module_path=str(workdir / MODULE_FILE), kernel=kernel,
+                       signature=signature or {}, constexprs=constexprs or {}, target=gpu_target(target),
+                       options=options.triton_options(), specialization=specialization or {})
+    (workdir / "spec.json").write_text(spec.model_dump_json(), encoding="utf-8")
     argv = [sys.executable, "-m", "evokernel_mcp.compile.triton_child", str(workdir / "spec.json")]
     toolchain = ToolchainInfo(name="triton", version=triton_version())
     # the agent's module is imported by Triton: in the sandbox, like a candidate (runtime/sandbox.py)

@@ -3,8 +3,9 @@
 Imports the user's module from a file in its own workdir (never in the server), runs
 `triton.compile(ASTSource(...), target=GPUTarget(...), options=...)` and writes `result.json` plus
 one file per compiler stage (`kernel.ttir`, `kernel.amdgcn`, `kernel.hsaco`, `kernel.ptx`, ...)
-into the spec's out_dir. Errors become diagnostics with the user's line/column. Only stdlib and
-triton are imported here, so the child starts fast.
+into the spec's out_dir. Errors become diagnostics with the user's line/column. The spec and the result are
+child_messages.py's models (validated here on receipt and before writing); besides them only stdlib and triton
+are imported, so the child starts fast.
 """
 
 from __future__ import annotations
@@ -205,9 +206,11 @@ def compile_spec(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    spec = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
-    result = compile_spec(spec)
-    Path(spec["out_dir"], "result.json").write_text(json.dumps(result, default=str), encoding="utf-8")
+    from evokernel_mcp.compile.child_messages import ChildResult, CompileSpec
+
+    spec = CompileSpec.model_validate_json(Path(argv[1]).read_text(encoding="utf-8"))
+    result = ChildResult.model_validate(json.loads(json.dumps(compile_spec(spec.model_dump()), default=str)))
+    Path(spec.out_dir, "result.json").write_text(result.model_dump_json(), encoding="utf-8")
     return 0
 
 

@@ -6,6 +6,7 @@ merged view the agent reads, each number with provenance.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import Field
@@ -13,6 +14,9 @@ from pydantic import Field
 from evokernel_mcp.models import Model, Provenance, ToolchainInfo
 
 # ---------------------------------------------------------------- parser outputs (pure, per tool)
+
+
+_ISA_ARCH = re.compile(r"amdgcn-amd-amdhsa--(gfx[0-9a-f]+)(?=:|$)")
 
 
 class RocmAgent(Model):
@@ -47,8 +51,6 @@ class RocmAgent(Model):
 
     @property
     def arch(self) -> str | None:
-        from evokernel_mcp.devices.rocm import arch_of  # local: avoid an import cycle
-
         return arch_of(self)
 
     @property
@@ -211,3 +213,14 @@ class DeviceReport(Model):
     notes: list[str] = Field(default_factory=list, description="What was tried and why a source was not used.")
     collected_at: str = Field(description="UTC time the facts were collected (ISO 8601).")
     cached: bool = Field(default=False, description="True when this is the per-process cached answer.")
+
+
+def arch_of(agent: RocmAgent) -> str | None:
+    """gfx target of an agent: its Name when that is a gfx name, else the first specific ISA name."""
+    if agent.name and re.fullmatch(r"gfx[0-9a-f]+", agent.name):
+        return agent.name
+    for isa in agent.isa_names:
+        m = _ISA_ARCH.search(isa)
+        if m:
+            return m.group(1)
+    return None

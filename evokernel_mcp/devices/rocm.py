@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from evokernel_mcp.devices.models import RocmAgent, RocminfoReport
+from evokernel_mcp.devices.models import RocmAgent, RocminfoReport, arch_of  # noqa: F401 - arch_of re-exported
 from evokernel_mcp.errors import ParseError
 
 TOOL = "rocminfo"
@@ -17,7 +17,6 @@ _SIZE = re.compile(r"^(\d+)(?:\(0x[0-9a-fA-F]+\))? ?KB$")
 _AGENT = re.compile(r"^Agent (\d+)$")
 _SUBBLOCK = re.compile(r"^(Pool|ISA) (\d+)$")
 _DIM = re.compile(r"^[xyz]\s+\S+$")
-_ISA_ARCH = re.compile(r"amdgcn-amd-amdhsa--(gfx[0-9a-f]+)(?=:|$)")
 _HEADER_LINES = re.compile(r"^(=+|\*+|HSA System Attributes|HSA Agents|\*\*\* Done \*\*\*|ROCk module.*)$")
 
 # rocminfo key -> (RocmAgent field, kind)
@@ -42,17 +41,6 @@ _AGENT_KEYS: dict[str, tuple[str, str]] = {
 }
 _CACHE_KEYS = {"L1": "l1_bytes", "L2": "l2_bytes", "L3": "l3_bytes"}
 _SECTIONS = {"Cache Info": "cache", "Pool Info": "pool", "ISA Info": "isa"}
-
-
-def arch_of(agent: RocmAgent) -> str | None:
-    """gfx target of an agent: its Name when that is a gfx name, else the first specific ISA name."""
-    if agent.name and re.fullmatch(r"gfx[0-9a-f]+", agent.name):
-        return agent.name
-    for isa in agent.isa_names:
-        m = _ISA_ARCH.search(isa)
-        if m:
-            return m.group(1)
-    return None
 
 
 def clean_lines(text: str) -> list[str]:

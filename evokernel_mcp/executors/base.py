@@ -1,6 +1,6 @@
 """The Executor interface: where a stage of work (one runner op for one candidate) runs.
 
-A stage is a runner op (runtime/ops.py: "verify", "benchmark", or "module:function") with a JSON-able
+A stage is a runner op (runtime/ops.py: "verify", "verify_steps", "benchmark" ...) with a JSON-able
 payload, the op's own time limit, and what device it needs. An executor owns a fixed set of *slots*
 (one device each: a local GPU, a GPU held by a Ray actor on some host, or a CPU) and runs one stage at a
 time per slot, so a stage that times has its device alone. Every executor keeps the trust model of the

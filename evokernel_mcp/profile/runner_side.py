@@ -26,10 +26,10 @@ import subprocess
 import time
 from typing import Any
 
-from pydantic import Field
-
-from evokernel_mcp.models import Model
+from evokernel_mcp.profile.messages import ExportOut, SessionReply, SessionRequest
 from evokernel_mcp.profile.safe_files import read_capped, read_tree
+from evokernel_mcp.runtime.context import RunnerContext
+from evokernel_mcp.runtime.messages import OpError
 from evokernel_mcp.runtime.spares import ChildFailed, note, wall_deadline
 
 EXPORT_MAX_BYTES = 64 << 20
@@ -40,55 +40,14 @@ PROFILER_OUTCOMES = ("crash", "timeout")
 LOAD_TIMEOUT_S = 120.0
 
 
-class SessionRequest(Model):
-    """The payload of op "profile_session" (built by profile/collect.py in the server)."""
-
-    task: dict[str, Any]
-    candidate: str
-    shape: str | None = None
-    seed: int = 0
-    warmup: int = 1
-    iters: int = 1
-    profiler: list[str] = Field(description="The profiler's argv before '--' (paths relative to the scratch dir).")
-    files_in: dict[str, str] = Field(default_factory=dict, description="Plain name -> text, written before the start.")
-    collect: list[str] = Field(default_factory=list, description="Relative files/dirs to read back.")
-    exports: list[list[str]] = Field(default_factory=list, description="Commands run after the session; stdout kept.")
-    export_if: str | None = Field(default=None, description="Run the exports only when this file was written.")
-    binds: list[str] = Field(default_factory=list, description="Directories of the profiler, bound read-only.")
-    env: dict[str, str] = Field(default_factory=dict)
-    timeout_s: float = 600.0
-
-
-class ExportOut(Model):
-    returncode: int | None
-    stdout: str = ""
-    stderr: str = ""
-
-
-class SessionReply(Model):
-    returncode: int | None = Field(default=None, description="The profiler's exit status; None: killed at the limit.")
-    timed_out: bool = False
-    stderr: str = Field(default="", description="The profiler's own messages (its stderr), tail.")
-    files: dict[str, str] = Field(default_factory=dict, description="Relative path -> text.")
-    binary: dict[str, str] = Field(default_factory=dict, description="Relative path -> base64 (reports).")
-    refused: list[str] = Field(default_factory=list, description="Named outputs not read: links, FIFOs, too big.")
-    exports: list[ExportOut] = Field(default_factory=list)
-    error: dict[str, Any] | None = None
-    isolation: dict[str, Any] = Field(default_factory=dict)
-
-
-def runner_profile_session(payload: dict[str, Any], progress) -> dict[str, Any]:
-    from evokernel_mcp.runtime.runner import context
-
-    req = SessionRequest(**payload)
-    ctx = context()
+def runner_profile_session(ctx: RunnerContext, req: SessionRequest, progress) -> SessionReply:
     out = SessionReply(isolation=ctx.spares.isolation())
     deadline = time.monotonic() + req.timeout_s
     try:
         case = _inputs(ctx, req, deadline)
     except ChildFailed as e:
-        out.error = e.info()
-        return out.model_dump()
+        out.error = OpError(**e.info())
+        return out
     progress(0.2, 1.0, "inputs from the reference's process")
     child, died = None, None
     try:
@@ -99,21 +58,20 @@ def runner_profile_session(payload: dict[str, Any], progress) -> dict[str, Any]:
         if e.kind in PROFILER_OUTCOMES:  # the process under the profiler died or hung: often the profiler's doing
             died = e  # (a counter group it cannot schedule aborts the application): its exit status decides
         else:
-            out.error = e.info()
+            out.error = OpError(**e.info())
     finally:
         if child is not None:
             _finish(child, req, out, deadline)
     if died is not None:
         out.timed_out = out.timed_out or died.kind == "timeout"
         out.stderr = (out.stderr + f"\n[harness] the profiled process: {died.message}").strip()
-    return out.model_dump()
+    return out
 
 
 def _inputs(ctx, req: SessionRequest, deadline: float) -> dict[str, Any]:
-    from evokernel_mcp.tasks import Task
     from evokernel_mcp.verify.runner_side import LOAD_TIMEOUT_S as REF_LOAD_S
 
-    task = Task(**req.task)
+    task = req.task
     shape = req.shape or task.shape_names()[-1]
     ref = ctx.spares.reference(task, timeout_s=min(REF_LOAD_S, wall_deadline(deadline)))
     try:
@@ -136,9 +94,7 @@ def _spawn(ctx, req: SessionRequest):
 
 
 def _run(child, req: SessionRequest, case: dict[str, Any], deadline: float) -> None:
-    from evokernel_mcp.tasks import Task
-
-    task = Task(**req.task)
+    task = req.task
     child.wait_ready(timeout_s=wall_deadline(deadline))
     child.unnice()  # started at the spares' nice value and CPUs, like any child; this one serves a job now
     note("profiled child started under %s", req.profiler[0] if req.profiler else "?")

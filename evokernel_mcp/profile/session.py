@@ -12,7 +12,7 @@ from evokernel_mcp.errors import EvoError
 from evokernel_mcp.models import ErrorInfo
 from evokernel_mcp.profile import collect
 from evokernel_mcp.profile.collect import SessionOutcome
-from evokernel_mcp.profile.runner_side import SessionReply
+from evokernel_mcp.profile.messages import SessionReply
 from evokernel_mcp.profile.safe_files import materialize
 from evokernel_mcp.runtime.protocol import classify_text
 from evokernel_mcp.tasks import Task
@@ -40,10 +40,10 @@ def launch_for(jctx, task: Task, spec: dict[str, Any], timeout_s: float) -> coll
         if not reply.ok:
             return SessionOutcome(returncode=None, error=reply.error)
         r = SessionReply(**reply.result)
-        seen["isolation"] = r.isolation
+        seen["isolation"] = r.isolation.model_dump() if r.isolation is not None else {}
         materialize(workdir, r.files, {k: base64.b64decode(v) for k, v in r.binary.items()})
         return SessionOutcome(returncode=r.returncode, timed_out=r.timed_out, stderr=r.stderr, exports=r.exports,
-                              error=ErrorInfo(**r.error) if r.error else None, refused=r.refused)
+                              error=ErrorInfo(**r.error.model_dump(exclude={"shape"})) if r.error else None, refused=r.refused)
 
     return collect.Launch(spec=spec, workdir=workdir, timeout_s=timeout_s, session=session, info=seen)
 

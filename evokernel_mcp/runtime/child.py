@@ -7,7 +7,8 @@ Protocol (frames.py): requests on stdin, replies on a private dup of the origina
 point at capped files in the scratch dir (stdout.txt, stderr.txt; the runner made them and reads them
 through its own descriptors, whatever the agent later puts at those names) from the start, so nothing the agent
 prints can reach the protocol except by writing to it on purpose, which only spoils its own job.
-Replies: {"ok": true, "result": ...} or {"ok": false, "error": {kind, message, detail}}.
+Replies: {"ok": true, "result": ...} or {"ok": false, "error": {kind, message, detail}} (messages.py: ChildOk,
+ChildErr; the requests are messages.py ChildRequest, one model per op, checked on receipt).
 The ops (verify/sides.py, benchmark/sides.py) are harness code that calls into the loaded module.
 """
 
@@ -15,14 +16,18 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import importlib
 import os
 import sys
 import time
 import traceback
 from typing import Any
 
+from pydantic import BaseModel
+
 from evokernel_mcp.runtime import frames
 from evokernel_mcp.runtime.devmem import release_cached
+from evokernel_mcp.runtime.messages import CHILD_REQUEST, ChildErr, ChildError, ChildGate, ChildOk, ChildReady
 
 _ARM = {op: f"evokernel_mcp.benchmark.sides:{op}" for op in ("arm_init", "arm_block", "arm_times", "arm_report",
                                                                  "arm_close")}
@@ -177,24 +182,37 @@ def _load(req: dict[str, Any], device: str) -> Loaded:
     return Loaded(role, mod, task, "cuda" if device != "cpu" else "cpu")
 
 
-def _error(e: BaseException, kind: str | None = None) -> dict[str, Any]:
+def _error(e: BaseException, kind: str | None = None) -> ChildError:
     from evokernel_mcp.runtime.protocol import classify_text, tail
 
     text = f"{type(e).__name__}: {e}"
     tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
     k = kind or getattr(e, "kind", None) or classify_text(text) or "exception"
-    return {"kind": k, "message": tail(text, 2000), "detail": tail(tb, 6000)}
+    if not isinstance(k, str) or len(k) > 64:  # an exception of the agent's with a `kind` of its own making
+        k = "bad_candidate"
+    return ChildError(kind=k, message=tail(text, 2000), detail=tail(tb, 6000))
+
+
+def _side(target: str):
+    """The harness function a "module:function" target of OPS names."""
+    module, _, func = target.partition(":")
+    return getattr(importlib.import_module(module), func)
+
+
+def _send(out, model: BaseModel, courier=None) -> None:
+    """A reply or event model to the runner (frames.py); tensors in it stay tensors (model_dump keeps them)."""
+    box = [model.model_dump(exclude_unset=True)]
+    frames.write(out, box, courier)
 
 
 def serve(device: str, out, courier=None, warm: bool = True, gated: bool = False) -> None:
     from evokernel_mcp import candidate as cand
-    from evokernel_mcp.runtime.ops import resolve
 
     def gate() -> None:
-        frames.write(out, {"event": "gate"})
-        frames.read(sys.stdin.buffer, max_bytes=0, device=None, courier=courier)  # the runner's go-ahead
+        _send(out, ChildGate(event="gate"))
+        CHILD_REQUEST.validate_python(frames.read(sys.stdin.buffer, max_bytes=0, device=None, courier=courier))  # go
 
-    frames.write(out, {"event": "ready", "info": _info(device, warm, gate if gated else None)})
+    _send(out, ChildReady(event="ready", info=_info(device, warm, gate if gated else None)))
     loaded: Loaded | None = None
     inp = sys.stdin.buffer
     while True:
@@ -203,10 +221,11 @@ def serve(device: str, out, courier=None, warm: bool = True, gated: bool = False
         except EOFError:
             return
         except Exception as e:  # noqa: BLE001 - e.g. no device memory for the inputs: say so, then stop (the
-            frames.write(out, {"ok": False, "error": _error(e)})  # stream may be out of step with the runner)
+            _send(out, ChildErr(ok=False, error=_error(e)))  # stream may be out of step with the runner)
             return
         t0 = time.perf_counter()
         try:
+            CHILD_REQUEST.validate_python(req)  # the runner builds it from these models: a check, no copy of tensors
             if req.get("op") == "warm_profiler":  # harness code, only before any source is loaded
                 if loaded is not None:
                     raise RuntimeError("warm_profiler is served only before a source is loaded")
@@ -222,21 +241,21 @@ def serve(device: str, out, courier=None, warm: bool = True, gated: bool = False
                 target = OPS[loaded.role].get(req.get("op"))
                 if target is None:
                     raise ValueError(f"op {req.get('op')!r} is not served to a {loaded.role}")
-                result = resolve(target)(loaded, req)
-            reply = {"ok": True, "result": result, "duration_s": time.perf_counter() - t0}
+                result = _side(target)(loaded, req)
+            reply: BaseModel = ChildOk(ok=True, result=result, duration_s=time.perf_counter() - t0)
         except cand.CandidateError as e:
-            reply = {"ok": False, "error": _error(e, "bad_candidate")}
+            reply = ChildErr(ok=False, error=_error(e, "bad_candidate"))
         except Exception as e:  # noqa: BLE001 - every failure becomes an error reply
-            reply = {"ok": False, "error": _error(e)}
+            reply = ChildErr(ok=False, error=_error(e))
         op = req.get("op")
-        box = [reply]  # frames.write takes the reply out and lets each big tensor go once it is sent
-        reply = result = req = None
+        box = [reply.model_dump(exclude_unset=True)]  # frames.write takes the reply out and lets each big tensor
+        reply = result = req = None  # go once it is sent
         try:
             frames.write(out, box, courier)
         except Exception as e:  # noqa: BLE001 - an output the wire cannot carry: this job's error, not a crash
             broken = courier is not None and courier.sent_fds()  # fds went without their header: the runner's
-            frames.write(out, {"ok": False, "error": _error(e, "bad_candidate" if isinstance(e, frames.FrameError)
-                                                              else None)}, courier)
+            _send(out, ChildErr(ok=False, error=_error(e, "bad_candidate" if isinstance(e, frames.FrameError)
+                                                       else None)), courier)
             if broken:  # count of them is now behind ours: this process serves nothing more (the error stands)
                 return
         if op in TRIM_AFTER:

@@ -22,9 +22,20 @@ import time
 from collections import deque
 from typing import Any
 
+from pydantic import ValidationError
+
 from evokernel_mcp import settings
 from evokernel_mcp.paths import sub_state_dir
 from evokernel_mcp.runtime import courier, frames, kernel_cache, limits, pycache, safefs, sandbox
+from evokernel_mcp.runtime.messages import (
+    CHILD_REPLY,
+    CHILD_REQUEST,
+    CHILD_START,
+    ChildGate,
+    ChildOk,
+    ChildReady,
+    GoRequest,
+)
 from evokernel_mcp.runtime.protocol import OUTPUT_TAIL_CHARS, classify_text
 
 log = logging.getLogger(__name__)
@@ -137,7 +148,7 @@ class Child:
         ours, theirs = courier.pair()  # big tensors by fd beside the pipes (courier.py)
         # the capture files are made here, before any agent code runs, and read through these descriptors only:
         # the scratch dir is the sandbox's, so a name there may be a link, a FIFO or a device by the time we read
-        self._captures = _capture_files(self.scratch, sandbox.scratch_owner(level))
+        self._captures = safefs.create_new(self.scratch, CAPTURE_NAMES, sandbox.scratch_owner(level))
         out_fd, err_fd, boot_fd = (f.fileno() for f in self._captures)
         argv = [sys.executable, "-m", "evokernel_mcp.runtime.child", "--device", kind,
                 *([] if wrap else ["--fd-sock", str(theirs.fileno())]),
@@ -177,24 +188,33 @@ class Child:
         """Read the child's "ready". A gated child first says "gate" once its CPU-only start is done and
         waits: gate() blocks until it may touch the device and returns the function to call once it is
         ready (spares.py holds spares back from a device while a benchmark times there)."""
-        ev = self._read(timeout_s or settings.get().start_timeout_s, max_bytes=0, what="start")
-        if ev.get("event") == "gate":
+        ev = self._start_event(timeout_s)
+        if isinstance(ev, ChildGate):
             done = gate() if gate is not None else None
             try:
-                frames.write(self.tx, {"op": "go"}, self.courier)
-                ev = self._read(timeout_s or settings.get().start_timeout_s, max_bytes=0, what="start")
+                frames.write(self.tx, GoRequest(op="go").model_dump(), self.courier)
+                ev = self._start_event(timeout_s)
             except (BrokenPipeError, OSError) as e:
                 self.kill()
                 raise ChildFailed("crash", f"the process {self._how()} at its start", self._tails()) from e
             finally:
                 if done is not None:
                     done()
-        if ev.get("event") != "ready":
+        if not isinstance(ev, ChildReady):
             self.kill()
-            raise ChildFailed("crash", f"child sent {str(ev)[:200]} instead of ready")
-        self.info = ev.get("info") or {}
+            raise ChildFailed("crash", f"child sent {ev.event!r} instead of ready")
+        self.info = ev.info
         self.triton_key = self.info.pop("triton_key", None)  # Triton's install key, for later spares
         return self.info
+
+    def _start_event(self, timeout_s: float | None) -> ChildReady | ChildGate:
+        """The child's "gate" or "ready" (messages.py); anything else: it did not start."""
+        ev = self._read(timeout_s or settings.get().start_timeout_s, max_bytes=0, what="start")
+        try:
+            return CHILD_START.validate_python(ev)
+        except ValidationError as e:
+            self.kill()
+            raise ChildFailed("crash", f"child sent {str(ev)[:200]} instead of ready") from e
 
     def _read(self, timeout_s: float, *, max_bytes: int, what: str, device: str | None = None) -> dict[str, Any]:
         timer = threading.Timer(max(timeout_s, 0.01), self._expire)
@@ -269,6 +289,11 @@ class Child:
     def _request(self, msg: dict[str, Any], *, timeout_s: float, max_bytes: int, device: str | None = None) -> Any:
         if self.dead:
             raise ChildFailed("internal", "this child was killed already")
+        try:
+            CHILD_REQUEST.validate_python(msg)  # built from messages.py's models (tensors checked by frames.py)
+        except ValidationError as e:
+            raise ChildFailed("internal", f"the runner's {msg.get('op')!r} request does not match its model: "
+                              f"{str(e)[:1000]}") from e
         t0 = time.perf_counter()
         try:
             frames.write(self.tx, msg, self.courier)
@@ -286,23 +311,26 @@ class Child:
             REQUESTS["n"] += 1
             REQUESTS["wall_s"] += time.perf_counter() - t0
         moved = self.courier.drain_stats() if self.courier is not None else {}
-        took = reply.get("duration_s")
-        if isinstance(took, (int, float)):
+        try:
+            answer = CHILD_REPLY.validate_python(reply)
+        except ValidationError as e:
+            self.kill()
+            raise ChildFailed("bad_candidate", f"protocol violation during {msg.get('op')}: a reply that is neither "
+                              f"a result nor an error ({e.error_count()} problems)") from e
+        reply = None
+        took = answer.duration_s
+        if took is not None:
             REQUESTS["child_s"] += took
         big = [f"{k[:-6]} {v / 2**20:.0f} MiB in {moved.get(k[:-6] + '_s', 0.0):.2f} s"
                for k, v in sorted(moved.items()) if k.endswith("_bytes") and v >= courier.THRESHOLD]
         if big or (isinstance(took, (int, float)) and took >= TRACE_OPS_S):
             note("%s %s%s", msg.get("op"), f"{took:.2f} s in the child" if isinstance(took, (int, float)) else "",
                   "; moved " + ", ".join(big) if big else "")
-        if reply.get("ok") is True:
-            return reply.get("result")
-        err = reply.get("error")
-        if reply.get("ok") is not False or not isinstance(err, dict):
-            self.kill()
-            raise ChildFailed("bad_candidate", f"protocol violation during {msg.get('op')}: a reply that is neither "
-                              "a result nor an error")
-        kind = err.get("kind") if err.get("kind") in CHILD_KINDS else "bad_candidate"
-        raise ChildFailed(kind, str(err.get("message") or "failed")[:4000], str(err.get("detail") or "")[:8000] or None)
+        if isinstance(answer, ChildOk):
+            return answer.result
+        err = answer.error
+        kind = err.kind if err.kind in CHILD_KINDS else "bad_candidate"
+        raise ChildFailed(kind, (err.message or "failed")[:4000], (err.detail or "")[:8000] or None)
 
     def _tails(self) -> str | None:
         parts = [self._capture_tail(i, 3000) for i in (1, 2)]  # stderr, then the boot log
@@ -417,24 +445,3 @@ def _out_of_device_memory(e: BaseException, itself: bool = False) -> bool:
 
 
 CAPTURE_NAMES = ("stdout.txt", "stderr.txt", ".boot.log")
-
-
-def _capture_files(scratch, owner: int | None) -> list[io.FileIO]:
-    """stdout.txt, stderr.txt and .boot.log created new in the fresh scratch dir (never following a link, never
-    an existing file), read-write, owned by the sandbox's uid when it has one (its tools may reopen
-    /proc/self/fd/1); the runner reads them through these descriptors only."""
-    dfd = safefs.open_dir(scratch)
-    out: list[io.FileIO] = []
-    try:
-        for name in CAPTURE_NAMES:
-            fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
-            out.append(io.FileIO(fd, "r+", closefd=True))
-            if owner is not None:
-                os.fchown(fd, owner, owner)
-    except BaseException:
-        for f in out:
-            f.close()
-        raise
-    finally:
-        os.close(dfd)
-    return out

@@ -29,8 +29,10 @@ from pydantic import Field
 
 from evokernel_mcp import settings
 from evokernel_mcp.models import Model
+from evokernel_mcp.runtime.proctree import descendants
 
 log = logging.getLogger(__name__)
+NPROC = 4096  # RLIMIT_NPROC of a sandboxed process where no pids cgroup limits its job (counted per uid)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
@@ -243,8 +245,6 @@ class _Plan:
         MEMORY_BYTES, JOB_PIDS = memory_bytes(), job_pids()
         mem = "RLIMIT_DATA per process" + (" + cgroup (the process tree)" if cg and "memory" in cg.dirs else "")
         per_job = cg is not None and "pids" in cg.dirs and JOB_PIDS
-        from evokernel_mcp.runtime.sandbox import NPROC
-
         return Limits(memory_bytes=MEMORY_BYTES, memory_scope=mem if MEMORY_BYTES else "none", cpu_s=cpu_s(),
                       processes=JOB_PIDS if per_job else NPROC,
                       processes_scope="job (pids cgroup)" if per_job else
@@ -286,8 +286,6 @@ def ref_cache_bytes() -> int | None:
 
 def tree_rss(pid: int) -> int:
     """Resident bytes of a process and its descendants (0 for what is gone)."""
-    from evokernel_mcp.runtime.sandbox import descendants
-
     total = 0
     for p in [pid, *descendants(pid)]:
         try:

@@ -29,11 +29,13 @@ from typing import Any
 
 import anyio
 from anyio.streams.buffered import BufferedByteReceiveStream
+from pydantic import BaseModel, ValidationError
 
 from evokernel_mcp import settings
 from evokernel_mcp.models import ErrorInfo
 from evokernel_mcp.paths import REPO_DIR, prune_old_dirs, sub_state_dir
-from evokernel_mcp.runtime import cpus, protocol
+from evokernel_mcp.runtime import cpus, ops, protocol
+from evokernel_mcp.runtime.messages import ErrorEvent, ProgressEvent, ResultEvent, RunnerEvent, RunnerRequest
 from evokernel_mcp.runtime.protocol import WorkerReply
 
 log = logging.getLogger(__name__)
@@ -118,7 +120,7 @@ class _Worker:
         self.info: dict[str, Any] = {}
         self.pid = proc.pid
 
-    async def next_event(self) -> dict[str, Any]:
+    async def next_event(self) -> RunnerEvent:
         line = await self.reader.receive_until(b"\n", MAX_LINE)
         return protocol.decode_event(line)
 
@@ -193,14 +195,14 @@ class WorkerPool:
         try:
             with anyio.fail_after(settings.get().start_timeout_s):
                 ev = await w.next_event()
-            if ev["event"] != "ready":
-                raise protocol.DecodeError(f"expected ready, got {ev['event']}")
+            if ev.event != "ready":
+                raise protocol.DecodeError(f"expected ready, got {ev.event}")
         except BaseException as e:
             await w.kill()
             if isinstance(e, Exception):
                 raise RuntimeError(f"runner for {device} failed to start: {e!r}\n{w.log_tail()}") from e
             raise
-        w.info = ev.get("info", {})
+        w.info = ev.info
         log.info("runner %s started for %s: %s", w.pid, device, w.info)
         return w
 
@@ -237,14 +239,23 @@ class WorkerPool:
             self.restarts[device] = self.restarts.get(device, 0) + 1
             await w.kill()
 
-    async def call(self, device: str, op: str, payload: dict, *, timeout_s: float,
+    async def call(self, device: str, op: str, payload: dict | BaseModel, *, timeout_s: float,
                    on_progress: ProgressFn | None = None, scratch_dir: str | Path | None = None) -> WorkerReply:
-        """Run `op` (runtime/ops.py name or "module:function") with `payload` on `device`'s runner.
+        """Run `op` (a runtime/ops.py name) with `payload` (its request model, or a dict of its fields) on `device`'s
+        runner; the reply's result is checked against the op's reply model.
 
         timeout_s limits the op itself (not the runner's cold start). Returns a WorkerReply; errors of
         kind timeout/crash/gpu_fault/oom mean the runner was killed and will be replaced. Cancelling
         the caller kills the runner (its state mid-op is unknown) and re-raises the cancellation."""
         device = self.check_device(device)
+        try:
+            call = ops.make_call(self._next_id + 1, op, payload, None)
+        except ValidationError as e:
+            return WorkerReply(ok=False, device=device, error=ErrorInfo(
+                kind="exception", message=f"the payload of runner op {op!r} does not match its model "
+                f"({e.error_count()} problems)", detail=str(e)[:6000]))
+        except ValueError as e:  # an op no runner serves
+            return WorkerReply(ok=False, device=device, error=ErrorInfo(kind="exception", message=str(e)[:2000]))
         scratch = Path(scratch_dir) if scratch_dir else sub_state_dir("scratch") / secrets.token_hex(6)
         scratch.mkdir(parents=True, exist_ok=True)
         if not scratch_dir:
@@ -256,10 +267,10 @@ class WorkerPool:
                 return WorkerReply(ok=False, device=device, error=ErrorInfo(
                     kind="internal", message=f"could not start the runner for {device}", detail=str(e)))
             self._next_id += 1
-            req = {"id": self._next_id, "op": op, "payload": payload, "scratch": str(scratch)}
+            req = call.model_copy(update={"id": self._next_id, "scratch": str(scratch)})
             return await self._exchange(w, req, timeout_s, on_progress, scratch)
 
-    async def _exchange(self, w: _Worker, req: dict, timeout_s: float, on_progress: ProgressFn | None,
+    async def _exchange(self, w: _Worker, req: RunnerRequest, timeout_s: float, on_progress: ProgressFn | None,
                         scratch: Path) -> WorkerReply:
         t0 = time.perf_counter()
         base = {"device": w.device, "worker_pid": w.pid, "worker_info": w.info}
@@ -268,21 +279,21 @@ class WorkerPool:
                 await w.proc.stdin.send(protocol.encode(req))
                 while True:
                     ev = await w.next_event()
-                    if ev.get("id") != req["id"]:  # a stale or forged event: never attribute it to this job
-                        raise protocol.DecodeError(f"{ev['event']} event for request {ev.get('id')!r} while "
-                                                   f"request {req['id']} is in flight")
-                    if ev["event"] == "progress" and on_progress is not None:
-                        res = on_progress(ev.get("done", 0), ev.get("total", 0), ev.get("message", ""))
+                    if getattr(ev, "id", None) != req.id:  # a stale or forged event: never attribute it to this job
+                        raise protocol.DecodeError(f"{ev.event} event for request {getattr(ev, 'id', None)!r} while "
+                                                   f"request {req.id} is in flight")
+                    if isinstance(ev, ProgressEvent) and on_progress is not None:
+                        res = on_progress(ev.done, ev.total, ev.message)
                         if res is not None:
                             await res
-                    elif ev["event"] in ("result", "error"):
+                    elif isinstance(ev, (ResultEvent, ErrorEvent)):
                         break
         except TimeoutError:
             await self._drop(w.device)
             out, err = _read_capture(scratch)
             return WorkerReply(ok=False, stdout=out, stderr=err, worker_replaced=True, **base,
                                duration_s=time.perf_counter() - t0, error=ErrorInfo(
-                                   kind="timeout", message=f"{req['op']} did not finish within {timeout_s:g} s; "
+                                   kind="timeout", message=f"{req.op} did not finish within {timeout_s:g} s; "
                                    "the runner was killed and is replaced. Look for an endless loop or a deadlock (a "
                                    "kernel waiting on a flag, a grid that never ends), or raise timeout_s for a big "
                                    "problem",
@@ -293,19 +304,24 @@ class WorkerPool:
         except BaseException:
             await self._drop(w.device)  # cancelled mid-op: the runner's state is unknown
             raise
-        out, err = ev.get("stdout", ""), ev.get("stderr", "")
-        dur = ev.get("duration_s", time.perf_counter() - t0)
-        if ev.get("events"):
-            log.info("%s on %s: %.2f s; %s", req["op"], w.device, dur, _events_text(ev["events"]))
-        if ev["event"] == "result":
-            return WorkerReply(ok=True, result=ev.get("result") or {}, stdout=out, stderr=err, duration_s=dur, **base)
-        fatal = bool(ev.get("fatal"))
-        if fatal:
+        out, err = ev.stdout, ev.stderr
+        dur = ev.duration_s if ev.duration_s is not None else time.perf_counter() - t0
+        if ev.events:
+            log.info("%s on %s: %.2f s; %s", req.op, w.device, dur, _events_text(ev.events))
+        if isinstance(ev, ResultEvent):
+            try:
+                result = ops.reply_dict(ops.reply_of(req.op, ev.result), ev.result)
+            except ValidationError as e:  # harness code answered off its model: a defect, said as such
+                return WorkerReply(ok=False, stdout=out, stderr=err, duration_s=dur, **base, error=ErrorInfo(
+                    kind="internal", message=f"the runner's reply to {req.op} does not match its model "
+                    f"({e.error_count()} problems)", detail=str(e)[:6000]))
+            return WorkerReply(ok=True, result=result, stdout=out, stderr=err, duration_s=dur, **base)
+        if ev.fatal:
             await self._drop(w.device)
-        return WorkerReply(ok=False, error=ErrorInfo(**ev["error"]), stdout=out, stderr=err, duration_s=dur,
-                           worker_replaced=fatal, **base)
+        return WorkerReply(ok=False, error=ev.error, stdout=out, stderr=err, duration_s=dur,
+                           worker_replaced=ev.fatal, **base)
 
-    async def _lost(self, w: _Worker, req: dict, scratch: Path, t0: float, base: dict, e: BaseException) -> WorkerReply:
+    async def _lost(self, w: _Worker, req: RunnerRequest, scratch: Path, t0: float, base: dict, e: BaseException) -> WorkerReply:
         with anyio.move_on_after(0.2 if isinstance(e, protocol.DecodeError) else 5):  # garbled but alive: no exit to wait for
             await w.proc.wait()
         rc = w.proc.returncode
@@ -322,7 +338,7 @@ class WorkerPool:
         else:
             how = f"stopped speaking the protocol ({e!r})"
         kind = protocol.classify_text(device_msg) or "crash"
-        msg = f"the runner, running {req['op']}, {how}; it is replaced before the next job"
+        msg = f"the runner, running {req.op}, {how}; it is replaced before the next job"
         if device_msg:
             msg += ". Device/runner message: " + _key_line(device_msg)
         return WorkerReply(ok=False, stdout=out, stderr=err, worker_replaced=True, duration_s=time.perf_counter() - t0,

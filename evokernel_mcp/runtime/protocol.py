@@ -1,9 +1,11 @@
 """Messages between the server (pool.py) and a runner process (runner.py): JSON lines.
 
-Server -> runner (the runner's stdin), one request per line:
+Server -> runner (the runner's stdin), one request per line (messages.py RunnerRequest; the payload the op's
+request model, runtime/ops.py):
     {"id": int, "op": str, "payload": {...}, "scratch": "/path"}
 Runner -> server (a private dup of the runner's original stdout; fd 1 itself is re-pointed to
-stderr in the runner, so nothing printed can ever forge a message), a closed set of events:
+stderr in the runner, so nothing printed can ever forge a message), a closed set of events (messages.py
+RunnerEvent; a result's body the op's reply model):
     {"event": "ready",    "pid": int, "device": str, "info": {...}}
     {"event": "progress", "id": int, "done": float, "total": float, "message": str}
     {"event": "result",   "id": int, "result": {...}, "stdout": str, "stderr": str}
@@ -19,12 +21,12 @@ import math
 import os
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Field, ValidationError
 
 from evokernel_mcp.models import ErrorInfo, Model
 from evokernel_mcp.runtime import safefs
+from evokernel_mcp.runtime.messages import RUNNER_EVENT, RunnerEvent, RunnerRequest
 
-EVENTS = ("ready", "progress", "result", "error")
 OUTPUT_TAIL_CHARS = 8000
 
 
@@ -59,26 +61,27 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
-def encode(msg: dict[str, Any]) -> bytes:
+def encode(msg: BaseModel | dict[str, Any]) -> bytes:
+    """A message model (or its dump) as one JSON line; non-finite floats as strings."""
+    if isinstance(msg, BaseModel):
+        msg = msg.model_dump(by_alias=True, exclude_unset=False)
     return (json.dumps(_clean(msg), separators=(",", ":"), default=str) + "\n").encode()
 
 
-def decode_event(line: bytes) -> dict[str, Any]:
-    """One runner line -> event dict; DecodeError for anything outside the closed set."""
+def decode_event(line: bytes) -> RunnerEvent:
+    """One runner line -> its event model; DecodeError for anything outside the closed set."""
     try:
-        msg = json.loads(line)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise DecodeError(f"not JSON: {line[:200]!r}") from e
-    if not isinstance(msg, dict) or msg.get("event") not in EVENTS:
-        raise DecodeError(f"unknown event: {str(msg)[:200]}")
-    return msg
+        return RUNNER_EVENT.validate_json(line)
+    except ValidationError as e:
+        raise DecodeError(f"not a runner event ({e.error_count()} problems): {line[:200]!r}") from e
 
 
-def decode_request(line: bytes) -> dict[str, Any]:
-    msg = json.loads(line)
-    if not isinstance(msg, dict) or not {"id", "op", "payload"} <= msg.keys():
-        raise DecodeError(f"bad request: {str(msg)[:200]}")
-    return msg
+def decode_request(line: bytes) -> RunnerRequest:
+    """One server line -> the request envelope (its payload is checked against the op's model next)."""
+    try:
+        return RunnerRequest.model_validate_json(line)
+    except ValidationError as e:
+        raise DecodeError(f"bad request ({e.error_count()} problems): {line[:200]!r}") from e
 
 
 def tail(text: str, n: int = OUTPUT_TAIL_CHARS) -> str:

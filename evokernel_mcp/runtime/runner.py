@@ -6,8 +6,8 @@ one source; the runner sends them inputs, receives their outputs as tensors (fra
 pickle), compares, checks and builds the result. The runner is a child subreaper, so whatever a
 child starts (setsid included) stays in reach of kill_tree until it is gone.
 
-Protocol with the server (protocol.py): requests on stdin; events on a private dup of the original
-stdout (fd 1 re-pointed to stderr, so nothing we import can write protocol lines).
+Protocol with the server (protocol.py, messages.py; each op's request and reply models in ops.py): requests on
+stdin; events on a private dup of the original stdout (fd 1 re-pointed to stderr, so nothing we import can write protocol lines).
 """
 
 from __future__ import annotations
@@ -20,16 +20,18 @@ import time
 import traceback
 from typing import Any
 
-from evokernel_mcp.runtime import child_proc, protocol, pycache, sandbox, spares
+from evokernel_mcp.models import ErrorInfo
+from evokernel_mcp.runtime import child_proc, ops, protocol, pycache, sandbox, spares
+from evokernel_mcp.runtime.context import RunnerContext
 from evokernel_mcp.runtime.devmem import release_cached
-from evokernel_mcp.runtime.ops import resolve
+from evokernel_mcp.runtime.messages import ErrorEvent, ProgressEvent, ReadyEvent, ResultEvent, RunnerEvent
 
 
 class Channel:
     def __init__(self, fd: int):
         self._fd = fd
 
-    def send(self, msg: dict[str, Any]) -> None:
+    def send(self, msg: RunnerEvent) -> None:
         data = protocol.encode(msg)
         while data:
             n = os.write(self._fd, data)
@@ -105,7 +107,7 @@ def _cpu_s() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def _error_event(req_id: int, e: BaseException) -> dict[str, Any]:
+def _error_event(req_id: int, e: BaseException) -> ErrorEvent:
     text = f"{type(e).__name__}: {e}"
     kind = protocol.classify_text(text) or "exception"
     role = None
@@ -115,28 +117,8 @@ def _error_event(req_id: int, e: BaseException) -> dict[str, Any]:
     tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
     # After any device error the CUDA/HIP context may be poisoned (sticky): ask for a new runner.
     fatal = kind in ("gpu_fault", "oom") or protocol.classify_text(tb) == "gpu_fault"
-    return {"event": "error", "id": req_id, "fatal": fatal,
-            "error": {"kind": kind, "message": protocol.tail(text, 2000), "detail": protocol.tail(tb, 6000),
-                      **({"role": role} if role else {})}}
-
-
-class RunnerContext:
-    """What runner ops share: the device id and its children (spares, cached references)."""
-
-    def __init__(self, device: str):
-        from evokernel_mcp.runtime.spares import Spares
-
-        self.device = device
-        self.spares = Spares(device)
-
-
-CTX: RunnerContext | None = None
-
-
-def context() -> RunnerContext:
-    if CTX is None:
-        raise RuntimeError("not inside a runner process")
-    return CTX
+    return ErrorEvent(event="error", id=req_id, fatal=fatal, error=ErrorInfo(
+        kind=kind, message=protocol.tail(text, 2000), detail=protocol.tail(tb, 6000), role=role))
 
 
 def log_exc() -> None:
@@ -160,58 +142,59 @@ def _start_reaper(every_s: float = 0.5) -> None:
 
 
 def serve(device: str, chan: Channel) -> None:
-    global CTX
     sandbox.become_subreaper()
     _start_reaper()
     t0 = time.perf_counter()
     if pycache.prepare():  # before the first spare: where torch ships no bytecode, children read ours
         child_proc.note("bytecode for children written in %.1f s (%s)", time.perf_counter() - t0, pycache.ACTIVE)
-    CTX = RunnerContext(device)
-    CTX.spares.replenish()
-    chan.send({"event": "ready", "pid": os.getpid(), "device": device, "info": _import_stack(device)})
+    ctx = RunnerContext(device)  # what every op gets, as its first argument
+    ctx.spares.replenish()
+    chan.send(ReadyEvent(event="ready", pid=os.getpid(), device=device, info=_import_stack(device)))
     home = os.getcwd()
     for line in sys.stdin.buffer:
         if not line.strip():
             continue
         req = protocol.decode_request(line)
-        req_id, scratch = req["id"], req.get("scratch") or home
+        scratch = req.scratch or home
         os.makedirs(scratch, exist_ok=True)
 
-        def progress(done: float, total: float, message: str = "", _id: int = req_id) -> None:
-            chan.send({"event": "progress", "id": _id, "done": done, "total": total, "message": message})
+        def progress(done: float, total: float, message: str = "", _id: int = req.id) -> None:
+            chan.send(ProgressEvent(event="progress", id=_id, done=done, total=total, message=message))
 
         cap = Capture(scratch)
         child_proc.reset_requests()
         cpu0 = _cpu_s()
         t0 = time.perf_counter()
         try:
-            fn = resolve(req["op"])
+            fn = ops.resolve(req.op)  # (an unknown op: ValueError naming the known ones)
+            call = ops.RUNNER_CALL.validate_python(req.model_dump())  # the payload as its op's model
             os.chdir(scratch)
             with cap:
-                result = fn(req["payload"], progress)
-            msg: dict[str, Any] = {"event": "result", "id": req_id, "result": result}
+                given = fn(ctx, call.payload, progress)
+            done: ResultEvent | ErrorEvent = ResultEvent(event="result", id=req.id, result=ops.reply_dict(
+                ops.reply_of(req.op, given), given))
         except Exception as e:  # noqa: BLE001 - every failure becomes an error event
-            msg = _error_event(req_id, e)
+            done = _error_event(req.id, e)
         finally:
             os.chdir(home)
             try:
-                CTX.spares.end_hold()  # spares given back for this job's room start again
-                CTX.spares.trim_references()  # cached reference processes within their memory budget
+                ctx.spares.end_hold()  # spares given back for this job's room start again
+                ctx.spares.trim_references()  # cached reference processes within their memory budget
             except Exception:  # noqa: BLE001 - a /proc race; the next job trims again
                 log_exc()
             sandbox.reap_zombies()
             release_cached()  # what this job left cached: the next job's children need it
-        msg["duration_s"] = time.perf_counter() - t0
+        done.duration_s = time.perf_counter() - t0
         asked = child_proc.reset_requests()  # first: the server logs the first events of a long list only
-        msg["events"] = [f"op {req.get('op')}: {msg['duration_s']:.2f} s, {asked['n']} child requests "
-                         f"{asked['wall_s']:.2f} s ({asked['child_s']:.2f} s in the children), runner CPU "
-                         f"{_cpu_s() - cpu0:.2f} s", *spares.drain_events()]
-        msg["stdout"], msg["stderr"] = cap.read()
-        chan.send(msg)
-        if msg.get("fatal"):
-            CTX.spares.close()
+        done.events = [f"op {req.op}: {done.duration_s:.2f} s, {asked['n']} child requests "
+                       f"{asked['wall_s']:.2f} s ({asked['child_s']:.2f} s in the children), runner CPU "
+                       f"{_cpu_s() - cpu0:.2f} s", *spares.drain_events()]
+        done.stdout, done.stderr = cap.read()
+        chan.send(done)
+        if isinstance(done, ErrorEvent) and done.fatal:
+            ctx.spares.close()
             os._exit(70)
-    CTX.spares.close()
+    ctx.spares.close()
 
 
 def main() -> None:
@@ -224,9 +207,7 @@ def main() -> None:
     proto_fd = os.dup(1)
     os.dup2(2, 1)  # print() in anything we import goes to stderr, never to the protocol pipe
     faulthandler.enable(file=sys.stderr, all_threads=True)
-    import evokernel_mcp.runtime.runner as this  # run as __main__: keep CTX in the importable module
-
-    this.serve(args.device, this.Channel(proto_fd))
+    serve(args.device, Channel(proto_fd))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ reader never ends) or a huge file, and it can write any name into a result file.
 
 from __future__ import annotations
 
+import io
 import os
 import stat
 
@@ -134,3 +135,24 @@ def tail_file(path: str | os.PathLike, n: int = OUTPUT_TAIL_CHARS) -> str:
         return tail_fd(fd, n)
     finally:
         os.close(fd)
+
+
+def create_new(directory: str | os.PathLike, names: tuple[str, ...], owner: int | None) -> list[io.FileIO]:
+    """Files created new in `directory` (never following a link, never an existing file), read-write, owned by
+    `owner` when given (a sandbox's uid: its tools may reopen /proc/self/fd/1). The runner makes a child's capture
+    files so, before any agent code runs, and reads them through these descriptors only."""
+    dfd = open_dir(directory)
+    out: list[io.FileIO] = []
+    try:
+        for name in names:
+            fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+            out.append(io.FileIO(fd, "r+", closefd=True))
+            if owner is not None:
+                os.fchown(fd, owner, owner)
+    except BaseException:
+        for f in out:
+            f.close()
+        raise
+    finally:
+        os.close(dfd)
+    return out

@@ -32,13 +32,16 @@ from pathlib import Path
 
 from evokernel_mcp import settings
 from evokernel_mcp.paths import REPO_DIR, state_dir
+from evokernel_mcp.runtime import limits as job_limits
 from evokernel_mcp.runtime.envs import ENV_ALLOW, hidden_files, is_secret_name
+from evokernel_mcp.runtime.limits import NPROC
+from evokernel_mcp.runtime.proctree import children_map as _children_map  # noqa: F401 - re-exported
+from evokernel_mcp.runtime.proctree import descendants
 
 log = logging.getLogger(__name__)
 
 NOBODY = 65534
 FSIZE_BYTES = 256 * 1024 * 1024  # the largest file a sandboxed process may write
-NPROC = 4096
 GPU_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset", "/dev/kfd",
              "/dev/dri")
 SYSTEM_RO = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/opt", "/sys")
@@ -294,33 +297,6 @@ def not_dumpable() -> None:
     _prctl(PR_SET_DUMPABLE, 0)
 
 
-def _children_map() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read().decode(errors="replace")
-            fields = stat.rsplit(")", 1)[1].split()
-            if fields[0] == "Z":  # already dead; its parent reaps it
-                continue
-            ppid = int(fields[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        kids.setdefault(ppid, []).append(int(name))
-    return kids
-
-
-def descendants(pid: int) -> list[int]:
-    kids, out, todo = _children_map(), [], [pid]
-    while todo:
-        for c in kids.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
-
-
 def kill_once(pid: int, include_self: bool = True) -> int:
     """SIGKILL pid and every descendant found now (one pass, no waiting: kill_tree repeats until none is left);
     how many were signalled."""
@@ -448,8 +424,6 @@ def tool_argv(argv: list[str], workdir: Path, *, env: dict[str, str] | None = No
     inner = list(argv)
     lim = shutil.which("prlimit")
     if lim:
-        from evokernel_mcp.runtime import limits as job_limits
-
         mem, cpu = job_limits.memory_bytes(), job_limits.cpu_s()
         extra = [f"--data={mem}"] if mem else []
         extra += [f"--cpu={cpu}"] if cpu else []

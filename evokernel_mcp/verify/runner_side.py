@@ -18,9 +18,11 @@ import platform
 import time
 from typing import Any
 
+from evokernel_mcp.runtime.context import RunnerContext
 from evokernel_mcp.runtime.devmem import trim_between_cases
 from evokernel_mcp.runtime.spares import ChildFailed, note, wall_deadline
 from evokernel_mcp.tasks import Task
+from evokernel_mcp.verify.messages import VerifyRequest, VerifyStep, VerifyStepsRequest
 
 LOAD_TIMEOUT_S = 120.0
 OUTPUT_SLACK = 8  # a candidate may send up to 8x the reference's output bytes (dtype mix-ups), not more
@@ -55,38 +57,32 @@ def tensor_device(ctx) -> str | None:
         return None
 
 
-def runner_verify(payload: dict[str, Any], progress) -> dict[str, Any]:
-    """Returns {cases, error?, reference_precision, isolation, stdout, stderr, overrides_applied}."""
-    from evokernel_mcp.runtime.runner import context
-
-    ctx = context()
-    deadline = time.monotonic() + float(payload.get("budget_s", 280))
-    return _verify_steps(ctx, payload["candidate"], [payload], deadline, progress)[0]
+def runner_verify(ctx: RunnerContext, req: VerifyRequest, progress) -> dict[str, Any]:
+    """Returns {cases, error?, reference_precision, isolation, stdout, stderr, overrides_applied} (VerifyReply)."""
+    deadline = time.monotonic() + req.budget_s
+    return _verify_steps(ctx, req.candidate, [req], deadline, progress)[0]
 
 
-def runner_verify_steps(payload: dict[str, Any], progress) -> dict[str, Any]:
+def runner_verify_steps(ctx: RunnerContext, req: VerifyStepsRequest, progress) -> dict[str, Any]:
     """Op "verify_steps": several verify payloads (payload["steps"]: task, shapes, seeds, probe, tolerance,
     stop_on_first_failure each) run in turn against ONE candidate child, which loads the candidate once; it
     stops after the first step that does not pass. The batch cascade's verify_small then verify: one process
     start per candidate instead of two. Returns {"steps": [op "verify"'s result per step run]}."""
-    from evokernel_mcp.runtime.runner import context
-
-    ctx = context()
-    deadline = time.monotonic() + float(payload.get("budget_s", 280))
-    return {"steps": _verify_steps(ctx, payload["candidate"], list(payload["steps"]), deadline, progress)}
+    deadline = time.monotonic() + req.budget_s
+    return {"steps": _verify_steps(ctx, req.candidate, list(req.steps), deadline, progress)}
 
 
 def _passed(out: dict[str, Any]) -> bool:
     return "error" not in out and bool(out["cases"]) and all(c.get("passed") for c in out["cases"])
 
 
-def _verify_steps(ctx, source: str, steps: list[dict[str, Any]], deadline: float, progress) -> list[dict[str, Any]]:
+def _verify_steps(ctx: RunnerContext, source: str, steps: list[VerifyStep], deadline: float, progress) -> list[dict[str, Any]]:
     outs: list[dict[str, Any]] = []
     cand = None
     ctx.spares.wait_retired_if_tight()
     try:
         for k, step in enumerate(steps):
-            task = Task(**step["task"])
+            task = step.task
             out: dict[str, Any] = {"cases": [], "platform": platform.machine(),
                                    "overrides_applied": task.overrides_applied,
                                    "reference_precision": "float64 (inputs upcast) where it fits, else the native "
@@ -102,7 +98,7 @@ def _verify_steps(ctx, source: str, steps: list[dict[str, Any]], deadline: float
                 cand = ctx.spares.take("verify")
                 # loaded with the last step's task: the candidate side reads only each case's init inputs
                 # and state (sent with every run), so one load serves every step
-                load_candidate(ctx, cand, source, Task(**steps[-1]["task"]), deadline)
+                load_candidate(ctx, cand, source, steps[-1].task, deadline)
                 note("verify: candidate loaded; waited %.2f s for the last job's children to end",
                      ctx.spares.wait_retired())
             out["isolation"] = ctx.spares.isolation()
@@ -120,12 +116,12 @@ def _verify_steps(ctx, source: str, steps: list[dict[str, Any]], deadline: float
     return outs
 
 
-def _case_list(payload: dict) -> list[tuple[str, int, bool]]:
-    seeds = list(payload["seeds"])
+def _case_list(step: VerifyStep) -> list[tuple[str, int, bool]]:
+    seeds = list(step.seeds)
     cases = []
-    for shape in payload["shapes"]:
+    for shape in step.shapes:
         cases += [(shape, s, False) for s in seeds]
-        if payload.get("probe", True) and seeds:
+        if step.probe and seeds:
             cases.append((shape, seeds[0], True))
     return cases
 
@@ -206,23 +202,23 @@ def _dtype_stubs(inputs: Any) -> Any:
     return [torch.empty(0, dtype=t.dtype) if isinstance(t, torch.Tensor) else t for t in inputs]
 
 
-def _cases(ctx, ref, cand, task: Task, payload: dict, deadline: float, progress, out: dict,
+def _cases(ctx, ref, cand, task: Task, step: VerifyStep, deadline: float, progress, out: dict,
            model_key: int | None = None) -> None:
     from evokernel_mcp.verify.case import judge
 
     dev = tensor_device(ctx)
-    todo = _case_list(payload)
+    todo = _case_list(step)
     room: dict = {}
     for i, (shape, seed, probe) in enumerate(todo):
         what = f"shape set {shape!r}, seed {seed}" + (", probe" if probe else "")
         progress(i, len(todo), f"verify {task.name} {what}")
         case = with_room(ctx, lambda: _reference_case(ctx, ref, shape, seed, probe, deadline, dev), (ref,), room)
         runs = _candidate_runs(cand, case, seed, deadline, dev, what, model_key)
-        out["cases"].append(judge(task, shape, seed, case, runs[0], runs[1], payload.get("tolerance"),
+        out["cases"].append(judge(task, shape, seed, case, runs[0], runs[1], step.tolerance,
                                   device=dev or "cpu", probe=probe))
         del case, runs
         trim_between_cases()
-        if payload.get("stop_on_first_failure") and not out["cases"][-1]["passed"]:
+        if step.stop_on_first_failure and not out["cases"][-1]["passed"]:
             return
     progress(len(todo), len(todo), "verify done")
     out["reference_precision"] = precision_summary(out["cases"]) or out.get("reference_precision")

@@ -163,10 +163,10 @@ def test_every_arm_gets_a_fresh_child_of_its_own():
         spares = Spares()
 
     task, deadline = load_task("vector_add"), time.monotonic() + 60
-    base = runner_side._baseline_child(Ctx, {"baseline": "pytorch"}, task, deadline)
-    ctrl = runner_side._baseline_child(Ctx, {"baseline": "pytorch"}, task, deadline)
+    base = runner_side._baseline_child(Ctx, "pytorch", task, deadline)
+    ctrl = runner_side._baseline_child(Ctx, "pytorch", task, deadline)
     assert base.n == "ref0" and ctrl.n == "ref1"  # two fresh reference processes, not the cached one
-    src = runner_side._baseline_child(Ctx, {"baseline": "def run(x, y):\n    return x + y\n"}, task, deadline)
+    src = runner_side._baseline_child(Ctx, "def run(x, y):\n    return x + y\n", task, deadline)
     assert src.n == "kid2" and src.loaded == ["candidate"]
     arms = runner_side._Arms("cand", base, task, deadline, ctrl)
     kids = arms.children()

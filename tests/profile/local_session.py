@@ -10,7 +10,7 @@ from pathlib import Path
 
 from evokernel_mcp.errors import ToolTimeout
 from evokernel_mcp.profile import collect as pipelines
-from evokernel_mcp.profile.runner_side import ExportOut
+from evokernel_mcp.profile.messages import ExportOut
 from evokernel_mcp.subproc import run_async
 
 NOOP_CHILD = [sys.executable, "-c", "pass"]

@@ -97,8 +97,9 @@ def test_unknown_job_and_op(mgr):
 
 
 def test_protocol_decoding_is_a_closed_set():
-    assert protocol.decode_event(protocol.encode({"event": "ready", "pid": 1}))["pid"] == 1
-    for bad in (b"hello\n", b'{"event": "launch"}\n', b"[1]\n"):
+    assert protocol.decode_event(protocol.encode({"event": "ready", "pid": 1, "device": "cpu"})).pid == 1
+    for bad in (b"hello\n", b'{"event": "launch"}\n', b"[1]\n", b'{"event": "ready", "pid": "one", "device": "cpu"}\n',
+                b'{"event": "result", "id": 1, "result": {}, "extra": 1}\n'):
         with pytest.raises(protocol.DecodeError):
             protocol.decode_event(bad)
     assert protocol.classify_text("RuntimeError: CUDA error: an illegal memory access was encountered") == "gpu_fault"

@@ -11,6 +11,7 @@ import pytest
 
 from evokernel_mcp.runtime import protocol
 from evokernel_mcp.runtime.jobs import JobManager
+from evokernel_mcp.runtime.ops import make_call
 from evokernel_mcp.runtime.pool import _read_capture
 from evokernel_mcp.runtime.submit import run_worker_job
 from evokernel_mcp.tasks import load_task
@@ -63,10 +64,10 @@ def test_event_for_another_request_is_never_taken_as_the_result():
         proc = await anyio.open_process([sys.executable, "-c", FAKE_WORKER], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
         w = _Worker("cpu", proc, Path("/nonexistent.log"))
-        assert (await w.next_event())["event"] == "ready"
+        assert (await w.next_event()).event == "ready"
         pool._workers["cpu"] = w
         try:
-            return await pool._exchange(w, {"id": 5, "op": "ping", "payload": {}}, 10, None, Path("/nonexistent"))
+            return await pool._exchange(w, make_call(5, "ping", {}, None), 10, None, Path("/nonexistent"))
         finally:
             await pool.aclose()
             await w.kill()
