@@ -19,6 +19,8 @@ def config(src: str, target: str = "nvidia") -> dict:
     """The kernel's compile-time constants, derived as kernel.cu derives them."""
     v = {k: int(re.search(rf"#define {k} (\d+)", src).group(1)) for k in ("WARPS", "NPB", "NPN", "NT", "STAGES", "MINB")}
     lanes, nb, nstage = (32, 8, v["STAGES"]) if target == "nvidia" else (64, 16, 2)
+    if target != "nvidia":
+        v["NT"] = (v["NT"] + 1) // 2  # tiles twice as wide (N = 16)
     spn = nb // v["NPN"]
     tilew = 4 * spn
     wmax = v["WARPS"] * v["NT"] * tilew * v["NPN"] // v["NPB"]
@@ -51,6 +53,19 @@ def m_col(m):
 def a_elem(wq, kd, j, m, k):
     kh, kw = 2 * j + (k >> 3) - m_row(m), (k & 7) - m_col(m)
     return wq[kd, kh, kw] if 0 <= kh < 5 and 0 <= kw < 5 else 0.0
+
+
+def tab_entry(wq, i):
+    """The kernel's pair table: (wt[kd, kh, kw], wt[kd, kh, kw + 1]) for kh, kw in -3..7, zero outside the filter."""
+    kd, kh, kw = i // 121, (i // 11) % 11 - 3, i % 11 - 3
+
+    def tap(kw):
+        return wq[kd, kh, kw] if 0 <= kh < 5 and 0 <= kw < 5 else 0.0
+    return tap(kw), tap(kw + 1)
+
+
+def tab_index(kd, j, m, k):
+    return kd * 121 + (2 * j + (k >> 3) - m_row(m) + 3) * 11 + ((k & 7) - m_col(m) + 3)
 
 
 # lane maps: (lane, register element) -> matrix cell
@@ -108,9 +123,11 @@ def emulate(x, w, src: str, target: str = "nvidia") -> np.ndarray:
         for kd in range(3):
             for j in range(4):
                 seen = np.zeros((16, 16), int)
+                tab = [tab_entry(w[c], i) for i in range(3 * 121)]
                 for lane in range(LANES):
-                    for m, k in a_cells(target, lane):
-                        A[kd, j, m, k] = a_elem(w[c], kd, j, m, k)
+                    for m, k in a_cells(target, lane):  # each register: one table pair (k even, k + 1)
+                        A[kd, j, m, k] = tab[tab_index(kd, j, m, k - (k & 1))][k & 1]
+                        assert A[kd, j, m, k] == a_elem(w[c], kd, j, m, k)
                         seen[m, k] += 1
                 assert (seen == 1).all(), "A fragment map does not cover 16 x 16 exactly once"
         for bx in range(-(-Dout // NPB)):

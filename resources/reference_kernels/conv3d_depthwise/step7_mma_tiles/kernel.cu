@@ -28,7 +28,7 @@
 #define WARPS 4    // warps per block
 #define NPB 8      // output planes per block (NPN divides it)
 #define NPN 8      // output planes in one MMA's N (the rest of N is SPN = NB / NPN column segments of 4)
-#define NT 5       // (plane group, column tile) tiles per warp: W <= WMAX = WARPS*NT*4*SPN*NPN/NPB
+#define NT 5       // NVIDIA (plane group, column tile) tiles per warp (AMD: (NT + 1) / 2, tiles twice as wide)
 #define STAGES 4   // NVIDIA: input row pairs in the shared ring (STAGES - 1 in flight); AMD uses 2
 #define MINB 3     // __launch_bounds__ min blocks per SM (3 x 128 threads: <= 168 registers)
 
@@ -36,15 +36,17 @@
 #define LANES 32
 #define NB 8
 #define NSTAGE STAGES
+#define NTW NT
 #else
 #define LANES 64
 #define NB 16
 #define NSTAGE 2
+#define NTW ((NT + 1) / 2)
 #endif
 #define SPN (NB / NPN)
 #define THREADS (WARPS * LANES)
 #define TILEW (4 * SPN)                                   // output columns of one tile
-#define WMAX (WARPS * NT * TILEW * NPN / NPB)             // widest W one block covers
+#define WMAX (WARPS * NTW * TILEW * NPN / NPB)            // widest W one block covers
 #define WCH (WMAX / 8)                                     // 16-byte chunks of a row at W = WMAX
 #define NCHUNK ((NPB + 2) * 2 * WCH)                      // 16-byte chunks of one staged pair
 #define CPT ((NCHUNK + THREADS - 1) / THREADS)            // 16-byte copies per thread per pair
@@ -64,10 +66,21 @@ __device__ __forceinline__ uint16_t to_bf16(float f) {   // round to nearest eve
 // output patch coordinates of A/C row m
 __device__ __forceinline__ int m_row(int m) { return (m >> 1) & 3; }
 __device__ __forceinline__ int m_col(int m) { return (m & 1) + 2 * (m >> 3); }
-// A_{kd,j}[m, k] as a bf16 bit pattern (wq = this channel's 75 taps)
-__device__ __forceinline__ uint32_t a_elem(const uint16_t* wq, int kd, int j, int m, int k) {
-  const int kh = 2 * j + (k >> 3) - m_row(m), kw = (k & 7) - m_col(m);
-  return (kh >= 0 && kh < 5 && kw >= 0 && kw < 5) ? (uint32_t)wq[kd * 25 + kh * 5 + kw] : 0u;
+// The A operands are built from a table of bf16 pairs in shared memory, one 4-byte read per A register:
+// tab[kd][kh + 3][kw + 3] = (wt[kd, kh, kw], wt[kd, kh, kw + 1]), zero outside the filter, kh and kw in -3..7
+// (the range of 2j + e - r and c - s). Reading the taps straight from global memory kept all 96 loads and
+// their 64-bit addresses live at once (the kernel's register peak).
+#define TABN (3 * 11 * 11)
+__device__ __forceinline__ uint32_t tab_entry(const uint16_t* wq, int i) {   // i < TABN
+  const int kd = i / 121, kh = (i / 11) % 11 - 3, kw = i % 11 - 3;
+  const bool row = kh >= 0 && kh < 5;
+  const uint32_t lo = (row && kw >= 0 && kw < 5) ? wq[kd * 25 + kh * 5 + kw] : 0u;
+  const uint32_t hi = (row && kw + 1 >= 0 && kw + 1 < 5) ? wq[kd * 25 + kh * 5 + kw + 1] : 0u;
+  return lo | (hi << 16);
+}
+// the table entry of A_{kd,j}[m, k .. k + 1] (k even)
+__device__ __forceinline__ int tab_index(int kd, int j, int m, int k) {
+  return kd * 121 + (2 * j + (k >> 3) - m_row(m) + 3) * 11 + ((k & 7) - m_col(m) + 3);
 }
 
 #if !defined(__HIP_PLATFORM_AMD__)
@@ -82,13 +95,10 @@ __device__ __forceinline__ void mma(CFrag& c, const AFrag& a, const BFrag& b) {
       : "+f"(c.r[0]), "+f"(c.r[1]), "+f"(c.r[2]), "+f"(c.r[3])
       : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b.r[0]), "r"(b.r[1]));
 }
-__device__ __forceinline__ void build_a(AFrag& a, const uint16_t* wq, int kd, int j, int lane) {
+__device__ __forceinline__ void build_a(AFrag& a, const uint32_t* tab, int kd, int j, int lane) {
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const int m = g + 8 * (q & 1), k = 2 * t + 8 * (q >> 1);
-    a.r[q] = a_elem(wq, kd, j, m, k) | (a_elem(wq, kd, j, m, k + 1) << 16);
-  }
+  for (int q = 0; q < 4; ++q) a.r[q] = tab[tab_index(kd, j, g + 8 * (q & 1), 2 * t + 8 * (q >> 1))];
 }
 // this lane's B column n and the first k of its first pair (the staged element offset adds the rest)
 __device__ __forceinline__ int b_col(int lane) { return lane >> 2; }
@@ -125,9 +135,13 @@ struct CFrag { f32x4_t v; };    // C 16x16: lane (n, kq) holds (4kq..4kq+3, n)
 __device__ __forceinline__ void mma(CFrag& c, const AFrag& a, const BFrag& b) {
   c.v = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(a.v, b.v, c.v, 0, 0, 0);
 }
-__device__ __forceinline__ void build_a(AFrag& a, const uint16_t* wq, int kd, int j, int lane) {
+__device__ __forceinline__ void build_a(AFrag& a, const uint32_t* tab, int kd, int j, int lane) {
 #pragma unroll
-  for (int i = 0; i < 4; ++i) a.v[i] = (short)a_elem(wq, kd, j, lane & 15, 4 * (lane >> 4) + i);
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t p = tab[tab_index(kd, j, lane & 15, 4 * (lane >> 4) + 2 * h)];
+    a.v[2 * h] = (short)(p & 0xffff);
+    a.v[2 * h + 1] = (short)(p >> 16);
+  }
 }
 __device__ __forceinline__ int b_col(int lane) { return lane & 15; }
 __device__ __forceinline__ int b_k0(int lane) { return 4 * ((lane >> 4) & 1); }
@@ -159,6 +173,7 @@ static_assert(WMAX % 8 == 0 && NSTAGE >= 2, "16-byte rows; a ring of at least 2 
 #define OROWE (WMAX + 8)
 #define OPLANEE (4 * OROWE + 8)
 #define SMEM_BYTES (2 * (NSTAGE * SLOTE + NPB * OPLANEE))
+static_assert(2 * NPB * OPLANEE >= 4 * TABN, "the A table fits in the output tile");
 
 extern "C" __global__ void __launch_bounds__(THREADS, MINB)
 conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__ wt, uint16_t* __restrict__ y,
@@ -223,33 +238,36 @@ conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__
   };
 #endif
 
-  // the A operands: 3 planes x 4 row pairs
+  // the A operands: 3 planes x 4 row pairs, from the pair table (in the output tile's space, unused until the
+  // first completed block, several barriers later)
+  uint32_t* tab = reinterpret_cast<uint32_t*>(otile);
+  for (int i = tid; i < TABN; i += THREADS) tab[i] = tab_entry(wt + c * 75, i);
+  __syncthreads();
   AFrag a[3][4];
 #pragma unroll
   for (int kd = 0; kd < 3; ++kd)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) build_a(a[kd][j], wt + c * 75, kd, j, lane);
+    for (int j = 0; j < 4; ++j) build_a(a[kd][j], tab, kd, j, lane);
 
   // this warp's tiles: tile T = warp + WARPS q -> plane group T % (NPB / NPN), column tile T / (NPB / NPN)
   constexpr int NPG = NPB / NPN;
   const int ntiles = NPG * (W / TILEW);
-  int bofs[NT], oofs[NT];
+  int bofs[NTW], oofs[NTW];
 #pragma unroll
-  for (int q = 0; q < NT; ++q) {
+  for (int q = 0; q < NTW; ++q) {
     const int T = min(warp + WARPS * q, ntiles - 1), pg = T % NPG, ct = T / NPG;
     const int n = b_col(lane), pl = pg * NPN + n / SPN, col = ct * TILEW + 4 * (n % SPN);
     bofs[q] = pl * PLANEE + b_e(lane) * ROWE + 8 + col - 2 + b_k0(lane);   // staged (e0, col - 2 + k0) of plane pl
     oofs[q] = pg * NPN * OPLANEE + ct * TILEW;            // output tile: this tile's first plane and column
   }
-  CFrag acc[2][NT];
+  CFrag acc[2][NTW];
 #pragma unroll
   for (int s = 0; s < 2; ++s)
 #pragma unroll
-    for (int q = 0; q < NT; ++q) zero_c(acc[s][q]);
+    for (int q = 0; q < NTW; ++q) zero_c(acc[s][q]);
 
-  __syncthreads();   // the ring's zeroing is done before any copy lands
 #pragma unroll
-  for (int i = 0; i < NSTAGE - 1; ++i) {
+  for (int i = 0; i < NSTAGE - 1; ++i) {   // (the barrier after the table also ordered the ring's zeroing first)
     issue(i);
     land();
   }
@@ -257,7 +275,7 @@ conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__
   // completed block b: accumulator slot -> output tile (bf16); flushed to y after the next barrier
   auto to_tile = [&](int s) {
 #pragma unroll
-    for (int q = 0; q < NT; ++q) {
+    for (int q = 0; q < NTW; ++q) {
       if (warp + WARPS * q >= ntiles) continue;
 #pragma unroll
       for (int i = 0; i < CN; ++i) {
@@ -297,19 +315,19 @@ conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__
         const uint16_t* sl = ring + (i % NSTAGE) * SLOTE;                                       \
         /* every tile of the warp, also past ntiles (a copy of the last tile; never stored): no branch */ \
         /* between the MMAs; the pairs past the last block feed a block that is never stored */            \
-        BFrag b[NT][3];                                                                            \
-        _Pragma("unroll") for (int q = 0; q < NT; ++q)                                             \
+        BFrag b[NTW][3];                                                                            \
+        _Pragma("unroll") for (int q = 0; q < NTW; ++q)                                             \
           _Pragma("unroll") for (int kd = 0; kd < 3; ++kd)                                         \
             load_b(b[q][kd], sl + bofs[q] + kd * PLANEE, ROWE);                                    \
         _Pragma("unroll") for (int kd = 0; kd < 3; ++kd)                                           \
-          _Pragma("unroll") for (int q = 0; q < NT; ++q) {                                         \
+          _Pragma("unroll") for (int q = 0; q < NTW; ++q) {                                         \
             mma(acc[sn][q], a[kd][jn], b[q][kd]);                                                  \
             mma(acc[so][q], a[kd][jo], b[q][kd]);                                                  \
           }                                                                                        \
         land();                                                                                    \
         if (P & 1) {                                                                               \
           if (bn >= 1) { to_tile(so); pend = bn - 1; }                                             \
-          else { _Pragma("unroll") for (int q = 0; q < NT; ++q) zero_c(acc[so][q]); }             \
+          else { _Pragma("unroll") for (int q = 0; q < NTW; ++q) zero_c(acc[so][q]); }             \
         }                                                                                          \
       }                                                                                            \
     }

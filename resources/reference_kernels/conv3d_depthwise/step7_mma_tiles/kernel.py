@@ -24,8 +24,9 @@ def _config(src, hip):
     if (src, hip) not in _CFG:
         v = {k: int(re.search(rf"#define {k} (\d+)", src).group(1)) for k in ("WARPS", "NPB", "NPN", "NT", "STAGES")}
         lanes, nb, nstage = (64, 16, 2) if hip else (32, 8, v["STAGES"])
+        nt = (v["NT"] + 1) // 2 if hip else v["NT"]   # AMD tiles are twice as wide
         tilew = 4 * (nb // v["NPN"])
-        wmax = v["WARPS"] * v["NT"] * tilew * v["NPN"] // v["NPB"]
+        wmax = v["WARPS"] * nt * tilew * v["NPN"] // v["NPB"]
         rowe = wmax + 16
         planee = 2 * (rowe + (32 // v["NPN"] - rowe) % 32)
         smem = 2 * (nstage * (v["NPB"] + 2) * planee + v["NPB"] * (4 * (wmax + 8) + 8))
