@@ -257,7 +257,8 @@ def table(rep: dict) -> tuple[str, list]:
         sm = comp.get("sm_90", {})
         emu = max(cpu.get("emulate_nvidia_max_err", float("nan")), cpu.get("emulate_amd_max_err", float("nan")))
         f = lambda x, p: "-" if x is None else f"{x:.{p}f}"  # noqa: E731
-        lines.append(f"| {name} | {v['defines'] or 'kernel.cu'} | {v.get('verified', '-')} | {f(ms, 4)} | {f(s6, 4)} | "
+        defs = " ".join(f"{k}={val}" for k, val in v["defines"].items()) or "kernel.cu"
+        lines.append(f"| {name} | {defs} | {v.get('verified', '-')} | {f(ms, 4)} | {f(s6, 4)} | "
                      f"{f(b.get('speedup'), 2)} | {vs_pt} | {cpu.get('nvcc_registers', '-')} / {cpu.get('nvcc_spill_bytes', '-')} | "
                      f"{sm.get('occupancy', '-')} ({sm.get('limiter', '-')}) | {cpu.get('smem_bytes', '-')} | {amd('gfx942')} | "
                      f"{amd('gfx950')} | {'ok' if emu == 0.0 else emu} |")
