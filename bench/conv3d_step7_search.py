@@ -253,6 +253,7 @@ def table(rep: dict) -> tuple[str, list]:
             vs_pt = "-"
         cpu, comp = v.get("cpu", {}), v.get("compile", {})
         amd = lambda t: (f"{comp[t].get('vgpr')}+{comp[t].get('agpr') or 0} / {comp[t].get('occupancy')}"  # noqa: E731
+                         + (f", {comp[t]['spills']} spills" if comp[t].get("spills") else "")
                          if comp.get(t, {}).get("ok") else "-")
         sm = comp.get("sm_90", {})
         emu = max(cpu.get("emulate_nvidia_max_err", float("nan")), cpu.get("emulate_amd_max_err", float("nan")))
