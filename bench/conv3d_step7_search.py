@@ -106,6 +106,10 @@ def cpu_checks(name: str, src: str) -> dict:
     return out
 
 
+def config_threads(src: str) -> int:
+    return _emulate_module().config(src, "nvidia")["THREADS"]
+
+
 async def call(client, name: str, args: dict) -> dict:
     r = await client.call_tool(name, args)
     if r.is_error:
@@ -124,7 +128,8 @@ async def call(client, name: str, args: dict) -> dict:
 
 def compile_row(res: dict) -> dict:
     if not res or res.get("error") or not res.get("ok"):
-        return {"ok": False, "error": (res or {}).get("error") or [d.get("message") for d in (res or {}).get("diagnostics", [])][:2]}
+        diags = [d.get("message") for d in (res or {}).get("diagnostics", [])][:2]
+        return {"ok": False, "error": (res or {}).get("error") or diags}
     k = res["kernels"][0]
     occ = k.get("occupancy") or {}
     return {"ok": True, "registers": k.get("registers"), "vgpr": k.get("vgpr_count"), "agpr": k.get("agpr_count"),
@@ -161,9 +166,11 @@ async def search(args, rep_cpu: dict) -> dict:
             v: dict = {"defines": VARIANTS[name], "cpu": rep["cpu"].get(name, {}), "compile": {}}
             targets = ["sm_90"] + (["gfx942", "gfx950"] if args.amd or not gpu else [])
             for t in targets:
+                amd = t.startswith("gfx")  # wave64: the same warps, twice the lanes
+                wg = v["cpu"].get("threads") or config_threads(src)
                 v["compile"][t] = compile_row(await call(client, "compile_kernel", {
-                    "source": src, "language": "hip" if t.startswith("gfx") else "cuda", "kernel": KERNEL,
-                    "target": t, "options": {"workgroup_size": v["cpu"].get("threads", 128) * (2 if t.startswith("gfx") else 1)}}))
+                    "source": src, "language": "hip" if amd else "cuda", "kernel": KERNEL,
+                    "target": t, "options": {"workgroup_size": wg * (2 if amd else 1)}}))
                 print(f"  {name} compile {t}: {v['compile'][t]}", flush=True)
             if gpu:
                 cand = candidate(src)
@@ -181,7 +188,8 @@ async def search(args, rep_cpu: dict) -> dict:
             v["wall_s"] = round(time.time() - t0, 1)
             rep["variants"][name] = v
             write(rep, final=False)
-        ok = [(n, (full_row(v.get("bench_vs_step6")).get("candidate") or {}).get("median_ms")) for n, v in rep["variants"].items()]
+        ok = [(n, (full_row(v.get("bench_vs_step6")).get("candidate") or {}).get("median_ms"))
+              for n, v in rep["variants"].items()]
         ok = sorted([(ms, n) for n, ms in ok if ms])
         if gpu and ok:
             best = ok[0][1]
@@ -239,7 +247,8 @@ def table(rep: dict) -> tuple[str, list]:
     pt = full_row(rep.get("bench_vs_pytorch"))
     pt_ms = (pt.get("baseline") or {}).get("median_ms")
     lines = ["| variant | defines | verified | ms (full) | step 6 ms (same call) | speedup vs step 6 | vs PyTorch | "
-             "sm_90 regs / spills (nvcc) | sm_90 warps/SM (compile_kernel) | smem B | gfx942 VGPR/waves | gfx950 VGPR/waves | emulation |",
+             "sm_90 regs / spills (nvcc) | sm_90 warps/SM (compile_kernel) | smem B | gfx942 VGPR/waves | "
+             "gfx950 VGPR/waves | emulation |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     rows = []
     for name, v in rep["variants"].items():
@@ -260,7 +269,8 @@ def table(rep: dict) -> tuple[str, list]:
         f = lambda x, p: "-" if x is None else f"{x:.{p}f}"  # noqa: E731
         defs = " ".join(f"{k}={val}" for k, val in v["defines"].items()) or "kernel.cu"
         lines.append(f"| {name} | {defs} | {v.get('verified', '-')} | {f(ms, 4)} | {f(s6, 4)} | "
-                     f"{f(b.get('speedup'), 2)} | {vs_pt} | {cpu.get('nvcc_registers', '-')} / {cpu.get('nvcc_spill_bytes', '-')} | "
+                     f"{f(b.get('speedup'), 2)} | {vs_pt} | "
+                     f"{cpu.get('nvcc_registers', '-')} / {cpu.get('nvcc_spill_bytes', '-')} | "
                      f"{sm.get('occupancy', '-')} ({sm.get('limiter', '-')}) | {cpu.get('smem_bytes', '-')} | {amd('gfx942')} | "
                      f"{amd('gfx950')} | {'ok' if emu == 0.0 else emu} |")
         rows.append({"variant": name, "ms": ms})
