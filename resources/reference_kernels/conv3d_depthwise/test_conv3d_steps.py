@@ -9,7 +9,8 @@
   AMD layouts, vs F.conv3d.
 - Step 7's whole kernel emulated lane by lane (step7_mma_tiles/emulate.py: its #defines, shared-memory ring and
   output tile, copy and flush maps, fragment maps, pair loop) for both layouts and several variants, vs F.conv3d;
-  its launcher's shared-memory size equals the emulation's; it refuses a W its variant cannot cover.
+  its launcher's shared-memory size equals the emulation's; it refuses a W its variant cannot cover; every variant
+  of bench/conv3d_step7_search.py takes the full shape.
 - The Toeplitz formulation of step 4, index for index (rows over flattened (d, h), k = w0 - 2 + 0..15,
   the banded T), emulated in torch and compared with F.conv3d.
 Run:  TRITON_INTERPRET=1 python3 -m pytest resources/reference_kernels/conv3d_depthwise -q
@@ -258,3 +259,22 @@ def test_step7_launcher_shared_memory_and_width_limits():
     x, w = _inputs(seed=1, C=1, D=5, H=6, W=88)  # wider than the 80 columns one NVIDIA block covers
     with pytest.raises(ValueError, match="W <= 80"):
         step.run(x, w)
+
+
+def test_step7_search_variants_cover_the_full_shape():
+    """Every variant bench/conv3d_step7_search.py runs on the GPU takes the task's full shape (W = 80) on both
+    vendors, fits the launcher's 48 KiB of shared memory, and its emulation agrees with F.conv3d at W = 80."""
+    spec = importlib.util.spec_from_file_location("step7_search", HERE.parents[2] / "bench" / "conv3d_step7_search.py")
+    search = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(search)
+    emu, _ = _step7()
+    assert set(search.DEFAULT) <= set(search.VARIANTS)
+    for name, defines in search.VARIANTS.items():
+        src = search.variant_source(defines)
+        for target in ("nvidia", "amd"):
+            cf = emu.config(src, target)
+            assert cf["WMAX"] >= 80 and 80 % cf["TILEW"] == 0 and cf["SMEM_BYTES"] <= 48 * 1024, (name, target, cf)
+        x, w = _inputs(seed=5, C=1, D=5, H=5, W=80)
+        y = emu.emulate(x.double().numpy(), w.double().numpy(), src, "nvidia")
+        np.testing.assert_allclose(y, F.conv3d(x.double(), w.double(), padding=(0, 2, 2), groups=1)[0].numpy(),
+                                   rtol=1e-12, atol=1e-12, err_msg=name)
