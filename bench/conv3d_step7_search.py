@@ -183,8 +183,9 @@ async def search(args, rep_cpu: dict) -> dict:
                                                                            "baseline": step6, "wait_s": 50,
                                                                            "timeout_s": 600, "experiment": label})
                     b = full_row(v["bench_vs_step6"])
+                    why = b.get("invalid_reason") or str(v["bench_vs_step6"].get("error") or "")[:300]
                     print(f"  {name} vs step6: {(b.get('candidate') or {}).get('median_ms')} ms vs "
-                          f"{(b.get('baseline') or {}).get('median_ms')} ms, speedup {b.get('speedup')}", flush=True)
+                          f"{(b.get('baseline') or {}).get('median_ms')} ms, speedup {b.get('speedup')} {why}", flush=True)
             v["wall_s"] = round(time.time() - t0, 1)
             rep["variants"][name] = v
             write(rep, final=False)
