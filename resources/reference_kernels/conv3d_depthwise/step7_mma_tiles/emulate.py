@@ -185,12 +185,12 @@ def emulate(x, w, src: str, target: str = "nvidia") -> np.ndarray:
                 P = i % 4
                 sn, jn = (P >> 1) & 1, P & 1
                 so, jo, bn = sn ^ 1, jn + 2, i >> 1
-                if pend >= 0:
-                    flush(pend)
-                    pend = -1
                 pre = load(i + NSTAGE - 1)
                 if target == "nvidia":  # cp.async: lands during the step, in a slot nobody reads now
                     land(pre)
+                if pend >= 0:
+                    flush(pend)
+                    pend = -1
                 sl = (i % NSTAGE) * SLOTE
                 for warp in range(WARPS):
                     for q in range(NT):  # every tile, also past ntiles (a copy of the last one, never stored)

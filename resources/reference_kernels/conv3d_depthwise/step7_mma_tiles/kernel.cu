@@ -310,8 +310,8 @@ conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__
         const int bn = i >> 1;   /* the block this pair starts/continues (slot sn) */              \
         cp_wait();                                                                                 \
         __syncthreads();                                                                           \
+        issue(i + NSTAGE - 1);   /* the copies first: they have the longest way to go */          \
         if (pend >= 0) { flush(pend); pend = -1; }                                                 \
-        issue(i + NSTAGE - 1);                                                                     \
         const uint16_t* sl = ring + (i % NSTAGE) * SLOTE;                                       \
         /* every tile of the warp, also past ntiles (a copy of the last tile; never stored): no branch */ \
         /* between the MMAs; the pairs past the last block feed a block that is never stored */            \
