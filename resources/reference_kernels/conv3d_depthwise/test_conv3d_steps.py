@@ -10,7 +10,7 @@
 - Step 7's whole kernel emulated lane by lane (step7_mma_tiles/emulate.py: its #defines, shared-memory ring and
   output tile, copy and flush maps, fragment maps, pair loop) for both layouts and several variants, vs F.conv3d;
   its launcher's shared-memory size equals the emulation's; it refuses a W its variant cannot cover; every variant
-  of bench/conv3d_step7_search.py takes the full shape.
+  of bench/conv3d_step7_search.py takes the full shape with conflict-free B reads (bank count of its layout).
 - The Toeplitz formulation of step 4, index for index (rows over flattened (d, h), k = w0 - 2 + 0..15,
   the banded T), emulated in torch and compared with F.conv3d.
 Run:  TRITON_INTERPRET=1 python3 -m pytest resources/reference_kernels/conv3d_depthwise -q
@@ -278,3 +278,14 @@ def test_step7_search_variants_cover_the_full_shape():
         y = emu.emulate(x.double().numpy(), w.double().numpy(), src, "nvidia")
         np.testing.assert_allclose(y, F.conv3d(x.double(), w.double(), padding=(0, 2, 2), groups=1)[0].numpy(),
                                    rtol=1e-12, atol=1e-12, err_msg=name)
+        ways = emu.bank_conflicts(src, 80)  # NVIDIA: B reads conflict-free; output-tile writes at most 4-way
+        assert ways["b_read"] == 1 and ways["c_write"] <= (2 if emu.config(src)["NPN"] == 8 else 4), (name, ways)
+
+
+def test_step7_bank_conflict_count_sees_a_bad_plane_stride(monkeypatch):
+    emu, src = _step7()
+    cf = emu.config(src)
+    assert emu.bank_conflicts(src, 80)["b_read"] == 1
+    # without the padding, a plane is 2 rows of 96 elements = 96 words = 0 mod 32: the 8 planes of a B read share banks
+    monkeypatch.setattr(emu, "config", lambda s, target="nvidia": dict(cf, PLANEE=2 * cf["ROWE"]))
+    assert emu.bank_conflicts(src, 80)["b_read"] >= 4

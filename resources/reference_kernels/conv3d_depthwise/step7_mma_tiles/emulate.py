@@ -221,3 +221,37 @@ def emulate(x, w, src: str, target: str = "nvidia") -> np.ndarray:
             if pend >= 0:
                 flush(pend)
     return y
+
+
+def bank_conflicts(src: str, W: int) -> dict:
+    """Worst number of distinct 4-byte words one bank serves in one warp-wide access (1 = conflict-free), NVIDIA
+    layout, 32 banks: the B reads (one per tile and plane) and the output-tile writes of the C fragments."""
+    cf = config(src, "nvidia")
+    NPN, SPN, TILEW = cf["NPN"], cf["SPN"], cf["TILEW"]
+    NPG = cf["NPB"] // NPN
+    worst = {"b_read": 1, "c_write": 1}
+
+    def ways(addrs):  # element addresses of one warp access -> worst distinct words per bank
+        banks: dict = {}
+        for a in addrs:
+            banks.setdefault((a // 2) % 32, set()).add(a // 2)
+        return max(len(v) for v in banks.values())
+
+    for T in range(NPG * (W // TILEW)):
+        pg, ct = T % NPG, T // NPG
+        for kd in range(3):
+            for k, off in ((0, 0), (8, cf["ROWE"])):  # the two reads of a B fragment
+                addrs = []
+                for lane in range(32):
+                    n = b_col("nvidia", lane)
+                    pl, col = pg * NPN + n // SPN + kd, ct * TILEW + 4 * (n % SPN)
+                    addrs.append(pl * cf["PLANEE"] + 8 + col - 2 + b_k0("nvidia", lane) + off)
+                worst["b_read"] = max(worst["b_read"], ways(addrs))
+        for i in range(4):
+            addrs = []
+            for lane in range(32):
+                m, n = c_cells("nvidia", lane)[i]
+                addrs.append(pg * NPN * cf["OPLANEE"] + ct * TILEW + (n // SPN) * cf["OPLANEE"] + m_row(m) * cf["OROWE"]
+                             + 4 * (n % SPN) + m_col(m))
+            worst["c_write"] = max(worst["c_write"], ways(addrs))
+    return worst
