@@ -28,7 +28,7 @@ def config(src: str, target: str = "nvidia") -> dict:
     planee = 2 * (rowe + ((32 // v["NPN"] - rowe) % 32 + 32) % 32)  # C's % of a negative: same result here
     slote = (v["NPB"] + 2) * planee
     orowe = wmax + 8
-    oplanee = 4 * orowe + 8
+    oplanee = 4 * orowe + (16 if v["NPN"] == 4 else 8)
     v.update(LANES=lanes, NB=nb, NSTAGE=nstage, SPN=spn, TILEW=tilew, WMAX=wmax, ROWE=rowe, PLANEE=planee,
              SLOTE=slote, OROWE=orowe, OPLANEE=oplanee, THREADS=v["WARPS"] * lanes, WCH=wmax // 8,
              SMEM_BYTES=2 * (nstage * slote + v["NPB"] * oplanee))

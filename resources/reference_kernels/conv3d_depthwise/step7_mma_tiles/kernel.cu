@@ -166,12 +166,12 @@ static_assert(WMAX % 8 == 0 && NSTAGE >= 2, "16-byte rows; a ring of at least 2 
 // an immediate). A staged row: 8 zero columns, WMAX data columns, 8 zero columns (the W halo reads columns
 // -2, -1, W, W + 1; columns past W are never written). A staged plane: 2 rows + padding so that the plane
 // stride in 4-byte words is 32 / NPN modulo 32 (the NPN planes of one B read fall in distinct banks). A
-// ring slot: NPB + 2 planes. The output tile: NPB planes x 4 rows of WMAX + 8, plane stride padded by 8.
+// ring slot: NPB + 2 planes. The output tile: NPB planes x 4 rows of WMAX + 8, plane stride padded by 8 (16 at NPN 4).
 #define ROWE (WMAX + 16)
 #define PLANEE (2 * (ROWE + ((32 / NPN - ROWE) % 32 + 32) % 32))
 #define SLOTE ((NPB + 2) * PLANEE)
 #define OROWE (WMAX + 8)
-#define OPLANEE (4 * OROWE + 8)
+#define OPLANEE (4 * OROWE + (NPN == 4 ? 16 : 8))   // padding: C-fragment writes at most 2-way (emulate.bank_conflicts)
 #define SMEM_BYTES (2 * (NSTAGE * SLOTE + NPB * OPLANEE))
 static_assert(2 * NPB * OPLANEE >= 4 * TABN, "the A table fits in the output tile");
 

@@ -29,7 +29,7 @@ def _config(src, hip):
         wmax = v["WARPS"] * nt * tilew * v["NPN"] // v["NPB"]
         rowe = wmax + 16
         planee = 2 * (rowe + (32 // v["NPN"] - rowe) % 32)
-        smem = 2 * (nstage * (v["NPB"] + 2) * planee + v["NPB"] * (4 * (wmax + 8) + 8))
+        smem = 2 * (nstage * (v["NPB"] + 2) * planee + v["NPB"] * (4 * (wmax + 8) + (16 if v["NPN"] == 4 else 8)))
         _CFG[(src, hip)] = (v["WARPS"] * lanes, v["NPB"], wmax, tilew, smem)
     return _CFG[(src, hip)]
 
