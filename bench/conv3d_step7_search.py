@@ -12,7 +12,7 @@ then the best verified variant against PyTorch in one benchmark call (full shape
 (--profile) on it, a journal note with the table, and export_trajectory. Prints a compact table and
 writes bench/results/conv3d_step7_search_<device>_<date>.{md,json} (copied under $OUT when set).
 
-  python3 bench/conv3d_step7_search.py                 # GPU host: v1 v3 v5 v2, no new one after --budget-s 200
+  python3 bench/conv3d_step7_search.py                 # GPU host: the DEFAULT variants, no new one after --budget-s 200
   python3 bench/conv3d_step7_search.py --only v1 v3    # some variants
   python3 bench/conv3d_step7_search.py --cpu-only      # this host: emulation + nvcc + gfx942/gfx950 compiles
   python3 bench/conv3d_step7_search.py --profile       # also profile_pmc (preset memory) on the best
@@ -38,15 +38,19 @@ STEP7 = KDIR / "step7_mma_tiles"
 RESULTS = REPO / "bench/results"
 KERNEL = "conv3d_dw_mma_tiles"
 # name -> #define overrides of kernel.cu (the file's own values are v1)
-VARIANTS = {
+VARIANTS = {  # v1..v6 as in the first H100 round (commit c31f27b); v7.. added after it
     "v1": {},                                                            # 4 warps x 5 tiles, 8 planes, 4 stages: 12 warps/SM
-    "v2": {"STAGES": 6},                                                 # deeper ring (5 pairs in flight)
-    "v3": {"WARPS": 10, "NT": 2, "MINB": 2},                             # 10 warps x 2 tiles: 20 warps/SM, less ILP each
-    "v4": {"WARPS": 2, "NPB": 4, "NPN": 4, "NT": 5, "MINB": 6},          # 64-thread blocks: 4 planes, N = 4 planes x 2 segments
-    "v5": {"WARPS": 10, "NT": 2, "MINB": 2, "STAGES": 6},                # v3 with the deeper ring
+    "v2": {"STAGES": 6},                                                 # deeper ring (slower in round 1)
+    "v3": {"WARPS": 2, "NPB": 4, "NPN": 4, "NT": 5, "MINB": 6},          # 64-thread blocks: 4 planes, N = 4 planes x 2 segments
+    "v4": {"WARPS": 2, "NPB": 4, "NPN": 4, "NT": 5, "MINB": 6, "STAGES": 6},   # v3 with the deeper ring
+    "v5": {"NPN": 4},                                                    # v1 with N = 4 planes x 2 segments
     "v6": {"WARPS": 8, "NPB": 16, "MINB": 1},                            # 16 planes a block: halo planes 2/16 (8 warps/SM)
+    "v7": {"WARPS": 10, "NT": 2, "MINB": 2},                             # 10 warps x 2 tiles: 20 warps/SM, less ILP each
+    "v8": {"WARPS": 10, "NT": 2, "MINB": 2, "STAGES": 3},                # v7, shallower ring
+    "v9": {"WARPS": 2, "NPB": 4, "NPN": 4, "NT": 5, "MINB": 6, "STAGES": 3},   # v3, shallower ring
+    "v10": {"STAGES": 3},                                                # v1, shallower ring
 }
-DEFAULT = ["v1", "v3", "v5", "v2"]
+DEFAULT = ["v1", "v3", "v7", "v8", "v9", "v10"]
 
 
 def variant_source(overrides: dict) -> str:
