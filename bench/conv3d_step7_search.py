@@ -49,8 +49,10 @@ VARIANTS = {  # v1..v6 as in the first H100 round (commit c31f27b); v7.. added a
     "v8": {"WARPS": 10, "NT": 2, "MINB": 2, "STAGES": 3},                # v7, shallower ring
     "v9": {"WARPS": 2, "NPB": 4, "NPN": 4, "NT": 5, "MINB": 6, "STAGES": 3},   # v3, shallower ring
     "v10": {"STAGES": 3},                                                # v1, shallower ring
+    "v11": {"PPS": 2, "STAGES": 6},                                      # v1, 2 row pairs per barrier (half the barriers)
+    "v12": {"WARPS": 10, "NT": 2, "MINB": 2, "PPS": 2, "STAGES": 6},     # v7, 2 row pairs per barrier
 }
-DEFAULT = ["v1", "v3", "v7", "v8", "v9", "v10"]
+DEFAULT = ["v1", "v3", "v7", "v8", "v10", "v11", "v12"]
 
 
 def variant_source(overrides: dict) -> str:

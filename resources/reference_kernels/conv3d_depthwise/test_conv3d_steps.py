@@ -224,7 +224,8 @@ def _step7_variant(src, defines):
 # widest (the columns past W are the zero halo) and W at its widest (80 on NVIDIA)
 @pytest.mark.parametrize("target", ["nvidia", "amd"])
 @pytest.mark.parametrize("defines", [{}, {"STAGES": 6}, {"WARPS": 2, "NPB": 4, "NPN": 4, "NT": 5, "MINB": 6},
-                                     {"WARPS": 8, "NPB": 16, "MINB": 1}, {"WARPS": 10, "NT": 2, "MINB": 2}])
+                                     {"WARPS": 8, "NPB": 16, "MINB": 1}, {"WARPS": 10, "NT": 2, "MINB": 2},
+                                     {"PPS": 2, "STAGES": 4}, {"PPS": 2, "STAGES": 6, "NPN": 4}])
 def test_step7_emulated_kernel_matches_conv3d(target, defines):
     emu, src = _step7()
     src = _step7_variant(src, defines)
@@ -280,6 +281,19 @@ def test_step7_search_variants_cover_the_full_shape():
                                    rtol=1e-12, atol=1e-12, err_msg=name)
         ways = emu.bank_conflicts(src, 80)  # NVIDIA: B reads conflict-free; output-tile writes at most 2-way
         assert ways["b_read"] == 1 and ways["c_write"] <= 2, (name, ways)
+
+
+def test_step7_emulation_catches_a_shared_output_tile_with_two_pairs_a_barrier(monkeypatch):
+    """With 2 pairs a barrier, a block's flush and the next block's writes share an interval: the emulation runs
+    them in the worst order, so one output tile for both shows (the kernel has two)."""
+    emu, src = _step7()
+    src = _step7_variant(src, {"PPS": 2, "STAGES": 4})
+    x, w = _inputs(seed=4, C=1, D=5, H=9, W=16)
+    ref = F.conv3d(x.double(), w.double(), padding=(0, 2, 2), groups=1)[0].numpy()
+    np.testing.assert_allclose(emu.emulate(x.double().numpy(), w.double().numpy(), src), ref, rtol=1e-12, atol=1e-12)
+    monkeypatch.setattr(emu, "_tile", lambda b, cf: 0)  # every block into the first output tile
+    y = emu.emulate(x.double().numpy(), w.double().numpy(), src)
+    assert np.abs(y - ref).max() > 1e-3
 
 
 def test_step7_bank_conflict_count_sees_a_bad_plane_stride(monkeypatch):

@@ -13,7 +13,8 @@
 // A block owns one channel, NPB consecutive output planes and all of W (W <= WMAX) and streams down H in
 // row pairs: per pair it stages NPB + 2 planes x 2 rows x W (16-byte chunks) into a STAGES-deep ring
 // (NVIDIA: cp.async.cg, zero-filled outside the tensor; AMD: 16-byte global loads into registers one pair
-// ahead, written to LDS after the pair's MMAs), one __syncthreads per pair. Each warp owns NT (plane group,
+// ahead, written to LDS after the pair's MMAs), one __syncthreads per pair (NVIDIA: or per 2 pairs, PPS 2, with
+// two output tiles so that one block's flush and the next block's fill can share a barrier interval). Each warp owns NT (plane group,
 // column tile) pairs and keeps two accumulator tiles for each: the block this pair starts and the one it
 // completes. A completed block goes through a shared-memory output tile and leaves as 16-byte stores.
 // The m permutation puts rows r = 0..3 in both halves of M, so that no A register is identically zero
@@ -31,17 +32,20 @@
 #define NT 5       // NVIDIA (plane group, column tile) tiles per warp (AMD: (NT + 1) / 2, tiles twice as wide)
 #define STAGES 4   // NVIDIA: input row pairs in the shared ring (STAGES - 1 in flight); AMD uses 2
 #define MINB 3     // __launch_bounds__ min blocks per SM (3 x 128 threads: <= 168 registers)
+#define PPS 1      // NVIDIA: input row pairs per barrier (1, or 2 with STAGES >= 4 and a second output tile)
 
 #if !defined(__HIP_PLATFORM_AMD__)
 #define LANES 32
 #define NB 8
 #define NSTAGE STAGES
 #define NTW NT
+#define NPPS PPS
 #else
 #define LANES 64
 #define NB 16
 #define NSTAGE 2
 #define NTW ((NT + 1) / 2)
+#define NPPS 1
 #endif
 #define SPN (NB / NPN)
 #define THREADS (WARPS * LANES)
@@ -122,7 +126,8 @@ __device__ __forceinline__ void cp_async16(uint32_t saddr, const void* g, bool o
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(saddr), "l"(g), "r"(ok ? 16 : 0));
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(NSTAGE - 2)); }
+// before a barrier interval: this thread's copies of the interval's NPPS pairs have landed
+__device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(NSTAGE - 2 * NPPS)); }
 
 #else
 // ---------------------------------------------------------------- AMD: v_mfma_f32_16x16x16bf16_1k (wave64)
@@ -161,6 +166,7 @@ __device__ __forceinline__ void cp_wait() {}
 #endif
 static_assert(NB % NPN == 0 && NPB % NPN == 0 && NPN <= 8, "NPN divides NB and NPB; at most 8 (16-byte plane strides)");
 static_assert(WMAX % 8 == 0 && NSTAGE >= 2, "16-byte rows; a ring of at least 2 pairs");
+static_assert(NPPS == 1 || (NPPS == 2 && NSTAGE >= 4), "2 pairs a barrier need a ring of at least 4");
 
 // Shared-memory layout (elements), fixed at compile time for W <= WMAX (so every offset but the tile's is
 // an immediate). A staged row: 8 zero columns, WMAX data columns, 8 zero columns (the W halo reads columns
@@ -172,7 +178,7 @@ static_assert(WMAX % 8 == 0 && NSTAGE >= 2, "16-byte rows; a ring of at least 2 
 #define SLOTE ((NPB + 2) * PLANEE)
 #define OROWE (WMAX + 8)
 #define OPLANEE (4 * OROWE + (NPN == 4 ? 16 : 8))   // padding: C-fragment writes at most 2-way (emulate.bank_conflicts)
-#define SMEM_BYTES (2 * (NSTAGE * SLOTE + NPB * OPLANEE))
+#define SMEM_BYTES (2 * (NSTAGE * SLOTE + NPPS * NPB * OPLANEE))   // NPPS output tiles (flush and fill overlap at 2)
 static_assert(2 * NPB * OPLANEE >= 4 * TABN, "the A table fits in the output tile");
 
 extern "C" __global__ void __launch_bounds__(THREADS, MINB)
@@ -267,20 +273,20 @@ conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__
     for (int q = 0; q < NTW; ++q) zero_c(acc[s][q]);
 
 #pragma unroll
-  for (int i = 0; i < NSTAGE - 1; ++i) {   // (the barrier after the table also ordered the ring's zeroing first)
+  for (int i = 0; i < NSTAGE - NPPS; ++i) {   // (the barrier after the table also ordered the ring's zeroing first)
     issue(i);
     land();
   }
 
   // completed block b: accumulator slot -> output tile (bf16); flushed to y after the next barrier
-  auto to_tile = [&](int s) {
+  auto to_tile = [&](int s, int b) {   // block b into output tile b % NPPS
 #pragma unroll
     for (int q = 0; q < NTW; ++q) {
       if (warp + WARPS * q >= ntiles) continue;
 #pragma unroll
       for (int i = 0; i < CN; ++i) {
         const int m = c_m(lane, i), n = c_n(lane, i);
-        otile[oofs[q] + (n / SPN) * OPLANEE + m_row(m) * OROWE + 4 * (n % SPN) + m_col(m)] =
+        otile[(b % NPPS) * NPB * OPLANEE + oofs[q] + (n / SPN) * OPLANEE + m_row(m) * OROWE + 4 * (n % SPN) + m_col(m)] =
             to_bf16(c_get(acc[s][q], i));
       }
       zero_c(acc[s][q]);
@@ -294,7 +300,7 @@ conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__
       const int id = tid + THREADS * k, p = id / (4 * WCH), r = (id / WCH) & 3, ch = id % WCH, oh = 4 * b + r;
       if (id < NOUT && ch < wch && d0 + p < Dout && oh < H)
         *reinterpret_cast<uint4*>(yc + (d0 + p) * planeI + oh * W + 8 * ch) =
-            *reinterpret_cast<const uint4*>(otile + p * OPLANEE + r * OROWE + 8 * ch);
+            *reinterpret_cast<const uint4*>(otile + (b % NPPS) * NPB * OPLANEE + p * OPLANEE + r * OROWE + 8 * ch);
     }
   };
 
@@ -302,37 +308,54 @@ conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__
   // P odd continues the block it started (j = 1) and completes the other (j = 3).
   int pend = -1;
   for (int base = 0; base < npairs; base += 4) {
-#define STEP(P)                                                                                    \
+// HEAD: the barrier of an interval of NPPS pairs (i, i + 1): their copies have landed, everyone is past the
+// reads of the previous interval's slots, which take pairs i + NSTAGE - NPPS .. i + NSTAGE - 1; the previous
+// completed block leaves. BODY: one pair's MMAs; an odd pair completes a block into its output tile.
+#define HEAD(P)                                                                                    \
+    {                                                                                              \
+      const int i = base + P;                                                                      \
+      if (i < npairs) {                                                                            \
+        cp_wait();                                                                                 \
+        __syncthreads();                                                                           \
+        _Pragma("unroll") for (int u = 0; u < NPPS; ++u)                                           \
+          issue(i + NSTAGE - NPPS + u);   /* the copies first: they have the longest way to go */  \
+        if (pend >= 0) { flush(pend); pend = -1; }                                                 \
+      }                                                                                            \
+    }
+#define BODY(P)                                                                                    \
     {                                                                                              \
       const int i = base + P;                                                                      \
       if (i < npairs) {                                                                            \
         constexpr int sn = (P >> 1) & 1, so = sn ^ 1, jn = P & 1, jo = jn + 2;                     \
         const int bn = i >> 1;   /* the block this pair starts/continues (slot sn) */              \
-        cp_wait();                                                                                 \
-        __syncthreads();                                                                           \
-        issue(i + NSTAGE - 1);   /* the copies first: they have the longest way to go */          \
-        if (pend >= 0) { flush(pend); pend = -1; }                                                 \
-        const uint16_t* sl = ring + (i % NSTAGE) * SLOTE;                                       \
+        const uint16_t* sl = ring + (i % NSTAGE) * SLOTE;                                          \
         /* every tile of the warp, also past ntiles (a copy of the last tile; never stored): no branch */ \
         /* between the MMAs; the pairs past the last block feed a block that is never stored */            \
-        BFrag b[NTW][3];                                                                            \
-        _Pragma("unroll") for (int q = 0; q < NTW; ++q)                                             \
+        BFrag b[NTW][3];                                                                           \
+        _Pragma("unroll") for (int q = 0; q < NTW; ++q)                                            \
           _Pragma("unroll") for (int kd = 0; kd < 3; ++kd)                                         \
             load_b(b[q][kd], sl + bofs[q] + kd * PLANEE, ROWE);                                    \
         _Pragma("unroll") for (int kd = 0; kd < 3; ++kd)                                           \
-          _Pragma("unroll") for (int q = 0; q < NTW; ++q) {                                         \
+          _Pragma("unroll") for (int q = 0; q < NTW; ++q) {                                        \
             mma(acc[sn][q], a[kd][jn], b[q][kd]);                                                  \
             mma(acc[so][q], a[kd][jo], b[q][kd]);                                                  \
           }                                                                                        \
-        land();                                                                                    \
         if (P & 1) {                                                                               \
-          if (bn >= 1) { to_tile(so); pend = bn - 1; }                                             \
-          else { _Pragma("unroll") for (int q = 0; q < NTW; ++q) zero_c(acc[so][q]); }             \
+          if (bn >= 1) { to_tile(so, bn - 1); pend = bn - 1; }                                     \
+          else { _Pragma("unroll") for (int q = 0; q < NTW; ++q) zero_c(acc[so][q]); }            \
         }                                                                                          \
       }                                                                                            \
     }
-    STEP(0) STEP(1) STEP(2) STEP(3)
-#undef STEP
+#if NPPS == 1
+    HEAD(0) BODY(0) if (base < npairs) land();   /* AMD: the prefetched pair into LDS after the MMAs */
+    HEAD(1) BODY(1) if (base + 1 < npairs) land();
+    HEAD(2) BODY(2) if (base + 2 < npairs) land();
+    HEAD(3) BODY(3) if (base + 3 < npairs) land();
+#else
+    HEAD(0) BODY(0) BODY(1) HEAD(2) BODY(2) BODY(3)   /* NVIDIA only: land() is empty */
+#endif
+#undef HEAD
+#undef BODY
   }
   __syncthreads();
   if (pend >= 0) flush(pend);
