@@ -12,7 +12,7 @@ then the best verified variant against PyTorch in one benchmark call (full shape
 (--profile) on it, a journal note with the table, and export_trajectory. Prints a compact table and
 writes bench/results/conv3d_step7_search_<device>_<date>.{md,json} (copied under $OUT when set).
 
-  python3 bench/conv3d_step7_search.py                 # GPU host: all variants (< 5 min on one H100)
+  python3 bench/conv3d_step7_search.py                 # GPU host: the DEFAULT variants, no new one after --budget-s 200
   python3 bench/conv3d_step7_search.py --only v1 v3    # some variants
   python3 bench/conv3d_step7_search.py --cpu-only      # this host: emulation + nvcc + gfx942/gfx950 compiles
   python3 bench/conv3d_step7_search.py --profile       # also profile_pmc (preset memory) on the best
@@ -38,15 +38,21 @@ STEP7 = KDIR / "step7_mma_tiles"
 RESULTS = REPO / "bench/results"
 KERNEL = "conv3d_dw_mma_tiles"
 # name -> #define overrides of kernel.cu (the file's own values are v1)
-VARIANTS = {
-    "v1": {},                                                            # 4 warps x 5 tiles, 8 planes, 4 stages, 12 warps/SM
-    "v2": {"STAGES": 6},                                                 # deeper ring (5 pairs in flight)
+VARIANTS = {  # v1..v6 as in the first H100 round (commit c31f27b); v7.. added after it
+    "v1": {},                                                            # 4 warps x 5 tiles, 8 planes, 4 stages: 12 warps/SM
+    "v2": {"STAGES": 6},                                                 # deeper ring (slower in round 1)
     "v3": {"WARPS": 2, "NPB": 4, "NPN": 4, "NT": 5, "MINB": 6},          # 64-thread blocks: 4 planes, N = 4 planes x 2 segments
-    "v4": {"WARPS": 2, "NPB": 4, "NPN": 4, "NT": 5, "MINB": 6, "STAGES": 6},   # the same, deeper ring
+    "v4": {"WARPS": 2, "NPB": 4, "NPN": 4, "NT": 5, "MINB": 6, "STAGES": 6},   # v3 with the deeper ring
     "v5": {"NPN": 4},                                                    # v1 with N = 4 planes x 2 segments
     "v6": {"WARPS": 8, "NPB": 16, "MINB": 1},                            # 16 planes a block: halo planes 2/16 (8 warps/SM)
+    "v7": {"WARPS": 10, "NT": 2, "MINB": 2},                             # 10 warps x 2 tiles: 20 warps/SM, less ILP each
+    "v8": {"WARPS": 10, "NT": 2, "MINB": 2, "STAGES": 3},                # v7, shallower ring
+    "v9": {"WARPS": 2, "NPB": 4, "NPN": 4, "NT": 5, "MINB": 6, "STAGES": 3},   # v3, shallower ring
+    "v10": {"STAGES": 3},                                                # v1, shallower ring
+    "v11": {"PPS": 2, "STAGES": 6},                                      # v1, 2 row pairs per barrier (half the barriers)
+    "v12": {"WARPS": 10, "NT": 2, "MINB": 2, "PPS": 2, "STAGES": 6},     # v7, 2 row pairs per barrier
 }
-DEFAULT = ["v1", "v2", "v3", "v4"]
+DEFAULT = ["v1", "v3", "v7", "v8", "v10", "v11", "v12"]
 
 
 def variant_source(overrides: dict) -> str:
@@ -106,6 +112,10 @@ def cpu_checks(name: str, src: str) -> dict:
     return out
 
 
+def config_threads(src: str) -> int:
+    return _emulate_module().config(src, "nvidia")["THREADS"]
+
+
 async def call(client, name: str, args: dict) -> dict:
     r = await client.call_tool(name, args)
     if r.is_error:
@@ -124,7 +134,8 @@ async def call(client, name: str, args: dict) -> dict:
 
 def compile_row(res: dict) -> dict:
     if not res or res.get("error") or not res.get("ok"):
-        return {"ok": False, "error": (res or {}).get("error") or [d.get("message") for d in (res or {}).get("diagnostics", [])][:2]}
+        diags = [d.get("message") for d in (res or {}).get("diagnostics", [])][:2]
+        return {"ok": False, "error": (res or {}).get("error") or diags}
     k = res["kernels"][0]
     occ = k.get("occupancy") or {}
     return {"ok": True, "registers": k.get("registers"), "vgpr": k.get("vgpr_count"), "agpr": k.get("agpr_count"),
@@ -149,16 +160,23 @@ async def search(args, rep_cpu: dict) -> dict:
         dev = await call(client, "query_rocminfo", {})
         rep["device"] = ((dev.get("devices") or [{}])[0]).get("name") if isinstance(dev, dict) else None
         gpu = bool(rep["device"]) and not args.cpu_only
+        t_start = time.time()
         for name in args.only:
             t0 = time.time()
+            if gpu and t0 - t_start > args.budget_s:
+                print(f"  {name}: skipped (the search's {args.budget_s:.0f} s budget for variants is spent)", flush=True)
+                rep["variants"][name] = {"defines": VARIANTS[name], "cpu": rep["cpu"].get(name, {}), "skipped": "time budget"}
+                continue
             src = variant_source(VARIANTS[name])
             label = f"conv3d/step7/{name}"
             v: dict = {"defines": VARIANTS[name], "cpu": rep["cpu"].get(name, {}), "compile": {}}
             targets = ["sm_90"] + (["gfx942", "gfx950"] if args.amd or not gpu else [])
             for t in targets:
+                amd = t.startswith("gfx")  # wave64: the same warps, twice the lanes
+                wg = v["cpu"].get("threads") or config_threads(src)
                 v["compile"][t] = compile_row(await call(client, "compile_kernel", {
-                    "source": src, "language": "hip" if t.startswith("gfx") else "cuda", "kernel": KERNEL,
-                    "target": t, "options": {"workgroup_size": v["cpu"].get("threads", 128) * (2 if t.startswith("gfx") else 1)}}))
+                    "source": src, "language": "hip" if amd else "cuda", "kernel": KERNEL,
+                    "target": t, "options": {"workgroup_size": wg * (2 if amd else 1)}}))
                 print(f"  {name} compile {t}: {v['compile'][t]}", flush=True)
             if gpu:
                 cand = candidate(src)
@@ -171,12 +189,14 @@ async def search(args, rep_cpu: dict) -> dict:
                                                                            "baseline": step6, "wait_s": 50,
                                                                            "timeout_s": 600, "experiment": label})
                     b = full_row(v["bench_vs_step6"])
+                    why = b.get("invalid_reason") or str(v["bench_vs_step6"].get("error") or "")[:300]
                     print(f"  {name} vs step6: {(b.get('candidate') or {}).get('median_ms')} ms vs "
-                          f"{(b.get('baseline') or {}).get('median_ms')} ms, speedup {b.get('speedup')}", flush=True)
+                          f"{(b.get('baseline') or {}).get('median_ms')} ms, speedup {b.get('speedup')} {why}", flush=True)
             v["wall_s"] = round(time.time() - t0, 1)
             rep["variants"][name] = v
             write(rep, final=False)
-        ok = [(n, (full_row(v.get("bench_vs_step6")).get("candidate") or {}).get("median_ms")) for n, v in rep["variants"].items()]
+        ok = [(n, (full_row(v.get("bench_vs_step6")).get("candidate") or {}).get("median_ms"))
+              for n, v in rep["variants"].items()]
         ok = sorted([(ms, n) for n, ms in ok if ms])
         if gpu and ok:
             best = ok[0][1]
@@ -234,7 +254,8 @@ def table(rep: dict) -> tuple[str, list]:
     pt = full_row(rep.get("bench_vs_pytorch"))
     pt_ms = (pt.get("baseline") or {}).get("median_ms")
     lines = ["| variant | defines | verified | ms (full) | step 6 ms (same call) | speedup vs step 6 | vs PyTorch | "
-             "sm_90 regs / spills (nvcc) | sm_90 warps/SM (compile_kernel) | smem B | gfx942 VGPR/waves | gfx950 VGPR/waves | emulation |",
+             "sm_90 regs / spills (nvcc) | sm_90 warps/SM (compile_kernel) | smem B | gfx942 VGPR/waves | "
+             "gfx950 VGPR/waves | emulation |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     rows = []
     for name, v in rep["variants"].items():
@@ -248,12 +269,15 @@ def table(rep: dict) -> tuple[str, list]:
             vs_pt = "-"
         cpu, comp = v.get("cpu", {}), v.get("compile", {})
         amd = lambda t: (f"{comp[t].get('vgpr')}+{comp[t].get('agpr') or 0} / {comp[t].get('occupancy')}"  # noqa: E731
+                         + (f", {comp[t]['spills']} spills" if comp[t].get("spills") else "")
                          if comp.get(t, {}).get("ok") else "-")
         sm = comp.get("sm_90", {})
         emu = max(cpu.get("emulate_nvidia_max_err", float("nan")), cpu.get("emulate_amd_max_err", float("nan")))
         f = lambda x, p: "-" if x is None else f"{x:.{p}f}"  # noqa: E731
-        lines.append(f"| {name} | {v['defines'] or 'kernel.cu'} | {v.get('verified', '-')} | {f(ms, 4)} | {f(s6, 4)} | "
-                     f"{f(b.get('speedup'), 2)} | {vs_pt} | {cpu.get('nvcc_registers', '-')} / {cpu.get('nvcc_spill_bytes', '-')} | "
+        defs = " ".join(f"{k}={val}" for k, val in v["defines"].items()) or "kernel.cu"
+        lines.append(f"| {name} | {defs} | {v.get('verified', '-')} | {f(ms, 4)} | {f(s6, 4)} | "
+                     f"{f(b.get('speedup'), 2)} | {vs_pt} | "
+                     f"{cpu.get('nvcc_registers', '-')} / {cpu.get('nvcc_spill_bytes', '-')} | "
                      f"{sm.get('occupancy', '-')} ({sm.get('limiter', '-')}) | {cpu.get('smem_bytes', '-')} | {amd('gfx942')} | "
                      f"{amd('gfx950')} | {'ok' if emu == 0.0 else emu} |")
         rows.append({"variant": name, "ms": ms})
@@ -287,6 +311,8 @@ def main() -> int:
     ap.add_argument("--profile-preset", default="memory")
     ap.add_argument("--no-export", action="store_true", help="skip export_trajectory")
     ap.add_argument("--skip-cpu-checks", action="store_true")
+    ap.add_argument("--budget-s", type=float, default=200.0,
+                    help="start no new variant after this many seconds (the whole run stays under 5 minutes)")
     args = ap.parse_args()
     rep_cpu = {}
     for name in args.only:

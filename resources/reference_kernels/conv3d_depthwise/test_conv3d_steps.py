@@ -9,7 +9,8 @@
   AMD layouts, vs F.conv3d.
 - Step 7's whole kernel emulated lane by lane (step7_mma_tiles/emulate.py: its #defines, shared-memory ring and
   output tile, copy and flush maps, fragment maps, pair loop) for both layouts and several variants, vs F.conv3d;
-  its launcher's shared-memory size equals the emulation's; it refuses a W its variant cannot cover.
+  its launcher's shared-memory size equals the emulation's; it refuses a W its variant cannot cover; every variant
+  of bench/conv3d_step7_search.py takes the full shape with conflict-free B reads (bank count of its layout).
 - The Toeplitz formulation of step 4, index for index (rows over flattened (d, h), k = w0 - 2 + 0..15,
   the banded T), emulated in torch and compared with F.conv3d.
 Run:  TRITON_INTERPRET=1 python3 -m pytest resources/reference_kernels/conv3d_depthwise -q
@@ -223,7 +224,8 @@ def _step7_variant(src, defines):
 # widest (the columns past W are the zero halo) and W at its widest (80 on NVIDIA)
 @pytest.mark.parametrize("target", ["nvidia", "amd"])
 @pytest.mark.parametrize("defines", [{}, {"STAGES": 6}, {"WARPS": 2, "NPB": 4, "NPN": 4, "NT": 5, "MINB": 6},
-                                     {"WARPS": 8, "NPB": 16, "MINB": 1}, {"WARPS": 10, "NT": 2, "MINB": 1}])
+                                     {"WARPS": 8, "NPB": 16, "MINB": 1}, {"WARPS": 10, "NT": 2, "MINB": 2},
+                                     {"PPS": 2, "STAGES": 4}, {"PPS": 2, "STAGES": 6, "NPN": 4}])
 def test_step7_emulated_kernel_matches_conv3d(target, defines):
     emu, src = _step7()
     src = _step7_variant(src, defines)
@@ -258,3 +260,46 @@ def test_step7_launcher_shared_memory_and_width_limits():
     x, w = _inputs(seed=1, C=1, D=5, H=6, W=88)  # wider than the 80 columns one NVIDIA block covers
     with pytest.raises(ValueError, match="W <= 80"):
         step.run(x, w)
+
+
+def test_step7_search_variants_cover_the_full_shape():
+    """Every variant bench/conv3d_step7_search.py runs on the GPU takes the task's full shape (W = 80) on both
+    vendors, fits the launcher's 48 KiB of shared memory, and its emulation agrees with F.conv3d at W = 80."""
+    spec = importlib.util.spec_from_file_location("step7_search", HERE.parents[2] / "bench" / "conv3d_step7_search.py")
+    search = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(search)
+    emu, _ = _step7()
+    assert set(search.DEFAULT) <= set(search.VARIANTS)
+    for name, defines in search.VARIANTS.items():
+        src = search.variant_source(defines)
+        for target in ("nvidia", "amd"):
+            cf = emu.config(src, target)
+            assert cf["WMAX"] >= 80 and 80 % cf["TILEW"] == 0 and cf["SMEM_BYTES"] <= 48 * 1024, (name, target, cf)
+        x, w = _inputs(seed=5, C=1, D=5, H=5, W=80)
+        y = emu.emulate(x.double().numpy(), w.double().numpy(), src, "nvidia")
+        np.testing.assert_allclose(y, F.conv3d(x.double(), w.double(), padding=(0, 2, 2), groups=1)[0].numpy(),
+                                   rtol=1e-12, atol=1e-12, err_msg=name)
+        ways = emu.bank_conflicts(src, 80)  # NVIDIA: B reads conflict-free; output-tile writes at most 2-way
+        assert ways["b_read"] == 1 and ways["c_write"] <= 2, (name, ways)
+
+
+def test_step7_emulation_catches_a_shared_output_tile_with_two_pairs_a_barrier(monkeypatch):
+    """With 2 pairs a barrier, a block's flush and the next block's writes share an interval: the emulation runs
+    them in the worst order, so one output tile for both shows (the kernel has two)."""
+    emu, src = _step7()
+    src = _step7_variant(src, {"PPS": 2, "STAGES": 4})
+    x, w = _inputs(seed=4, C=1, D=5, H=9, W=16)
+    ref = F.conv3d(x.double(), w.double(), padding=(0, 2, 2), groups=1)[0].numpy()
+    np.testing.assert_allclose(emu.emulate(x.double().numpy(), w.double().numpy(), src), ref, rtol=1e-12, atol=1e-12)
+    monkeypatch.setattr(emu, "_tile", lambda b, cf: 0)  # every block into the first output tile
+    y = emu.emulate(x.double().numpy(), w.double().numpy(), src)
+    assert np.abs(y - ref).max() > 1e-3
+
+
+def test_step7_bank_conflict_count_sees_a_bad_plane_stride(monkeypatch):
+    emu, src = _step7()
+    cf = emu.config(src)
+    assert emu.bank_conflicts(src, 80)["b_read"] == 1
+    # without the padding, a plane is 2 rows of 96 elements = 96 words = 0 mod 32: the 8 planes of a B read share banks
+    monkeypatch.setattr(emu, "config", lambda s, target="nvidia": dict(cf, PLANEE=2 * cf["ROWE"]))
+    assert emu.bank_conflicts(src, 80)["b_read"] >= 4

@@ -18,7 +18,11 @@ import numpy as np
 def config(src: str, target: str = "nvidia") -> dict:
     """The kernel's compile-time constants, derived as kernel.cu derives them."""
     v = {k: int(re.search(rf"#define {k} (\d+)", src).group(1)) for k in ("WARPS", "NPB", "NPN", "NT", "STAGES", "MINB")}
+    m = re.search(r"#define PPS (\d+)", src)
+    v["NPPS"] = int(m.group(1)) if m and target == "nvidia" else 1
     lanes, nb, nstage = (32, 8, v["STAGES"]) if target == "nvidia" else (64, 16, 2)
+    if target != "nvidia":
+        v["NT"] = (v["NT"] + 1) // 2  # tiles twice as wide (N = 16)
     spn = nb // v["NPN"]
     tilew = 4 * spn
     wmax = v["WARPS"] * v["NT"] * tilew * v["NPN"] // v["NPB"]
@@ -26,10 +30,10 @@ def config(src: str, target: str = "nvidia") -> dict:
     planee = 2 * (rowe + ((32 // v["NPN"] - rowe) % 32 + 32) % 32)  # C's % of a negative: same result here
     slote = (v["NPB"] + 2) * planee
     orowe = wmax + 8
-    oplanee = 4 * orowe + 8
+    oplanee = 4 * orowe + (16 if v["NPN"] == 4 else 8)
     v.update(LANES=lanes, NB=nb, NSTAGE=nstage, SPN=spn, TILEW=tilew, WMAX=wmax, ROWE=rowe, PLANEE=planee,
              SLOTE=slote, OROWE=orowe, OPLANEE=oplanee, THREADS=v["WARPS"] * lanes, WCH=wmax // 8,
-             SMEM_BYTES=2 * (nstage * slote + v["NPB"] * oplanee))
+             SMEM_BYTES=2 * (nstage * slote + v["NPPS"] * v["NPB"] * oplanee))
     v["NCHUNK"] = (v["NPB"] + 2) * 2 * v["WCH"]
     v["CPT"] = -(-v["NCHUNK"] // v["THREADS"])
     v["NOUT"] = v["NPB"] * 4 * v["WCH"]
@@ -38,6 +42,10 @@ def config(src: str, target: str = "nvidia") -> dict:
 
 def _c_mod(a: int, b: int) -> int:  # C's % (truncating)
     return a - b * int(a / b)
+
+
+def _tile(b, cf):  # the output tile of block b (the kernel's b % NPPS)
+    return b % cf["NPPS"]
 
 
 def m_row(m):
@@ -51,6 +59,19 @@ def m_col(m):
 def a_elem(wq, kd, j, m, k):
     kh, kw = 2 * j + (k >> 3) - m_row(m), (k & 7) - m_col(m)
     return wq[kd, kh, kw] if 0 <= kh < 5 and 0 <= kw < 5 else 0.0
+
+
+def tab_entry(wq, i):
+    """The kernel's pair table: (wt[kd, kh, kw], wt[kd, kh, kw + 1]) for kh, kw in -3..7, zero outside the filter."""
+    kd, kh, kw = i // 121, (i // 11) % 11 - 3, i % 11 - 3
+
+    def tap(kw):
+        return wq[kd, kh, kw] if 0 <= kh < 5 and 0 <= kw < 5 else 0.0
+    return tap(kw), tap(kw + 1)
+
+
+def tab_index(kd, j, m, k):
+    return kd * 121 + (2 * j + (k >> 3) - m_row(m) + 3) * 11 + ((k & 7) - m_col(m) + 3)
 
 
 # lane maps: (lane, register element) -> matrix cell
@@ -108,14 +129,16 @@ def emulate(x, w, src: str, target: str = "nvidia") -> np.ndarray:
         for kd in range(3):
             for j in range(4):
                 seen = np.zeros((16, 16), int)
+                tab = [tab_entry(w[c], i) for i in range(3 * 121)]
                 for lane in range(LANES):
-                    for m, k in a_cells(target, lane):
-                        A[kd, j, m, k] = a_elem(w[c], kd, j, m, k)
+                    for m, k in a_cells(target, lane):  # each register: one table pair (k even, k + 1)
+                        A[kd, j, m, k] = tab[tab_index(kd, j, m, k - (k & 1))][k & 1]
+                        assert A[kd, j, m, k] == a_elem(w[c], kd, j, m, k)
                         seen[m, k] += 1
                 assert (seen == 1).all(), "A fragment map does not cover 16 x 16 exactly once"
         for bx in range(-(-Dout // NPB)):
             d0 = bx * NPB
-            smem = np.full(NSTAGE * SLOTE + NPB * OPLANEE, np.nan)
+            smem = np.full(NSTAGE * SLOTE + cf["NPPS"] * NPB * OPLANEE, np.nan)
             smem[:NSTAGE * SLOTE] = 0.0
             otile = NSTAGE * SLOTE
 
@@ -151,7 +174,9 @@ def emulate(x, w, src: str, target: str = "nvidia") -> np.ndarray:
                         n = b_col(target, lane)
                         pl, col = pg * NPN + n // SPN, ct * cf["TILEW"] + 4 * (n % SPN)
                         bofs[warp, q, lane] = pl * PLANEE + b_e(target, lane) * ROWE + 8 + col - 2 + b_k0(target, lane)
-            for i in range(NSTAGE - 1):
+            NPPS = cf["NPPS"]
+            assert NPPS == 1 or NSTAGE >= 4
+            for i in range(NSTAGE - NPPS):
                 land(load(i))
             pend = -1
 
@@ -161,19 +186,15 @@ def emulate(x, w, src: str, target: str = "nvidia") -> np.ndarray:
                         p, r, ch = cid // (4 * WCH), (cid // WCH) & 3, cid % WCH
                         oh = 4 * b + r
                         if ch < wch and d0 + p < Dout and oh < H:
-                            a = otile + p * OPLANEE + r * OROWE + 8 * ch
+                            a = otile + _tile(b, cf) * cf["NPB"] * OPLANEE + p * OPLANEE + r * OROWE + 8 * ch
                             y[c, d0 + p, oh, 8 * ch:8 * ch + 8] = smem[a:a + 8]
 
-            for i in range(npairs):
+            def body(i):
+                """One pair's MMAs; an odd pair completes a block into output tile (block % NPPS). Returns the
+                completed block, or -1."""
                 P = i % 4
                 sn, jn = (P >> 1) & 1, P & 1
                 so, jo, bn = sn ^ 1, jn + 2, i >> 1
-                if pend >= 0:
-                    flush(pend)
-                    pend = -1
-                pre = load(i + NSTAGE - 1)
-                if target == "nvidia":  # cp.async: lands during the step, in a slot nobody reads now
-                    land(pre)
                 sl = (i % NSTAGE) * SLOTE
                 for warp in range(WARPS):
                     for q in range(NT):  # every tile, also past ntiles (a copy of the last one, never stored)
@@ -186,21 +207,73 @@ def emulate(x, w, src: str, target: str = "nvidia") -> np.ndarray:
                                     B[k, b_col(target, lane)] = smem[base + off]
                             acc[warp, sn, q] += A[kd, jn] @ B  # past the last block too: never stored
                             acc[warp, so, q] += A[kd, jo] @ B
-                if target != "nvidia":
-                    land(pre)
+                done = -1
                 if P & 1:
-                    if bn >= 1:  # to_tile: the completed block -> output tile
+                    if bn >= 1:  # to_tile: the completed block -> its output tile
                         for warp in range(WARPS):
                             for q in range(NT):
                                 if warp + WARPS * q >= ntiles:
                                     continue
                                 for lane in range(LANES):
                                     for m, n in c_cells(target, lane):
-                                        a = otile + oofs[warp, q] + (n // SPN) * OPLANEE + m_row(m) * OROWE \
-                                            + 4 * (n % SPN) + m_col(m)
+                                        a = otile + _tile(bn - 1, cf) * cf["NPB"] * OPLANEE + oofs[warp, q] \
+                                            + (n // SPN) * OPLANEE + m_row(m) * OROWE + 4 * (n % SPN) + m_col(m)
                                         smem[a] = acc[warp, so, q, m, n]
-                        pend = bn - 1
+                        done = bn - 1
                     acc[:, so] = 0.0
+                return done
+
+            # one barrier interval = NPPS pairs. Within it the kernel's warps run in any order, so the emulation
+            # takes the worst: the interval's copies land first (before its reads), and its output-tile writes
+            # come before the flush of the previous block (an output tile shared by both would show).
+            for i0 in range(0, npairs, NPPS):
+                pres = [load(i0 + NSTAGE - NPPS + u) for u in range(NPPS)]
+                if target == "nvidia":  # cp.async: lands during the interval, in slots nobody reads now
+                    for pre in pres:
+                        land(pre)
+                old, new = pend, -1
+                for u in range(NPPS):
+                    done = body(i0 + u)
+                    if target != "nvidia":
+                        land(pres[u])  # AMD: after the pair's MFMAs
+                    new = done if done >= 0 else new
+                if old >= 0:
+                    flush(old)
+                pend = new
             if pend >= 0:
                 flush(pend)
     return y
+
+
+def bank_conflicts(src: str, W: int) -> dict:
+    """Worst number of distinct 4-byte words one bank serves in one warp-wide access (1 = conflict-free), NVIDIA
+    layout, 32 banks: the B reads (one per tile and plane) and the output-tile writes of the C fragments."""
+    cf = config(src, "nvidia")
+    NPN, SPN, TILEW = cf["NPN"], cf["SPN"], cf["TILEW"]
+    NPG = cf["NPB"] // NPN
+    worst = {"b_read": 1, "c_write": 1}
+
+    def ways(addrs):  # element addresses of one warp access -> worst distinct words per bank
+        banks: dict = {}
+        for a in addrs:
+            banks.setdefault((a // 2) % 32, set()).add(a // 2)
+        return max(len(v) for v in banks.values())
+
+    for T in range(NPG * (W // TILEW)):
+        pg, ct = T % NPG, T // NPG
+        for kd in range(3):
+            for k, off in ((0, 0), (8, cf["ROWE"])):  # the two reads of a B fragment
+                addrs = []
+                for lane in range(32):
+                    n = b_col("nvidia", lane)
+                    pl, col = pg * NPN + n // SPN + kd, ct * TILEW + 4 * (n % SPN)
+                    addrs.append(pl * cf["PLANEE"] + 8 + col - 2 + b_k0("nvidia", lane) + off)
+                worst["b_read"] = max(worst["b_read"], ways(addrs))
+        for i in range(4):
+            addrs = []
+            for lane in range(32):
+                m, n = c_cells("nvidia", lane)[i]
+                addrs.append(pg * NPN * cf["OPLANEE"] + ct * TILEW + (n // SPN) * cf["OPLANEE"] + m_row(m) * cf["OROWE"]
+                             + 4 * (n % SPN) + m_col(m))
+            worst["c_write"] = max(worst["c_write"], ways(addrs))
+    return worst

@@ -13,7 +13,8 @@
 // A block owns one channel, NPB consecutive output planes and all of W (W <= WMAX) and streams down H in
 // row pairs: per pair it stages NPB + 2 planes x 2 rows x W (16-byte chunks) into a STAGES-deep ring
 // (NVIDIA: cp.async.cg, zero-filled outside the tensor; AMD: 16-byte global loads into registers one pair
-// ahead, written to LDS after the pair's MMAs), one __syncthreads per pair. Each warp owns NT (plane group,
+// ahead, written to LDS after the pair's MMAs), one __syncthreads per pair (NVIDIA: or per 2 pairs, PPS 2, with
+// two output tiles so that one block's flush and the next block's fill can share a barrier interval). Each warp owns NT (plane group,
 // column tile) pairs and keeps two accumulator tiles for each: the block this pair starts and the one it
 // completes. A completed block goes through a shared-memory output tile and leaves as 16-byte stores.
 // The m permutation puts rows r = 0..3 in both halves of M, so that no A register is identically zero
@@ -28,23 +29,28 @@
 #define WARPS 4    // warps per block
 #define NPB 8      // output planes per block (NPN divides it)
 #define NPN 8      // output planes in one MMA's N (the rest of N is SPN = NB / NPN column segments of 4)
-#define NT 5       // (plane group, column tile) tiles per warp: W <= WMAX = WARPS*NT*4*SPN*NPN/NPB
+#define NT 5       // NVIDIA (plane group, column tile) tiles per warp (AMD: (NT + 1) / 2, tiles twice as wide)
 #define STAGES 4   // NVIDIA: input row pairs in the shared ring (STAGES - 1 in flight); AMD uses 2
 #define MINB 3     // __launch_bounds__ min blocks per SM (3 x 128 threads: <= 168 registers)
+#define PPS 1      // NVIDIA: input row pairs per barrier (1, or 2 with STAGES >= 4 and a second output tile)
 
 #if !defined(__HIP_PLATFORM_AMD__)
 #define LANES 32
 #define NB 8
 #define NSTAGE STAGES
+#define NTW NT
+#define NPPS PPS
 #else
 #define LANES 64
 #define NB 16
 #define NSTAGE 2
+#define NTW ((NT + 1) / 2)
+#define NPPS 1
 #endif
 #define SPN (NB / NPN)
 #define THREADS (WARPS * LANES)
 #define TILEW (4 * SPN)                                   // output columns of one tile
-#define WMAX (WARPS * NT * TILEW * NPN / NPB)             // widest W one block covers
+#define WMAX (WARPS * NTW * TILEW * NPN / NPB)            // widest W one block covers
 #define WCH (WMAX / 8)                                     // 16-byte chunks of a row at W = WMAX
 #define NCHUNK ((NPB + 2) * 2 * WCH)                      // 16-byte chunks of one staged pair
 #define CPT ((NCHUNK + THREADS - 1) / THREADS)            // 16-byte copies per thread per pair
@@ -64,10 +70,21 @@ __device__ __forceinline__ uint16_t to_bf16(float f) {   // round to nearest eve
 // output patch coordinates of A/C row m
 __device__ __forceinline__ int m_row(int m) { return (m >> 1) & 3; }
 __device__ __forceinline__ int m_col(int m) { return (m & 1) + 2 * (m >> 3); }
-// A_{kd,j}[m, k] as a bf16 bit pattern (wq = this channel's 75 taps)
-__device__ __forceinline__ uint32_t a_elem(const uint16_t* wq, int kd, int j, int m, int k) {
-  const int kh = 2 * j + (k >> 3) - m_row(m), kw = (k & 7) - m_col(m);
-  return (kh >= 0 && kh < 5 && kw >= 0 && kw < 5) ? (uint32_t)wq[kd * 25 + kh * 5 + kw] : 0u;
+// The A operands are built from a table of bf16 pairs in shared memory, one 4-byte read per A register:
+// tab[kd][kh + 3][kw + 3] = (wt[kd, kh, kw], wt[kd, kh, kw + 1]), zero outside the filter, kh and kw in -3..7
+// (the range of 2j + e - r and c - s). Reading the taps straight from global memory kept all 96 loads and
+// their 64-bit addresses live at once (the kernel's register peak).
+#define TABN (3 * 11 * 11)
+__device__ __forceinline__ uint32_t tab_entry(const uint16_t* wq, int i) {   // i < TABN
+  const int kd = i / 121, kh = (i / 11) % 11 - 3, kw = i % 11 - 3;
+  const bool row = kh >= 0 && kh < 5;
+  const uint32_t lo = (row && kw >= 0 && kw < 5) ? wq[kd * 25 + kh * 5 + kw] : 0u;
+  const uint32_t hi = (row && kw + 1 >= 0 && kw + 1 < 5) ? wq[kd * 25 + kh * 5 + kw + 1] : 0u;
+  return lo | (hi << 16);
+}
+// the table entry of A_{kd,j}[m, k .. k + 1] (k even)
+__device__ __forceinline__ int tab_index(int kd, int j, int m, int k) {
+  return kd * 121 + (2 * j + (k >> 3) - m_row(m) + 3) * 11 + ((k & 7) - m_col(m) + 3);
 }
 
 #if !defined(__HIP_PLATFORM_AMD__)
@@ -82,13 +99,10 @@ __device__ __forceinline__ void mma(CFrag& c, const AFrag& a, const BFrag& b) {
       : "+f"(c.r[0]), "+f"(c.r[1]), "+f"(c.r[2]), "+f"(c.r[3])
       : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b.r[0]), "r"(b.r[1]));
 }
-__device__ __forceinline__ void build_a(AFrag& a, const uint16_t* wq, int kd, int j, int lane) {
+__device__ __forceinline__ void build_a(AFrag& a, const uint32_t* tab, int kd, int j, int lane) {
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const int m = g + 8 * (q & 1), k = 2 * t + 8 * (q >> 1);
-    a.r[q] = a_elem(wq, kd, j, m, k) | (a_elem(wq, kd, j, m, k + 1) << 16);
-  }
+  for (int q = 0; q < 4; ++q) a.r[q] = tab[tab_index(kd, j, g + 8 * (q & 1), 2 * t + 8 * (q >> 1))];
 }
 // this lane's B column n and the first k of its first pair (the staged element offset adds the rest)
 __device__ __forceinline__ int b_col(int lane) { return lane >> 2; }
@@ -112,7 +126,8 @@ __device__ __forceinline__ void cp_async16(uint32_t saddr, const void* g, bool o
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(saddr), "l"(g), "r"(ok ? 16 : 0));
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(NSTAGE - 2)); }
+// before a barrier interval: this thread's copies of the interval's NPPS pairs have landed
+__device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(NSTAGE - 2 * NPPS)); }
 
 #else
 // ---------------------------------------------------------------- AMD: v_mfma_f32_16x16x16bf16_1k (wave64)
@@ -125,9 +140,13 @@ struct CFrag { f32x4_t v; };    // C 16x16: lane (n, kq) holds (4kq..4kq+3, n)
 __device__ __forceinline__ void mma(CFrag& c, const AFrag& a, const BFrag& b) {
   c.v = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(a.v, b.v, c.v, 0, 0, 0);
 }
-__device__ __forceinline__ void build_a(AFrag& a, const uint16_t* wq, int kd, int j, int lane) {
+__device__ __forceinline__ void build_a(AFrag& a, const uint32_t* tab, int kd, int j, int lane) {
 #pragma unroll
-  for (int i = 0; i < 4; ++i) a.v[i] = (short)a_elem(wq, kd, j, lane & 15, 4 * (lane >> 4) + i);
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t p = tab[tab_index(kd, j, lane & 15, 4 * (lane >> 4) + 2 * h)];
+    a.v[2 * h] = (short)(p & 0xffff);
+    a.v[2 * h + 1] = (short)(p >> 16);
+  }
 }
 __device__ __forceinline__ int b_col(int lane) { return lane & 15; }
 __device__ __forceinline__ int b_k0(int lane) { return 4 * ((lane >> 4) & 1); }
@@ -147,18 +166,20 @@ __device__ __forceinline__ void cp_wait() {}
 #endif
 static_assert(NB % NPN == 0 && NPB % NPN == 0 && NPN <= 8, "NPN divides NB and NPB; at most 8 (16-byte plane strides)");
 static_assert(WMAX % 8 == 0 && NSTAGE >= 2, "16-byte rows; a ring of at least 2 pairs");
+static_assert(NPPS == 1 || (NPPS == 2 && NSTAGE >= 4), "2 pairs a barrier need a ring of at least 4");
 
 // Shared-memory layout (elements), fixed at compile time for W <= WMAX (so every offset but the tile's is
 // an immediate). A staged row: 8 zero columns, WMAX data columns, 8 zero columns (the W halo reads columns
 // -2, -1, W, W + 1; columns past W are never written). A staged plane: 2 rows + padding so that the plane
 // stride in 4-byte words is 32 / NPN modulo 32 (the NPN planes of one B read fall in distinct banks). A
-// ring slot: NPB + 2 planes. The output tile: NPB planes x 4 rows of WMAX + 8, plane stride padded by 8.
+// ring slot: NPB + 2 planes. The output tile: NPB planes x 4 rows of WMAX + 8, plane stride padded by 8 (16 at NPN 4).
 #define ROWE (WMAX + 16)
 #define PLANEE (2 * (ROWE + ((32 / NPN - ROWE) % 32 + 32) % 32))
 #define SLOTE ((NPB + 2) * PLANEE)
 #define OROWE (WMAX + 8)
-#define OPLANEE (4 * OROWE + 8)
-#define SMEM_BYTES (2 * (NSTAGE * SLOTE + NPB * OPLANEE))
+#define OPLANEE (4 * OROWE + (NPN == 4 ? 16 : 8))   // padding: C-fragment writes at most 2-way (emulate.bank_conflicts)
+#define SMEM_BYTES (2 * (NSTAGE * SLOTE + NPPS * NPB * OPLANEE))   // NPPS output tiles (flush and fill overlap at 2)
+static_assert(2 * NPB * OPLANEE >= 4 * TABN, "the A table fits in the output tile");
 
 extern "C" __global__ void __launch_bounds__(THREADS, MINB)
 conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__ wt, uint16_t* __restrict__ y,
@@ -223,46 +244,49 @@ conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__
   };
 #endif
 
-  // the A operands: 3 planes x 4 row pairs
+  // the A operands: 3 planes x 4 row pairs, from the pair table (in the output tile's space, unused until the
+  // first completed block, several barriers later)
+  uint32_t* tab = reinterpret_cast<uint32_t*>(otile);
+  for (int i = tid; i < TABN; i += THREADS) tab[i] = tab_entry(wt + c * 75, i);
+  __syncthreads();
   AFrag a[3][4];
 #pragma unroll
   for (int kd = 0; kd < 3; ++kd)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) build_a(a[kd][j], wt + c * 75, kd, j, lane);
+    for (int j = 0; j < 4; ++j) build_a(a[kd][j], tab, kd, j, lane);
 
   // this warp's tiles: tile T = warp + WARPS q -> plane group T % (NPB / NPN), column tile T / (NPB / NPN)
   constexpr int NPG = NPB / NPN;
   const int ntiles = NPG * (W / TILEW);
-  int bofs[NT], oofs[NT];
+  int bofs[NTW], oofs[NTW];
 #pragma unroll
-  for (int q = 0; q < NT; ++q) {
+  for (int q = 0; q < NTW; ++q) {
     const int T = min(warp + WARPS * q, ntiles - 1), pg = T % NPG, ct = T / NPG;
     const int n = b_col(lane), pl = pg * NPN + n / SPN, col = ct * TILEW + 4 * (n % SPN);
     bofs[q] = pl * PLANEE + b_e(lane) * ROWE + 8 + col - 2 + b_k0(lane);   // staged (e0, col - 2 + k0) of plane pl
     oofs[q] = pg * NPN * OPLANEE + ct * TILEW;            // output tile: this tile's first plane and column
   }
-  CFrag acc[2][NT];
+  CFrag acc[2][NTW];
 #pragma unroll
   for (int s = 0; s < 2; ++s)
 #pragma unroll
-    for (int q = 0; q < NT; ++q) zero_c(acc[s][q]);
+    for (int q = 0; q < NTW; ++q) zero_c(acc[s][q]);
 
-  __syncthreads();   // the ring's zeroing is done before any copy lands
 #pragma unroll
-  for (int i = 0; i < NSTAGE - 1; ++i) {
+  for (int i = 0; i < NSTAGE - NPPS; ++i) {   // (the barrier after the table also ordered the ring's zeroing first)
     issue(i);
     land();
   }
 
   // completed block b: accumulator slot -> output tile (bf16); flushed to y after the next barrier
-  auto to_tile = [&](int s) {
+  auto to_tile = [&](int s, int b) {   // block b into output tile b % NPPS
 #pragma unroll
-    for (int q = 0; q < NT; ++q) {
+    for (int q = 0; q < NTW; ++q) {
       if (warp + WARPS * q >= ntiles) continue;
 #pragma unroll
       for (int i = 0; i < CN; ++i) {
         const int m = c_m(lane, i), n = c_n(lane, i);
-        otile[oofs[q] + (n / SPN) * OPLANEE + m_row(m) * OROWE + 4 * (n % SPN) + m_col(m)] =
+        otile[(b % NPPS) * NPB * OPLANEE + oofs[q] + (n / SPN) * OPLANEE + m_row(m) * OROWE + 4 * (n % SPN) + m_col(m)] =
             to_bf16(c_get(acc[s][q], i));
       }
       zero_c(acc[s][q]);
@@ -276,7 +300,7 @@ conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__
       const int id = tid + THREADS * k, p = id / (4 * WCH), r = (id / WCH) & 3, ch = id % WCH, oh = 4 * b + r;
       if (id < NOUT && ch < wch && d0 + p < Dout && oh < H)
         *reinterpret_cast<uint4*>(yc + (d0 + p) * planeI + oh * W + 8 * ch) =
-            *reinterpret_cast<const uint4*>(otile + p * OPLANEE + r * OROWE + 8 * ch);
+            *reinterpret_cast<const uint4*>(otile + (b % NPPS) * NPB * OPLANEE + p * OPLANEE + r * OROWE + 8 * ch);
     }
   };
 
@@ -284,37 +308,54 @@ conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__
   // P odd continues the block it started (j = 1) and completes the other (j = 3).
   int pend = -1;
   for (int base = 0; base < npairs; base += 4) {
-#define STEP(P)                                                                                    \
+// HEAD: the barrier of an interval of NPPS pairs (i, i + 1): their copies have landed, everyone is past the
+// reads of the previous interval's slots, which take pairs i + NSTAGE - NPPS .. i + NSTAGE - 1; the previous
+// completed block leaves. BODY: one pair's MMAs; an odd pair completes a block into its output tile.
+#define HEAD(P)                                                                                    \
+    {                                                                                              \
+      const int i = base + P;                                                                      \
+      if (i < npairs) {                                                                            \
+        cp_wait();                                                                                 \
+        __syncthreads();                                                                           \
+        _Pragma("unroll") for (int u = 0; u < NPPS; ++u)                                           \
+          issue(i + NSTAGE - NPPS + u);   /* the copies first: they have the longest way to go */  \
+        if (pend >= 0) { flush(pend); pend = -1; }                                                 \
+      }                                                                                            \
+    }
+#define BODY(P)                                                                                    \
     {                                                                                              \
       const int i = base + P;                                                                      \
       if (i < npairs) {                                                                            \
         constexpr int sn = (P >> 1) & 1, so = sn ^ 1, jn = P & 1, jo = jn + 2;                     \
         const int bn = i >> 1;   /* the block this pair starts/continues (slot sn) */              \
-        cp_wait();                                                                                 \
-        __syncthreads();                                                                           \
-        if (pend >= 0) { flush(pend); pend = -1; }                                                 \
-        issue(i + NSTAGE - 1);                                                                     \
-        const uint16_t* sl = ring + (i % NSTAGE) * SLOTE;                                       \
+        const uint16_t* sl = ring + (i % NSTAGE) * SLOTE;                                          \
         /* every tile of the warp, also past ntiles (a copy of the last tile; never stored): no branch */ \
         /* between the MMAs; the pairs past the last block feed a block that is never stored */            \
-        BFrag b[NT][3];                                                                            \
-        _Pragma("unroll") for (int q = 0; q < NT; ++q)                                             \
+        BFrag b[NTW][3];                                                                           \
+        _Pragma("unroll") for (int q = 0; q < NTW; ++q)                                            \
           _Pragma("unroll") for (int kd = 0; kd < 3; ++kd)                                         \
             load_b(b[q][kd], sl + bofs[q] + kd * PLANEE, ROWE);                                    \
         _Pragma("unroll") for (int kd = 0; kd < 3; ++kd)                                           \
-          _Pragma("unroll") for (int q = 0; q < NT; ++q) {                                         \
+          _Pragma("unroll") for (int q = 0; q < NTW; ++q) {                                        \
             mma(acc[sn][q], a[kd][jn], b[q][kd]);                                                  \
             mma(acc[so][q], a[kd][jo], b[q][kd]);                                                  \
           }                                                                                        \
-        land();                                                                                    \
         if (P & 1) {                                                                               \
-          if (bn >= 1) { to_tile(so); pend = bn - 1; }                                             \
-          else { _Pragma("unroll") for (int q = 0; q < NT; ++q) zero_c(acc[so][q]); }             \
+          if (bn >= 1) { to_tile(so, bn - 1); pend = bn - 1; }                                     \
+          else { _Pragma("unroll") for (int q = 0; q < NTW; ++q) zero_c(acc[so][q]); }            \
         }                                                                                          \
       }                                                                                            \
     }
-    STEP(0) STEP(1) STEP(2) STEP(3)
-#undef STEP
+#if NPPS == 1
+    HEAD(0) BODY(0) if (base < npairs) land();   /* AMD: the prefetched pair into LDS after the MMAs */
+    HEAD(1) BODY(1) if (base + 1 < npairs) land();
+    HEAD(2) BODY(2) if (base + 2 < npairs) land();
+    HEAD(3) BODY(3) if (base + 3 < npairs) land();
+#else
+    HEAD(0) BODY(0) BODY(1) HEAD(2) BODY(2) BODY(3)   /* NVIDIA only: land() is empty */
+#endif
+#undef HEAD
+#undef BODY
   }
   __syncthreads();
   if (pend >= 0) flush(pend);

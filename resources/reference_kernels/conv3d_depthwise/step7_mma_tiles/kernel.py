@@ -23,12 +23,15 @@ def _config(src, hip):
     """(threads, NPB, WMAX, TILEW, shared bytes) of the C++ source, derived as kernel.cu derives them."""
     if (src, hip) not in _CFG:
         v = {k: int(re.search(rf"#define {k} (\d+)", src).group(1)) for k in ("WARPS", "NPB", "NPN", "NT", "STAGES")}
+        pps = re.search(r"#define PPS (\d+)", src)
+        npps = 1 if hip or not pps else int(pps.group(1))   # output tiles: one per pair of a barrier interval
         lanes, nb, nstage = (64, 16, 2) if hip else (32, 8, v["STAGES"])
+        nt = (v["NT"] + 1) // 2 if hip else v["NT"]   # AMD tiles are twice as wide
         tilew = 4 * (nb // v["NPN"])
-        wmax = v["WARPS"] * v["NT"] * tilew * v["NPN"] // v["NPB"]
+        wmax = v["WARPS"] * nt * tilew * v["NPN"] // v["NPB"]
         rowe = wmax + 16
         planee = 2 * (rowe + (32 // v["NPN"] - rowe) % 32)
-        smem = 2 * (nstage * (v["NPB"] + 2) * planee + v["NPB"] * (4 * (wmax + 8) + 8))
+        smem = 2 * (nstage * (v["NPB"] + 2) * planee + npps * v["NPB"] * (4 * (wmax + 8) + (16 if v["NPN"] == 4 else 8)))
         _CFG[(src, hip)] = (v["WARPS"] * lanes, v["NPB"], wmax, tilew, smem)
     return _CFG[(src, hip)]
 
