@@ -13,13 +13,11 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
 OPS: dict[str, str] = {
     "ping": "evokernel_mcp.runtime.ops:op_ping",
-    "selftest": "evokernel_mcp.runtime.ops:op_selftest",
     "verify": "evokernel_mcp.verify.runner_side:runner_verify",
     "verify_steps": "evokernel_mcp.verify.runner_side:runner_verify_steps",
     "benchmark": "evokernel_mcp.benchmark.runner_side:runner_benchmark",
@@ -51,24 +49,3 @@ def op_ping(payload: dict[str, Any], progress: Progress) -> dict[str, Any]:  # n
     if torch is not None:
         info["torch"] = torch.__version__
     return info
-
-
-def op_selftest(payload: dict[str, Any], progress: Progress) -> dict[str, Any]:
-    """Misbehave on request (tests of the pool): print, report progress, sleep, raise, exit, segfault."""
-    if "print" in payload:
-        print(payload["print"], flush=True)
-        print(payload["print"], file=sys.stderr, flush=True)
-    for i in range(int(payload.get("progress_steps", 0))):
-        progress(i + 1, payload["progress_steps"], f"step {i + 1}")
-        time.sleep(float(payload.get("step_s", 0.0)))
-    if payload.get("sleep_s"):
-        time.sleep(float(payload["sleep_s"]))
-    if payload.get("raise"):
-        raise RuntimeError(payload["raise"])
-    if payload.get("exit") is not None:
-        os._exit(int(payload["exit"]))
-    if payload.get("segv"):
-        import ctypes
-
-        ctypes.string_at(0)
-    return {"echo": payload.get("echo"), "pid": os.getpid(), "cwd": os.getcwd()}

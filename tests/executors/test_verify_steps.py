@@ -13,7 +13,7 @@ import pytest
 from evokernel_mcp.batch import cascade
 from evokernel_mcp.batch.models import BatchCandidate
 from evokernel_mcp.executors.local import LocalExecutor
-from evokernel_mcp.runtime.pool import WorkerPool
+from evokernel_mcp.runtime.pool import RunnerPool
 from evokernel_mcp.tasks import load_task
 
 TASK = str(Path(__file__).resolve().parent / "vector_add_tiny")
@@ -25,7 +25,7 @@ WRONG = "import os\nprint('imported in', os.getpid(), flush=True)\n\ndef run(x, 
 def ran():
     plan = cascade.make_plan(load_task(TASK), stages=["verify_small", "verify"], shapes=None, overrides=None,
                              compile=None, timeout_s=60.0, max_time_s=0.2)
-    pool = WorkerPool(["cpu"])
+    pool = RunnerPool(["cpu"])
     ex = LocalExecutor(pool)
 
     async def main():  # the runner is started, used and stopped in this one event loop

@@ -19,7 +19,10 @@ def mgr():
     anyio.run(m.aclose)
 
 
-def job(mgr, payload, timeout_s=20.0, wait_s=60.0, op="selftest"):
+MISBEHAVE = "tests.runtime.runner_test_ops:op_misbehave"  # imported by the runner from the repository
+
+
+def job(mgr, payload, timeout_s=20.0, wait_s=60.0, op=MISBEHAVE):
     return anyio.run(lambda: run_worker_job(kind="test", op=op, payload=payload, timeout_s=timeout_s,
                                             wait_s=wait_s, jobs=mgr))
 
@@ -42,7 +45,7 @@ def test_job_outlives_wait_s_and_result_is_fetched_later(mgr):
     seen = []
 
     async def main():
-        out = await run_worker_job(kind="test", op="selftest", payload={"progress_steps": 4, "step_s": 0.25},
+        out = await run_worker_job(kind="test", op=MISBEHAVE, payload={"progress_steps": 4, "step_s": 0.25},
                                    timeout_s=20, wait_s=0.2, jobs=mgr)
         assert out.state in ("queued", "running") and out.result is None
         assert mgr.status(out.job_id).state in ("queued", "running")
@@ -76,7 +79,7 @@ def test_exception_keeps_the_runner(mgr):
 
 def test_fifo_per_device_and_cancel(mgr):
     async def main():
-        a = await run_worker_job(kind="t", op="selftest", payload={"sleep_s": 30}, timeout_s=60, wait_s=0.3, jobs=mgr)
+        a = await run_worker_job(kind="t", op=MISBEHAVE, payload={"sleep_s": 30}, timeout_s=60, wait_s=0.3, jobs=mgr)
         b = await run_worker_job(kind="t", op="ping", payload={}, timeout_s=60, wait_s=0.3, jobs=mgr)
         assert mgr.status(a.job_id).state == "running"
         st_b = mgr.status(b.job_id)
