@@ -226,6 +226,11 @@ def main() -> None:
     import evokernel_mcp.runtime.runner as this  # run as __main__: keep CTX in the importable module
 
     this.serve(args.device, this.Channel(proto_fd))
+    # end of input: the server is done with this runner and its children are gone. Skip the interpreter's
+    # teardown (seconds of garbage collection with torch loaded, which the server would wait for, then kill).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
