@@ -84,10 +84,10 @@ def test_serve_flags_reach_the_settings(tmp_path, monkeypatch):
     assert s.home == tmp_path and s.journal == tmp_path / "f.db" and s.task_roots == (Path("/a"), Path("/b"))
     assert s.sandbox == "process"
     from evokernel_mcp.journal.store import journal_path
-    from evokernel_mcp.runtime.pool import worker_env
+    from evokernel_mcp.runtime.pool import runner_env_for
 
     assert journal_path() == tmp_path / "f.db"
-    assert settings.load(worker_env("cpu")).home == tmp_path  # the runner's view
+    assert settings.load(runner_env_for("cpu")).home == tmp_path  # the runner's view
 
 
 def test_doctor_reports_the_clang_compile_kernel_runs(tmp_path, use_settings):

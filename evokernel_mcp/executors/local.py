@@ -1,4 +1,4 @@
-"""The default executor: this host's device pool (runtime/pool.py WorkerPool, one harness-only runner per
+"""The default executor: this host's device pool (runtime/pool.py RunnerPool, one harness-only runner per
 device). Slots are the pool's devices; the pool runs one op per device at a time (its per-device lock), so
 every local device is busy with one stage and a benchmark has its device alone. Shared with the
 single-candidate tools (verify_vs_pytorch, benchmark ...): they queue on the same per-device locks."""
@@ -6,14 +6,14 @@ single-candidate tools (verify_vs_pytorch, benchmark ...): they queue on the sam
 from __future__ import annotations
 
 from evokernel_mcp.executors.base import Executor, ProgressFn, Stage
-from evokernel_mcp.runtime.pool import WorkerPool
+from evokernel_mcp.runtime.pool import RunnerPool
 from evokernel_mcp.runtime.protocol import WorkerReply
 
 
 class LocalExecutor(Executor):
     name = "local"
 
-    def __init__(self, pool: WorkerPool):
+    def __init__(self, pool: RunnerPool):
         self.pool = pool
 
     async def slots(self) -> list[str]:

@@ -1,7 +1,7 @@
 """The Ray executor: `evokernel-mcp serve --executor ray --ray-address auto|ray://head:10001`.
 
 Each slot is a Ray actor (`RunnerHost`) holding one GPU (num_gpus=1; num_cpus=1 on a CPU-only cluster)
-for the executor's lifetime, on whichever host Ray places it. The actor hosts this package's WorkerPool
+for the executor's lifetime, on whichever host Ray places it. The actor hosts this package's RunnerPool
 for that one device, so a stage there runs exactly as it runs locally: a harness-only runner
 (runtime/runner.py) on the actor's host, agent code in fresh sandboxed children (bubblewrap), the same
 per-op time limits, the runner replaced after a crash or a hang. A stage is one actor call; candidates and
@@ -88,7 +88,7 @@ def _take_cpu_share(ids: list) -> str | None:
 
 
 class RunnerHost:
-    """The actor body (wrapped with ray.remote in RayExecutor): one device, one WorkerPool, one event loop
+    """The actor body (wrapped with ray.remote in RayExecutor): one device, one RunnerPool, one event loop
     (an async actor). Methods return plain dicts."""
 
     def __init__(self, use_gpu: bool):
@@ -105,9 +105,9 @@ class RunnerHost:
 
     def _pool(self):
         if self.pool is None:
-            from evokernel_mcp.runtime.pool import WorkerPool
+            from evokernel_mcp.runtime.pool import RunnerPool
 
-            self.pool = WorkerPool([self.device])
+            self.pool = RunnerPool([self.device])
         return self.pool
 
     async def info(self) -> dict[str, Any]:

@@ -26,7 +26,8 @@ class Expect(BaseModel):
                                "speedup (the exploit's true speedup is about 1).")
     strict: bool = Field(default=False, description="benchmark_invalid: valid must be false with its reason (no "
                          "allowance for the exploit's true speedup; e.g. a precision downgrade).")
-    next_unchanged: bool = Field(default=False, description="Then a correct candidate passes and a wrong one fails.")
+    next_unchanged: bool = Field(default=False, description="Then a correct candidate passes and a wrong one fails "
+                                 "(checked once after the family's last such exploit).")
 
     def describe(self) -> str:
         bench = "valid=false" if self.strict else f"valid=false (or speedup <= {self.max_speedup})"

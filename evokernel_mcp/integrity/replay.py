@@ -174,17 +174,45 @@ async def replay_one(client, plant: Plant, ex: Exploit, device: str | None,
         held, why = False, f"secret {s} in the answer"
     if wrote := plant.written():
         held, why = False, f"wrote outside scratch: {wrote[:3]}"
-    if ex.expect.next_unchanged:
-        try:
-            bad = await _next_jobs_right(client)
-        except Exception as e:  # noqa: BLE001
-            bad = f"server did not answer the next job: {type(e).__name__}: {e}"
-        if bad:
-            held, why = False, bad
     if why:
         observed = f"{observed} -- {why}"
     return Row(exploit=ex.name, family=ex.family, tool=ex.tool, expected=ex.expect.describe(), observed=observed,
                held=held, seconds=round(time.monotonic() - t0, 1))
+
+
+async def _next_jobs_checked(client) -> str | None:
+    try:
+        return await _next_jobs_right(client)
+    except Exception as e:  # noqa: BLE001 - the server broke: that is a broken defence
+        return f"server did not answer the next job: {type(e).__name__}: {e}"
+
+
+async def replay_all(client, plant: Plant, chosen: list[Exploit], report: Report, device: str | None,
+                     honest: dict[str, float | None], backend: str, progress=None) -> None:
+    """Replay every exploit, each in its own job, and judge its own answer at once. The next-job check (a
+    correct candidate passes, a wrong one fails) of the exploits marked next_unchanged runs once, after the last
+    of them in each family, not after each: damage that outlives a job (the runner's state, its files, a process
+    left behind) is still there then, and the check costs two jobs. When it fails, each such exploit of the
+    family is marked broken with the reason and the others it ran with."""
+    pending: list[int] = []
+    for i, ex in enumerate(chosen):
+        row = await replay_one(client, plant, ex, device, honest, backend)
+        report.rows.append(row)
+        if ex.expect.next_unchanged:
+            pending.append(len(report.rows) - 1)
+        elif progress:
+            progress(row)
+        if pending and (i + 1 == len(chosen) or chosen[i + 1].family != ex.family):
+            bad = await _next_jobs_checked(client)
+            names = [report.rows[j].exploit for j in pending]
+            after = f" (checked after {', '.join(names[:5])}{', ...' if len(names) > 5 else ''})"
+            for j in pending:
+                r = report.rows[j]
+                if bad:
+                    report.rows[j] = r.model_copy(update={"held": False, "observed": f"{r.observed} -- {bad}{after}"})
+                if progress:
+                    progress(report.rows[j])
+            pending = []
 
 
 def _versions() -> dict[str, str | None]:
@@ -229,11 +257,7 @@ async def run_integrity(families: list[str] | None = None, names: list[str] | No
             if bad := await _next_jobs_right(client):
                 raise RuntimeError(f"the control failed before any exploit ran: {bad}")
             honest: dict[str, float | None] = {}
-            for ex in chosen:
-                row = await replay_one(client, plant, ex, device, honest, backend)
-                report.rows.append(row)
-                if progress:
-                    progress(row)
+            await replay_all(client, plant, chosen, report, device, honest, backend, progress)
             if honest:  # the control of the timing family: an honest candidate's benchmark is valid
                 bad = [k for k, v in honest.items() if v is None]
                 report.rows.append(Row(exploit="control_honest_benchmark", family="timing", tool="benchmark",

@@ -39,10 +39,10 @@ class LocalLaunch:
 
 
 def local_env(device: str | None) -> dict[str, str]:
-    from evokernel_mcp.runtime.pool import worker_env
+    from evokernel_mcp.runtime.pool import runner_env_for
 
     if device and not device.startswith("cpu"):
-        return worker_env(device)
+        return runner_env_for(device)
     env = dict(os.environ)
     repo = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)

@@ -3,7 +3,7 @@ limit, progress, cancel, and a `wait_s` after which the tool call returns the id
 
 Design choice (robust under stdio, streamable HTTP and the in-memory test client alike): the manager
 owns a *runtime loop* — an anyio event loop in a background thread (an anyio BlockingPortal) — where
-the jobs and the WorkerPool live. Jobs therefore outlive the tool call (and even the client session)
+the jobs and the RunnerPool live. Jobs therefore outlive the tool call (and even the client session)
 that submitted them, whatever loop or task group the transport runs the call in. The public async
 methods (submit/wait/status/cancel) may be awaited from any event loop: they hand work to the runtime
 loop thread-safely and wait by polling (a few ms), so they need no cross-loop primitives.
@@ -33,7 +33,7 @@ from pydantic import BaseModel, Field
 from evokernel_mcp.errors import NotFound
 from evokernel_mcp.models import ErrorInfo, Model, Provenance
 from evokernel_mcp.paths import prune_old_dirs, sub_state_dir
-from evokernel_mcp.runtime.pool import WorkerPool
+from evokernel_mcp.runtime.pool import RunnerPool
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class JobContext:
     job_id: str
     device: str
     scratch_dir: Path
-    pool: WorkerPool
+    pool: RunnerPool
     _job: "_Job"
     timeout_s: float = 0.0
 
@@ -159,7 +159,7 @@ class JobManager:
 
     def __init__(self, devices: list[str] | None = None):
         self._devices = devices
-        self._pool: WorkerPool | None = None
+        self._pool: RunnerPool | None = None
         self._portal: anyio.from_thread.BlockingPortal | None = None
         self._portal_cm: contextlib.AbstractContextManager | None = None
         self._start_lock = threading.Lock()
@@ -173,11 +173,11 @@ class JobManager:
             if self._portal is None:
                 self._portal_cm = anyio.from_thread.start_blocking_portal(name="evokernel-runtime")
                 self._portal = self._portal_cm.__enter__()
-                self._pool = WorkerPool(self._devices)
+                self._pool = RunnerPool(self._devices)
             return self._portal
 
     @property
-    def pool(self) -> WorkerPool:
+    def pool(self) -> RunnerPool:
         self._ensure_portal()
         assert self._pool is not None
         return self._pool

@@ -1,4 +1,4 @@
-"""WorkerPool: one long-lived runner process per device (runtime/runner.py: harness code only; agent code
+"""RunnerPool: one long-lived runner process per device (runtime/runner.py: harness code only; agent code
 runs in its sandboxed children); ops run one at a time per device.
 
 Devices: the devices setting (EVOKERNEL_DEVICES: "cpu" or "cuda:0,cuda:1" or "rocm:0") if set, else NVIDIA
@@ -73,7 +73,7 @@ def host_gpus() -> list[str]:
     return []
 
 
-def worker_env(device: str) -> dict[str, str]:
+def runner_env_for(device: str) -> dict[str, str]:
     """The runner's environment: an allow-list of ours (envs.runner_env), never the server's secrets (its
     HTTP token, names marked with serve --secret-env, anything that looks like a credential), which a child
     could otherwise read from the runner's /proc/<pid>/environ."""
@@ -113,7 +113,7 @@ def _events_text(events: list, limit: int = 6000) -> str:
     return "; ".join(keep)[:limit]
 
 
-class _Worker:
+class _Runner:
     def __init__(self, device: str, proc: anyio.abc.Process, log_path: Path):
         self.device, self.proc, self.log_path = device, proc, log_path
         self.reader = BufferedByteReceiveStream(proc.stdout)
@@ -141,13 +141,13 @@ class _Worker:
             await self.proc.aclose()
 
 
-class WorkerPool:
+class RunnerPool:
     """One runner process per device. `call` runs an op on a device's runner and never raises for a
     candidate's misbehaviour: it returns a WorkerReply with ok=False and an ErrorInfo instead."""
 
     def __init__(self, devices: list[str] | None = None):
         self.devices = devices or discover_devices()
-        self._workers: dict[str, _Worker] = {}
+        self._runners: dict[str, _Runner] = {}
         self._locks: dict[str, anyio.Lock] = {}
         self._next_id = 0
         self.restarts: dict[str, int] = {}
@@ -179,10 +179,10 @@ class WorkerPool:
     def _lock(self, device: str) -> anyio.Lock:
         return self._locks.setdefault(device, anyio.Lock())
 
-    async def _start(self, device: str) -> _Worker:
+    async def _start(self, device: str) -> _Runner:
         logs = sub_state_dir("workers")
         log_path = logs / f"{device.replace(':', '')}-{int(time.time())}-{secrets.token_hex(3)}.stderr.log"
-        env = worker_env(device)
+        env = runner_env_for(device)
         share = self._cpu_share(device)
         if share:
             env[cpus.RUNNER_CPUS] = share
@@ -191,7 +191,7 @@ class WorkerPool:
                 [sys.executable, "-m", "evokernel_mcp.runtime.runner", "--device", device],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env,
                 cwd=str(logs), start_new_session=True)
-        w = _Worker(device, proc, log_path)
+        w = _Runner(device, proc, log_path)
         try:
             with anyio.fail_after(settings.get().start_timeout_s):
                 ev = await w.next_event()
@@ -206,10 +206,10 @@ class WorkerPool:
         log.info("runner %s started for %s: %s", w.pid, device, w.info)
         return w
 
-    async def ensure_worker(self, device: str) -> _Worker:
-        w = self._workers.get(device)
+    async def ensure_runner(self, device: str) -> _Runner:
+        w = self._runners.get(device)
         if w is None or w.proc.returncode is not None:
-            w = self._workers[device] = await self._start(device)
+            w = self._runners[device] = await self._start(device)
         return w
 
     async def warm(self, device: str | None = None) -> bool:
@@ -224,7 +224,7 @@ class WorkerPool:
         try:
             with scope:
                 async with self._lock(device):
-                    await self.ensure_worker(device)
+                    await self.ensure_runner(device)
                 log.info("runner for %s warmed at start-up in %.1f s", device, time.perf_counter() - t0)
                 return True
         except Exception as e:  # noqa: BLE001 - warming is an extra: the first call starts a runner as ever
@@ -234,7 +234,7 @@ class WorkerPool:
         return False  # failed, or cancelled by aclose
 
     async def _drop(self, device: str) -> None:
-        w = self._workers.pop(device, None)
+        w = self._runners.pop(device, None)
         if w is not None:
             self.restarts[device] = self.restarts.get(device, 0) + 1
             await w.kill()
@@ -262,7 +262,7 @@ class WorkerPool:
             prune_old_dirs(scratch.parent)
         async with self._lock(device):
             try:
-                w = await self.ensure_worker(device)
+                w = await self.ensure_runner(device)
             except RuntimeError as e:
                 return WorkerReply(ok=False, device=device, error=ErrorInfo(
                     kind="internal", message=f"could not start the runner for {device}", detail=str(e)))
@@ -270,7 +270,7 @@ class WorkerPool:
             req = call.model_copy(update={"id": self._next_id, "scratch": str(scratch)})
             return await self._exchange(w, req, timeout_s, on_progress, scratch)
 
-    async def _exchange(self, w: _Worker, req: RunnerRequest, timeout_s: float, on_progress: ProgressFn | None,
+    async def _exchange(self, w: _Runner, req: RunnerRequest, timeout_s: float, on_progress: ProgressFn | None,
                         scratch: Path) -> WorkerReply:
         t0 = time.perf_counter()
         base = {"device": w.device, "worker_pid": w.pid, "worker_info": w.info}
@@ -321,7 +321,7 @@ class WorkerPool:
         return WorkerReply(ok=False, error=ev.error, stdout=out, stderr=err, duration_s=dur,
                            worker_replaced=ev.fatal, **base)
 
-    async def _lost(self, w: _Worker, req: RunnerRequest, scratch: Path, t0: float, base: dict, e: BaseException) -> WorkerReply:
+    async def _lost(self, w: _Runner, req: RunnerRequest, scratch: Path, t0: float, base: dict, e: BaseException) -> WorkerReply:
         with anyio.move_on_after(0.2 if isinstance(e, protocol.DecodeError) else 5):  # garbled but alive: no exit to wait for
             await w.proc.wait()
         rc = w.proc.returncode
@@ -347,8 +347,8 @@ class WorkerPool:
     async def aclose(self) -> None:
         for scope in list(self._warms):  # a runner still starting is killed by its start's own cleanup
             scope.cancel()
-        for device in list(self._workers):
-            w = self._workers.pop(device)
+        for device in list(self._runners):
+            w = self._runners.pop(device)
             with anyio.CancelScope(shield=True):
                 try:
                     await w.proc.stdin.aclose()

@@ -208,6 +208,11 @@ def main() -> None:
     os.dup2(2, 1)  # print() in anything we import goes to stderr, never to the protocol pipe
     faulthandler.enable(file=sys.stderr, all_threads=True)
     serve(args.device, Channel(proto_fd))
+    # end of input: the server is done with this runner and its children are gone. Skip the interpreter's
+    # teardown (seconds of garbage collection with torch loaded, which the server would wait for, then kill).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -96,7 +96,7 @@ def test_every_path_a_page_names_exists(page):
 
 def test_the_path_check_catches_a_missing_file(tmp_path):
     page = tmp_path / "page.md"
-    page.write_text("See `evokernel_mcp/runtime/worker.py`, `runtime/pool.py:worker_env` and [x](../nowhere.md).")
+    page.write_text("See `evokernel_mcp/runtime/worker.py`, `runtime/pool.py:runner_env_for` and [x](../nowhere.md).")
     named = dict(_named_paths(page))
     assert named["evokernel_mcp/runtime/worker.py"] is False and named["runtime/pool.py"] is True
     assert named["../nowhere.md"] is False

@@ -13,7 +13,7 @@ import pytest
 from evokernel_mcp.batch import cascade
 from evokernel_mcp.batch.models import BatchCandidate
 from evokernel_mcp.executors.local import LocalExecutor
-from evokernel_mcp.runtime.jobs import JobManager
+from evokernel_mcp.runtime.pool import RunnerPool
 from evokernel_mcp.tasks import load_task
 
 TASK = str(Path(__file__).resolve().parent / "vector_add_tiny")
@@ -23,20 +23,20 @@ WRONG = "import os\nprint('imported in', os.getpid(), flush=True)\n\ndef run(x, 
 
 @pytest.fixture(scope="module")
 def ran():
-    mgr = JobManager(devices=["cpu"])
     plan = cascade.make_plan(load_task(TASK), stages=["verify_small", "verify"], shapes=None, overrides=None,
                              compile=None, timeout_s=60.0, max_time_s=0.2)
-    ex = LocalExecutor(mgr.pool)
+    pool = RunnerPool(["cpu"])
+    ex = LocalExecutor(pool)
 
-    async def main():
-        good = await cascade.run_candidate(ex, "cpu", 0, BatchCandidate(name="good", source=LOUD), plan)
-        bad = await cascade.run_candidate(ex, "cpu", 1, BatchCandidate(name="bad", source=WRONG), plan)
-        return good, bad
+    async def main():  # the runner is started, used and stopped in this one event loop
+        try:
+            good = await cascade.run_candidate(ex, "cpu", 0, BatchCandidate(name="good", source=LOUD), plan)
+            bad = await cascade.run_candidate(ex, "cpu", 1, BatchCandidate(name="bad", source=WRONG), plan)
+            return good, bad
+        finally:
+            await pool.aclose()
 
-    try:
-        yield anyio.run(main)
-    finally:
-        anyio.run(mgr.aclose)
+    return anyio.run(main)
 
 
 def _imports(result: dict) -> list[str]:

@@ -103,3 +103,54 @@ def test_strict_benchmark_expectation_allows_no_speedup():
     assert verdict_held(strict, False, {"results": [{"shape": "s", "valid": True, "speedup": 0.8}]})[0] is False
     assert verdict_held(strict, False, {"results": [{"shape": "s", "valid": False}]})[0] is True
     assert verdict_held(Expect(verdict="verify_fails"), False, {"state": "failed", "error": {"kind": "x"}})[0]
+
+
+class _FakeClient:
+    """Answers verify like a sound server until `poison` ran; from then on every candidate fails."""
+
+    def __init__(self, poison: str) -> None:
+        self.poison, self.poisoned, self.calls = poison, False, []
+
+    async def call_tool(self, tool, args):
+        from types import SimpleNamespace
+
+        from evokernel_mcp.integrity.replay import GOOD
+
+        src = args["candidate"]
+        self.calls.append(src)
+        passed = src == GOOD and not self.poisoned
+        self.poisoned = self.poisoned or src == self.poison
+        return SimpleNamespace(structured_content={"passed": passed}, is_error=False, content=[])
+
+
+def _exploit(name: str, family: str, next_unchanged: bool):
+    from evokernel_mcp.integrity.models import Exploit
+
+    return Exploit(name=name, family=family, source="a test double of a corpus entry", candidate=f"# {name}\n",
+                   expect=Expect(verdict="verify_fails", next_unchanged=next_unchanged))
+
+
+@pytest.mark.parametrize("poison", ["# h2\n", "# e1\n", ""])
+def test_next_job_check_runs_once_per_family_and_breaks_that_familys_rows(poison):
+    import anyio
+
+    from evokernel_mcp.integrity.replay import GOOD, WRONG, Plant, replay_all
+
+    chosen = [_exploit("h1", "harness", True), _exploit("h2", "harness", True), _exploit("h3", "harness", False),
+              _exploit("e1", "escape", True), _exploit("o1", "outputs", False)]
+    client, plant, seen = _FakeClient(poison), Plant(), []
+    report = Report(device="cpu", backend="cpu", started_utc="now")
+    try:
+        anyio.run(lambda: replay_all(client, plant, chosen, report, None, {}, "cpu", seen.append))
+    finally:
+        plant.close()
+    # every exploit in its own call; the check (a correct candidate, then a wrong one unless the correct one
+    # already failed) once after each family that has exploits marked next_unchanged
+    after_h = [GOOD] if poison == "# h2\n" else [GOOD, WRONG]
+    after_e = [GOOD] if poison else [GOOD, WRONG]
+    assert client.calls == ["# h1\n", "# h2\n", "# h3\n", *after_h, "# e1\n", *after_e, "# o1\n"]
+    broken = {"# h2\n": {"h1", "h2", "e1"}, "# e1\n": {"e1"}, "": set()}[poison]  # the damage stays
+    assert {r.exploit for r in report.broken} == broken
+    assert all("next correct candidate: passed=False" in r.observed and "checked after" in r.observed
+               for r in report.broken)
+    assert sorted(r.exploit for r in seen) == ["e1", "h1", "h2", "h3", "o1"]  # each row reported once, final

@@ -129,13 +129,13 @@ def test_a_reply_off_its_model_is_an_internal_error_not_a_result():
 
     import anyio
 
-    from evokernel_mcp.runtime.pool import WorkerPool, _Worker
+    from evokernel_mcp.runtime.pool import RunnerPool, _Runner
 
     async def main():
-        pool = WorkerPool(["cpu"])
+        pool = RunnerPool(["cpu"])
         proc = await anyio.open_process([sys.executable, "-c", OFF_MODEL_RUNNER], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
-        w = _Worker("cpu", proc, Path("/nonexistent.log"))
+        w = _Runner("cpu", proc, Path("/nonexistent.log"))
         assert (await w.next_event()).event == "ready"
         try:
             return await pool._exchange(w, ops.make_call(4, "ping", {}, None), 10, None, Path("/nonexistent"))

@@ -57,15 +57,15 @@ def test_event_for_another_request_is_never_taken_as_the_result():
     import subprocess
     import sys
 
-    from evokernel_mcp.runtime.pool import WorkerPool, _Worker
+    from evokernel_mcp.runtime.pool import RunnerPool, _Runner
 
     async def main():
-        pool = WorkerPool(["cpu"])
+        pool = RunnerPool(["cpu"])
         proc = await anyio.open_process([sys.executable, "-c", FAKE_WORKER], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
-        w = _Worker("cpu", proc, Path("/nonexistent.log"))
+        w = _Runner("cpu", proc, Path("/nonexistent.log"))
         assert (await w.next_event()).event == "ready"
-        pool._workers["cpu"] = w
+        pool._runners["cpu"] = w
         try:
             return await pool._exchange(w, make_call(5, "ping", {}, None), 10, None, Path("/nonexistent"))
         finally:

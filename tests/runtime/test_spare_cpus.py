@@ -57,11 +57,11 @@ def test_even_split_gives_each_gpu_whole_cores_in_order(monkeypatch):
 
 
 def test_pool_gives_each_gpu_runner_its_share_on_a_big_host_or_when_asked(monkeypatch, use_settings):
-    from evokernel_mcp.runtime.pool import WorkerPool
+    from evokernel_mcp.runtime.pool import RunnerPool
 
     monkeypatch.setattr(cpus, "_core_of", lambda c: frozenset({c}))
     monkeypatch.setattr(cpus, "allowed", lambda: frozenset(range(8)))
-    pool = WorkerPool(["cuda:0", "cuda:1"])
+    pool = RunnerPool(["cuda:0", "cuda:1"])
     use_settings(cpu_split="auto")  # auto: 4 CPUs a GPU is too few to split
     assert pool._cpu_share("cuda:0") is None
     use_settings(cpu_split="even")
@@ -73,8 +73,8 @@ def test_pool_gives_each_gpu_runner_its_share_on_a_big_host_or_when_asked(monkey
     assert settings.Settings().cpu_split == "auto"
     use_settings(cpu_split="auto")
     assert pool._cpu_share("cuda:0") == "0-15"  # the default on a 2-GPU host of 32 CPUs
-    assert WorkerPool(["cuda:0"])._cpu_share("cuda:0") is None  # one GPU: the whole host
-    assert WorkerPool(["cpu"])._cpu_share("cpu") is None
+    assert RunnerPool(["cuda:0"])._cpu_share("cuda:0") is None  # one GPU: the whole host
+    assert RunnerPool(["cpu"])._cpu_share("cpu") is None
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")

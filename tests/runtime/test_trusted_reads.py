@@ -94,9 +94,9 @@ def test_the_runner_gets_an_allow_listed_environment_without_secrets(monkeypatch
     token.write_text("tok")
     monkeypatch.setattr(envs, "_HIDDEN_FILES", [])
     envs.hide_file(token)
-    from evokernel_mcp.runtime.pool import worker_env
+    from evokernel_mcp.runtime.pool import runner_env_for
 
-    env = worker_env("cpu")
+    env = runner_env_for("cpu")
     assert env["EVOKERNEL_DEVICES"] == "cpu" and env["TRITON_INTERPRET"] == "1" and "PATH" in env
     for k in ("ZZ_PLANTED_VALUE", "EVOKERNEL_HTTP_TOKEN", "EVOKERNEL_DB_PASSWORD", "TRITON_MY_KEYRING"):
         assert k not in env, k

@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from evokernel_mcp.runtime.jobs import JobManager
-from evokernel_mcp.runtime.pool import WorkerPool
+from evokernel_mcp.runtime.pool import RunnerPool
 
 
 def _warm_calls(monkeypatch, devices: list[str], policy: str, use_settings) -> list[str]:
@@ -21,7 +21,7 @@ def _warm_calls(monkeypatch, devices: list[str], policy: str, use_settings) -> l
     async def fake_warm(self, device=None):
         seen.append(device)
         return True
-    monkeypatch.setattr(WorkerPool, "warm", fake_warm)
+    monkeypatch.setattr(RunnerPool, "warm", fake_warm)
     m = JobManager(devices=devices)
     try:
         got = m.warm_soon()
@@ -79,10 +79,10 @@ def test_a_warmed_runner_serves_the_first_call_and_a_close_mid_start_leaves_none
         assert m.warm_soon() == "cpu"
         pool = m.pool
         deadline = time.monotonic() + 240
-        while "cpu" not in pool._workers and time.monotonic() < deadline:
+        while "cpu" not in pool._runners and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert "cpu" in pool._workers, "the runner did not start at start-up"
-        pid = pool._workers["cpu"].pid
+        assert "cpu" in pool._runners, "the runner did not start at start-up"
+        pid = pool._runners["cpu"].pid
         from evokernel_mcp.runtime.submit import run_worker_job
 
         out = anyio.run(lambda: run_worker_job(kind="test", op="ping", payload={}, timeout_s=60, wait_s=120, jobs=m))
