@@ -38,7 +38,7 @@ STEP7 = KDIR / "step7_mma_tiles"
 RESULTS = REPO / "bench/results"
 KERNEL = "conv3d_dw_mma_tiles"
 # name -> #define overrides of kernel.cu (the file's own values are v1)
-VARIANTS = {  # v1..v6 as in the first H100 round (commit c31f27b); v7.. added after it
+VARIANTS = {  # v1..v6 as in the first H100 round (commit c31f27b), v7..v12 added for the second, v13.. after it
     "v1": {},                                                            # 4 warps x 5 tiles, 8 planes, 4 stages: 12 warps/SM
     "v2": {"STAGES": 6},                                                 # deeper ring (slower in round 1)
     "v3": {"WARPS": 2, "NPB": 4, "NPN": 4, "NT": 5, "MINB": 6},          # 64-thread blocks: 4 planes, N = 4 planes x 2 segments
@@ -51,8 +51,10 @@ VARIANTS = {  # v1..v6 as in the first H100 round (commit c31f27b); v7.. added a
     "v10": {"STAGES": 3},                                                # v1, shallower ring
     "v11": {"PPS": 2, "STAGES": 6},                                      # v1, 2 row pairs per barrier (half the barriers)
     "v12": {"WARPS": 10, "NT": 2, "MINB": 2, "PPS": 2, "STAGES": 6},     # v7, 2 row pairs per barrier
+    "v13": {"WARPS": 20, "NPB": 16, "NT": 2, "MINB": 1},                 # 16 planes a block at 20 warps/SM: L2 reads 18/16
+    "v14": {"WARPS": 2, "NPB": 4, "NPN": 4, "NT": 5, "MINB": 6, "STAGES": 5},   # v3 (round 2's best), 5-stage ring
 }
-DEFAULT = ["v1", "v3", "v7", "v8", "v10", "v11", "v12"]
+DEFAULT = ["v3", "v13", "v14", "v1"]
 
 
 def variant_source(overrides: dict) -> str:
