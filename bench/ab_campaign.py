@@ -88,7 +88,12 @@ async def run_campaign(a, save) -> dict:
     mm = _kb(kb, MM)
     mm_small = {"overrides": {"N": 2048}}
 
+    chosen = set((getattr(a, "sections", None) or "wall,downgrade,forge,five_percent,two_percent,same_code")
+                 .split(","))
+
     def left(section: str) -> bool:
+        if section not in chosen:
+            return False
         if time.monotonic() < deadline:
             return True
         if section not in out["cut"]:
