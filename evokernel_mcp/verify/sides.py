@@ -2,8 +2,9 @@
 code they call. Nothing here judges: the runner compares (verify/runner_side.py, verify/case.py).
 
 Reference child (one per reference source): for (shape set, seed[, probe]) it plans the case's memory
-(verify/memory.py: shapes from get_inputs on meta tensors and one dry forward on meta, against the free
-device and host memory; a case that cannot fit is refused with the sizes, kind "too_big"), makes the
+(verify/memory.py: shapes from get_inputs on meta tensors and one dry forward on meta, or for a small case of a
+task with declared input shapes a bound on its outputs, against the free device and host memory; a case that
+cannot fit is refused with the sizes, kind "too_big"), makes the
 inputs (the signed probe replaces floating inputs when asked: verify/probe.py), runs the reference
 natively and in float64 where that runs and fits (verify/refout.py), and says which integer outputs are
 arg-reductions (by behaviour: the indices select the max/min of an input along a dim). With `hold`, the
