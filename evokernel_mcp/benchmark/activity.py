@@ -142,12 +142,19 @@ def unjoined(acts: Sequence[Act], timed: frozenset[int], ours: frozenset[str], t
     return None
 
 
-def spans_ms(acts: Sequence[Act], plan: Plan, n: int) -> list[float] | str:
+def spans_ms(acts: Sequence[Act], plan: Plan, n: int, checks: bool = False) -> list[float] | str:
     """One span (ms) per repetition from the activities of a timed loop, or why they do not cut cleanly.
 
     With a flush: each run of flush_count flush activities opens a repetition, a separator (the
     GPU-sleep cushion) closes one, anything else belongs to the open repetition. Without a flush (warm
-    cache): the callable's activities in groups of per_call."""
+    cache): the callable's activities in groups of per_call.
+    checks: the harness queued its check of each output (copies, reductions) on the timed stream behind a
+    separator that closes the repetition (timing.timed_batch's `after`): work on a timed stream between a
+    separator and the next flush is the harness's own and belongs to no repetition. The call's own work on
+    the timed stream cannot land there (stream order); its work on other streams still counts as outside
+    the window. Needs the flush and the records' stream ids."""
+    if checks and not (plan.flush_count and plan.timed_streams):
+        return "the harness's checks between repetitions need a cache flush and the records' stream ids"
     acts = sorted(acts, key=lambda a: (a[1], a[2]))
     if plan.timed_streams and plan.side_streams:
         late = unjoined(acts, plan.timed_streams, plan.flush_names | plan.separator_names, tail_ok=True)
@@ -170,6 +177,8 @@ def spans_ms(acts: Sequence[Act], plan: Plan, n: int) -> list[float] | str:
                 continue
             if name in plan.separator_names:
                 open_ = False
+            elif not open_ and checks and _stream_of(acts[i]) in plan.timed_streams:
+                pass  # the harness's check of the repetition just closed
             elif not open_:
                 return CutFailure(f"device work ({name[:60]}, stream {_stream_of(acts[i])}) outside any repetition "
                                   f"(after the timed window); before it: {_context(acts, i)}", "outside_window")
