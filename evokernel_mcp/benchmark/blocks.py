@@ -12,8 +12,8 @@ are never charged to a repetition; probes.device_content_of says which content a
 timed repetition's output is reduced to chunk sums (probes.Prober without positions: nothing is chosen
 before the block) on the device, right after the repetition and before the next one can overwrite a
 reused output buffer: queued after its end event (outside the events' window) and, under the activity
-clock, behind a short GPU sleep that closes the repetition's span, so the records put the harness's
-reductions in no repetition (activity.spans_ms, checks=True). Every arm does the same. The rows stay on
+clock, between two short GPU sleeps (the first closes the repetition's span), so the records put the
+harness's reductions in no repetition (activity.spans_ms, checks=True). Every arm does the same. The rows stay on
 the device until the block has run. Off (report's probes_unreadable says why) for graph replays (no
 output to read) and, under the activity clock, without a cache flush, a GPU sleep or stream ids.
 

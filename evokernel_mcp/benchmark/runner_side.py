@@ -220,6 +220,8 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
     out["settled"] = arms.ask(arms.cand, {"op": "settled", "inputs": case["inputs"], "seed": seed,
                                           "init_inputs": case["init_inputs"], "state": case["state"]})
     bar = _probe_bar(arms, ref, case, pool, seed, gpu) if pool or gpu else None
+    if gpu:
+        trim_between_cases()  # the bar's float64 copies of the reference's outputs: freed before the arms start
     t0 = time.monotonic()
     timed = _interleave(arms, case, pool, seed, opt, progress, gpu, bar)
     out.update({k: v for k, v in timed.items() if k != "samples"})

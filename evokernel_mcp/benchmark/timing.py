@@ -433,8 +433,9 @@ def timed_batch(calls: Sequence[Callable[[], Any]], start: int, n: int, flusher:
     """n timed repetitions queued behind one GPU sleep (`cushion` ms when given: the runner gives every arm of
     a round the same one, so the arms' blocks hold the same harness work), synchronised at the end.
     after(g): the harness's check of repetition g's output, queued after its end event (outside the events'
-    window) and, with `separator` (a short GPU sleep: the activity clock's separator kernel), after a kernel
-    that closes the repetition's span in the activity records (activity.spans_ms with checks=True)."""
+    window) and, with `separator` (a short GPU sleep: the activity clock's separator kernel), between two of
+    them: the first closes the repetition's span in the activity records, the second the harness's check
+    (activity.spans_ms with checks=True)."""
     import torch
 
     ev = api["Event"]
@@ -454,6 +455,8 @@ def timed_batch(calls: Sequence[Callable[[], Any]], start: int, n: int, flusher:
             if separator is not None:
                 separator()
             after(start + i)
+            if separator is not None:
+                separator()
     api["sync"]()
     return [api["elapsed"](s, e) for s, e in zip(starts, ends)]
 

@@ -73,7 +73,7 @@ def dev(monkeypatch):
     take = probes.Prober.take
 
     def take_on_device(self, out, g):  # the harness's reduction: device work on the timed stream
-        d.run("Memcpy DtoD (Device -> Device)", 1.0)
+        d.run("reduce_kernel<sum>", 1.0)  # a float32 sum: the flush's kernel name
         take(self, out, g)
     monkeypatch.setattr(probes.Prober, "take", take_on_device)
     return d
@@ -170,11 +170,11 @@ def _us(name, s, e, stream=STREAM):
 def test_spans_leave_out_the_harness_work_behind_a_separator_and_nothing_else():
     plan = activity.Plan(frozenset({"flush"}), 1, frozenset({"spin"}), 1, timed_streams=frozenset({STREAM}))
     acts = [_us("spin", 0, 50), _us("flush", 50, 120), _us("k", 121, 125), _us("spin", 126, 127),
-            _us("copy", 127, 140), _us("flush", 141, 200), _us("k", 201, 208), _us("spin", 209, 210),
-            _us("copy", 210, 230)]
-    assert activity.spans_ms(acts, plan, 2, checks=True) == [0.004, 0.007]
+            _us("copy", 127, 135), _us("flush", 135, 140), _us("spin", 140, 141), _us("flush", 141, 200),
+            _us("k", 201, 208), _us("spin", 209, 210), _us("copy", 210, 230), _us("spin", 230, 231)]
+    assert activity.spans_ms(acts, plan, 2, checks=True) == [0.004, 0.007]  # a check's kernel named like the flush
     assert "outside any repetition" in activity.spans_ms(acts, plan, 2)
-    late = acts + [_us("k_side", 231, 240, stream=9)]  # the call's work on another stream after its span
+    late = acts[:-1] + [_us("k_side", 225, 240, stream=9), acts[-1]]  # the call's work on another stream
     out = activity.spans_ms(late, plan, 2, checks=True)
     assert isinstance(out, activity.CutFailure) and out.kind == "outside_window"
     no_ids = activity.Plan(frozenset({"flush"}), 1, frozenset({"spin"}), 1)
