@@ -76,24 +76,36 @@ class BlockTimer:
         n, per_call = timing.warm_up_by_time(self.calls, timing.warmup_budget_s(self.opt), self.api["sync"])
         self.warmup_calls, self.host_per_rep_s = n, per_call
         if self.gpu:
-            h0 = timing._perf_ns()  # the host's cost of one enqueue (and its check), without waiting for the device
-            if self.prober is not None:
-                self.prober.begin()
-            for i in range(3):
-                self.calls[i % len(self.calls)]()
-                self._check(i)
-            self.host_enqueue_s = (timing._perf_ns() - h0) / 3 / 1e9
-            self.api["sync"]()
-            if self.prober is not None:
-                self.prober.end()
-            self.last, self.warmup_calls = None, n + 3
             self.cycles_per_ms = timing.sleep_cycles_per_ms(self.api)
             if self.opt.timer == "auto":
                 self.plan, self.failure = timing._activity_plan(self.calls, self.flusher, self.cycles_per_ms,
                                                                 self.api)
             self.marks.update(timing.window_marks(self.plan, self.failure))
             self._gpu_checks_or_why_not()
+            check, sep = self._check_and_separator()
+            h0 = timing._perf_ns()  # the host's cost of one enqueue and its check, without waiting for the device
+            if check is not None:
+                self.prober.begin()
+            for i in range(3):
+                self.calls[i % len(self.calls)]()
+                if check is not None:  # as timing.timed_batch queues it
+                    if sep is not None:
+                        sep()
+                    check(i)
+                    if sep is not None:
+                        sep()
+            self.host_enqueue_s = (timing._perf_ns() - h0) / 3 / 1e9
+            self.api["sync"]()
+            if check is not None:
+                self.prober.end()
+            self.last, self.warmup_calls = None, n + 3
         return self.warmup_calls
+
+    def _check_and_separator(self) -> tuple[Any, Any]:
+        """timing.timed_batch's `after` and `separator` for this arm's GPU blocks (None, None: no checks)."""
+        if self.prober is None:
+            return None, None
+        return self._check, (self._separator if self.plan is not None else None)
 
     def _check(self, g: int) -> None:
         if self.prober is not None and self.last is not None:
@@ -172,14 +184,13 @@ class BlockTimer:
         if session is not None:
             session.__enter__()
         try:
-            check = self.prober is not None
-            if check:
+            check, sep = self._check_and_separator()
+            if check is not None:
                 self.prober.begin()
             with torch.no_grad():
                 ev = timing.timed_batch(self.calls, start, k, self.flusher, self.api, self.cycles_per_ms,
-                                         self.host_per_rep_s, cushion_ms, after=self._check if check else None,
-                                         separator=self._separator if check and self.plan is not None else None)
-            self.block_probes = self.prober.end() if check else None
+                                         self.host_per_rep_s, cushion_ms, after=check, separator=sep)
+            self.block_probes = self.prober.end() if check is not None else None
         except BaseException:
             if session is not None:
                 session.__exit__(None, None, None)
