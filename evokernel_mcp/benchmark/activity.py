@@ -142,12 +142,19 @@ def unjoined(acts: Sequence[Act], timed: frozenset[int], ours: frozenset[str], t
     return None
 
 
-def spans_ms(acts: Sequence[Act], plan: Plan, n: int) -> list[float] | str:
+def spans_ms(acts: Sequence[Act], plan: Plan, n: int, checks: bool = False) -> list[float] | str:
     """One span (ms) per repetition from the activities of a timed loop, or why they do not cut cleanly.
 
     With a flush: each run of flush_count flush activities opens a repetition, a separator (the
     GPU-sleep cushion) closes one, anything else belongs to the open repetition. Without a flush (warm
-    cache): the callable's activities in groups of per_call."""
+    cache): the callable's activities in groups of per_call.
+    checks: the harness queued its check of each output (copies, reductions) on the timed stream between two
+    separators, the first closing the repetition (timing.timed_batch's `after`): work on a timed stream
+    between them is the harness's own and belongs to no repetition, whatever its kernels' names (a float32
+    sum shares the flush's). The call's own work on the timed stream cannot land there (stream order); its
+    work on other streams still counts as outside the window. Needs the flush and the records' stream ids."""
+    if checks and not (plan.flush_count and plan.timed_streams):
+        return "the harness's checks between repetitions need a cache flush and the records' stream ids"
     acts = sorted(acts, key=lambda a: (a[1], a[2]))
     if plan.timed_streams and plan.side_streams:
         late = unjoined(acts, plan.timed_streams, plan.flush_names | plan.separator_names, tail_ok=True)
@@ -155,10 +162,13 @@ def spans_ms(acts: Sequence[Act], plan: Plan, n: int) -> list[float] | str:
             return CutFailure(late, "outside_window")
     if plan.flush_count:
         groups: list[list[Act]] = []
-        open_ = False
+        open_, checking = False, False
         i = 0
         while i < len(acts):
             name = acts[i][0]
+            if checking and name not in plan.separator_names and _stream_of(acts[i]) in plan.timed_streams:
+                i += 1  # the harness's check of the repetition just closed (its kernels may share the flush's name)
+                continue
             if name in plan.flush_names:
                 j = i
                 while j < len(acts) and j - i < plan.flush_count and acts[j][0] in plan.flush_names:
@@ -168,8 +178,8 @@ def spans_ms(acts: Sequence[Act], plan: Plan, n: int) -> list[float] | str:
                 groups.append([])
                 open_, i = True, j
                 continue
-            if name in plan.separator_names:
-                open_ = False
+            if name in plan.separator_names:  # with checks: the separator closing a repetition opens its
+                checking, open_ = checks and open_, False  # checks, the next one closes them
             elif not open_:
                 return CutFailure(f"device work ({name[:60]}, stream {_stream_of(acts[i])}) outside any repetition "
                                   f"(after the timed window); before it: {_context(acts, i)}", "outside_window")

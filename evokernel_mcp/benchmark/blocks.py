@@ -8,8 +8,14 @@ outside the window, its output is probed at the runner's positions and by chunk 
 same work.
 GPU path (per block): the rotating input sets are refilled with new values between blocks
 (settle.refill_inputs; outside any timed window and outside the block's profiler session, so the copies
-are never charged to a repetition). Per-repetition contents and probes need activity.py to tell the
-harness's copy and gather kernels from the call's before they can run there.
+are never charged to a repetition; probes.device_content_of says which content a repetition had). Every
+timed repetition's output is reduced to chunk sums (probes.Prober without positions: nothing is chosen
+before the block) on the device, right after the repetition and before the next one can overwrite a
+reused output buffer: queued after its end event (outside the events' window) and, under the activity
+clock, between two short GPU sleeps (the first closes the repetition's span), so the records put the
+harness's reductions in no repetition (activity.spans_ms, checks=True). Every arm does the same. The rows stay on
+the device until the block has run. Off (report's probes_unreadable says why) for graph replays (no
+output to read) and, under the activity clock, without a cache flush, a GPU sleep or stream ids.
 
 On a GPU a block runs in two requests: run_block (the repetitions run to completion, the device synchronised:
 the runner's clock around the block stops at its answer) and finish_block (the profiler's records cut into
@@ -41,7 +47,10 @@ class BlockTimer:
         self.pool, self.flusher = list(refill_pool), flusher
         # host path: every repetition on new input content (the timed case's inputs, then the pool's)
         self.contents = ([settle.clone_inputs(self.arg_sets[0])] + self.pool) if self.pool and not gpu else []
-        self.prober = probes.Prober(probe_table, probe_chunks) if probe_table and not gpu else None
+        # the GPU path reads no positions (the runner chooses nothing before the block): chunk sums only
+        wanted = probe_chunks if gpu else probe_table
+        self.prober = probes.Prober(None if gpu else probe_table, probe_chunks) if wanted else None
+        self.probes_off: str | None = None  # why the GPU path cannot check every repetition here
         self.block_probes: Any = None
         self.sampler = settle.OutputSampler(sample_size, seed)
         self.rep, self.block, self.last = 0, 0, None
@@ -67,18 +76,58 @@ class BlockTimer:
         n, per_call = timing.warm_up_by_time(self.calls, timing.warmup_budget_s(self.opt), self.api["sync"])
         self.warmup_calls, self.host_per_rep_s = n, per_call
         if self.gpu:
-            h0 = timing._perf_ns()  # the host's cost of one enqueue, without waiting for the device
-            for i in range(3):
-                self.calls[i % len(self.calls)]()
-            self.host_enqueue_s = (timing._perf_ns() - h0) / 3 / 1e9
-            self.api["sync"]()
-            self.last, self.warmup_calls = None, n + 3
             self.cycles_per_ms = timing.sleep_cycles_per_ms(self.api)
             if self.opt.timer == "auto":
                 self.plan, self.failure = timing._activity_plan(self.calls, self.flusher, self.cycles_per_ms,
                                                                 self.api)
             self.marks.update(timing.window_marks(self.plan, self.failure))
+            self._gpu_checks_or_why_not()
+            check, sep = self._check_and_separator()
+            h0 = timing._perf_ns()  # the host's cost of one enqueue and its check, without waiting for the device
+            if check is not None:
+                self.prober.begin()
+            for i in range(3):
+                self.calls[i % len(self.calls)]()
+                if check is not None:  # as timing.timed_batch queues it
+                    if sep is not None:
+                        sep()
+                    check(i)
+                    if sep is not None:
+                        sep()
+            self.host_enqueue_s = (timing._perf_ns() - h0) / 3 / 1e9
+            self.api["sync"]()
+            if check is not None:
+                self.prober.end()
+            self.last, self.warmup_calls = None, n + 3
         return self.warmup_calls
+
+    def _check_and_separator(self) -> tuple[Any, Any]:
+        """timing.timed_batch's `after` and `separator` for this arm's GPU blocks (None, None: no checks)."""
+        if self.prober is None:
+            return None, None
+        return self._check, (self._separator if self.plan is not None else None)
+
+    def _check(self, g: int) -> None:
+        if self.prober is not None and self.last is not None:
+            self.prober.take(self.last, g)
+
+    def _gpu_checks_or_why_not(self) -> None:
+        """Keep the per-repetition checks on the GPU only where they stay out of every repetition's time."""
+        if self.prober is None:
+            return
+        why = None
+        if self.opt.use_graph:
+            why = "graph replays return no output to check per repetition"
+        elif self.plan is not None and not (self.plan.flush_count and self.plan.timed_streams and self.cycles_per_ms):
+            why = ("the activity clock cannot set the harness's checks apart from the repetitions here (they need "
+                   "a cache flush, a GPU sleep and the records' stream ids)")
+        if why:
+            self.prober, self.probes_off = None, why
+
+    def _separator(self) -> None:
+        import torch
+
+        torch.cuda._sleep(max(1, int(0.001 * (self.cycles_per_ms or 0))))  # ~1 us: the activity clock's separator
 
     def time_block(self, k: int, cushion_ms: float | None = None) -> list[float]:
         """Times (ms) of k repetitions: refill, time, offer the last repetition to the sampler."""
@@ -135,9 +184,13 @@ class BlockTimer:
         if session is not None:
             session.__enter__()
         try:
+            check, sep = self._check_and_separator()
+            if check is not None:
+                self.prober.begin()
             with torch.no_grad():
                 ev = timing.timed_batch(self.calls, start, k, self.flusher, self.api, self.cycles_per_ms,
-                                         self.host_per_rep_s, cushion_ms)
+                                         self.host_per_rep_s, cushion_ms, after=check, separator=sep)
+            self.block_probes = self.prober.end() if check is not None else None
         except BaseException:
             if session is not None:
                 session.__exit__(None, None, None)
@@ -151,7 +204,7 @@ class BlockTimer:
         if session is None:
             return ev
         session.__exit__(None, None, None)
-        spans = activity.spans_ms(session.activities(), self.plan, k)
+        spans = activity.spans_ms(session.activities(), self.plan, k, checks=self.prober is not None)
         if isinstance(spans, str):  # the block's records did not cut: events for this run from now on
             self.failure, self.plan = spans, None
             self.marks.update(timing.window_marks(None, spans))
@@ -165,4 +218,4 @@ class BlockTimer:
                 "timer": self.timer, "warmup_calls": self.warmup_calls, "reps": self.rep, "blocks": self.block,
                 "refilled_from_pool": len(self.pool), "activity_timer_unused": str(self.failure or "") or None,
                 "contents_per_rep": len(self.contents), "probes": self.prober is not None,
-                "probes_unreadable": self.prober.why_not if self.prober is not None else None}
+                "probes_unreadable": self.prober.why_not if self.prober is not None else self.probes_off}

@@ -179,8 +179,9 @@ class ShapeResult(Model):
         default=None, description="The candidate's reported times held against the runner's own clock around "
         "each block (what it read, what was reported, the excess over the baseline arm's and the allowance).")
     probes_checked: int | None = Field(
-        default=None, description="Timed repetitions whose output was probed at random positions and judged by "
-        "verify's bar, and every element by chunk sums (host path: every one); null: not probed.")
+        default=None, description="Timed repetitions whose output was judged by verify's bar: every element by "
+        "chunk sums, and on the host path also at random positions (every repetition; on a GPU every one but "
+        "graph replays); null: not probed.")
     confirm_speedup: float | None = Field(default=None, description="With confirm=true: the paired speedup a "
                                           "second fresh process measured on fresh inputs.")
     confirm_speedup_ci: tuple[float, float] | None = None

@@ -33,7 +33,7 @@ the full checks of sampled repetitions and the post-timing checks on refilled an
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 PROBE_ROWS = 64      # rows of the position table (repetition g reads row g % PROBE_ROWS)
@@ -46,6 +46,15 @@ def content_of(g: int, n_sets: int, n_contents: int) -> int:
     """The input content repetition g times with (its input set is g % n_sets): consecutive uses of one set
     hold consecutive contents, so with 2+ contents no set is timed twice in a row on the same data."""
     return (g // n_sets + g % n_sets) % n_contents
+
+
+def device_content_of(g: int, block: int, n_sets: int, n_pool: int) -> int:
+    """The input content repetition g of the arm's block `block` times with on the GPU path, where the input
+    sets are refilled between blocks (settle.refill_inputs): block 0 holds the timed case's inputs (content 0)
+    in every set; from block 1 on, input set j = g % n_sets holds pool[(block + j) % n_pool] (content 1 + that)."""
+    if block == 0 or n_pool <= 0:
+        return 0
+    return 1 + (block + g % n_sets) % n_pool
 
 
 def position_table(seed: int, rows: int = PROBE_ROWS, per: int = PROBE_PER_LEAF) -> list[list[int]]:
@@ -93,12 +102,14 @@ def sum_slack(length: int, dtype: Any) -> float:
 # ------------------------------------------------------------------------ inside the arm's process
 class Prober:
     """Reads each repetition's output at its table row, and its chunk sums, into a float64 row (harness code
-    beside the arm). chunks[i]: the chunk length of the i-th non-empty output tensor (None: no chunk sums)."""
+    beside the arm). chunks[i]: the chunk length of the i-th non-empty output tensor (None: no chunk sums).
+    table None: chunk sums only (the GPU path: nothing chosen before the block). A row of a device output
+    stays on the device (no synchronisation inside a timed batch) until `end`."""
 
-    def __init__(self, table: Sequence[Sequence[int]], chunks: Sequence[int] | None = None) -> None:
+    def __init__(self, table: Sequence[Sequence[int]] | None, chunks: Sequence[int] | None = None) -> None:
         import torch
 
-        self.idx = torch.tensor(table, dtype=torch.int64)
+        self.idx = torch.tensor(table, dtype=torch.int64) if table else None
         self.chunks = list(chunks) if chunks else None
         self.rows: list[Any] | None = []
         self.why_not: str | None = None
@@ -111,7 +122,7 @@ class Prober:
 
         if self.rows is None:
             return
-        pos = self.idx[g % len(self.idx)]
+        pos = self.idx[g % len(self.idx)] if self.idx is not None else None
         vals, leaf = [], 0
         for t in (list(out) if isinstance(out, (list, tuple)) else [out]):
             if not isinstance(t, torch.Tensor) or t.is_complex():
@@ -120,11 +131,13 @@ class Prober:
             flat = t.detach().reshape(-1)
             if flat.numel() == 0:
                 continue
-            vals.append(flat[(pos % flat.numel()).to(flat.device)].to(torch.float64))
+            if pos is not None:
+                vals.append(flat[(pos % flat.numel()).to(flat.device)].to(torch.float64))
             if self.chunks is not None and leaf < len(self.chunks):
                 vals.extend(chunk_sums(flat, int(self.chunks[leaf])))
             leaf += 1
-        self.rows.append(torch.cat(vals).cpu() if vals else torch.zeros(0, dtype=torch.float64))
+        row = torch.cat(vals) if vals else torch.zeros(0, dtype=torch.float64)
+        self.rows.append(row)
 
     def end(self) -> Any:
         """The block's rows as one [k, width] tensor, or None (outputs probes cannot read)."""
@@ -133,7 +146,7 @@ class Prober:
         rows, self.rows = self.rows, []
         if rows is None or not rows or len({r.numel() for r in rows}) != 1:
             return None
-        return torch.stack(rows)
+        return torch.stack(rows).cpu()
 
 
 # ------------------------------------------------------------------------ in the runner
@@ -147,11 +160,12 @@ def _leaves(obj: Any) -> list[Any] | None:
 class ProbeBar:
     """The expected probe values of every (content, table row) and their allowed error, by verify's bar."""
 
-    def __init__(self, task: Any, expected: Sequence[dict[str, Any]], table: Sequence[Sequence[int]]) -> None:
-        """expected[c]: the reference's reply for content c ("native", "hi" or None, "arg_reductions")."""
+    def __init__(self, task: Any, expected: Iterable[dict[str, Any]], table: Sequence[Sequence[int]] | None) -> None:
+        """expected[c]: the reference's reply for content c ("native", "hi" or None, "arg_reductions"); an
+        iterable, read once (one content's outputs in memory at a time). table None: chunk sums only."""
         import torch
 
-        self.idx = torch.tensor(table, dtype=torch.int64)
+        self.idx = torch.tensor(table, dtype=torch.int64) if table else torch.zeros((1, 0), dtype=torch.int64)
         self.why_not: str | None = None
         self.chunks: list[int] | None = None  # chunk length per non-empty output tensor (sent to the arms)
         self.kinds: list[int] = []  # per column: 0 a probed position, 1 a chunk sum, 2 a chunk sum of |values|
@@ -238,8 +252,9 @@ class ProbeBar:
             exact.append(torch.zeros(e.numel(), dtype=torch.bool))
         kinds += [1] * s_r.numel() + [2] * s_r.numel()
 
-    def check(self, rows: Any, first_rep: int, n_sets: int) -> dict[str, Any]:
-        """Judge one block's probe rows (repetitions first_rep, first_rep + 1, ...): {passed, checked, ...}."""
+    def check(self, rows: Any, first_rep: int, n_sets: int, contents: Sequence[int] | None = None) -> dict[str, Any]:
+        """Judge one block's probe rows (repetitions first_rep, first_rep + 1, ...): {passed, checked, ...}.
+        contents: each row's input content (the GPU path's, device_content_of); None: content_of's."""
         import torch
 
         rows = torch.as_tensor(rows, dtype=torch.float64)
@@ -252,7 +267,13 @@ class ProbeBar:
             return {"passed": False, "checked": k, "note": f"the output has {rows.shape[1]} probed values per "
                     f"repetition, the reference's {self.exp.shape[2]}: another number or size of outputs"}
         g = torch.arange(first_rep, first_rep + k)
-        c = torch.tensor([content_of(int(x), n_sets, self.exp.shape[0]) for x in g])
+        if contents is not None and len(contents) != k:
+            return {"passed": False, "checked": k, "note": f"{k} probe rows for {len(contents)} repetitions"}
+        c = torch.tensor([content_of(int(x), n_sets, self.exp.shape[0]) for x in g] if contents is None
+                         else [int(x) for x in contents])
+        if bool(((c < 0) | (c >= self.exp.shape[0])).any()):
+            return {"passed": True, "checked": 0, "note": "probes not judged: an input content without the "
+                    "reference's outputs"}
         t = g % self.idx.shape[0]
         e, th, n = self.exp[c, t], self.thr[c, t], self.nat[c, t]
         o = rows.to(torch.float64)

@@ -114,7 +114,7 @@ def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progr
 
     inits = {}
     big = _nbytes(case["inputs"]) + _nbytes(case["native"])  # each sampled repetition keeps inputs + outputs
-    table = probes.position_table(seed) if bar is not None else None
+    table = probes.position_table(seed) if bar is not None and not gpu else None  # GPU: chunk sums only
     for name, child in arms.children().items():
         req = {"op": "arm_init", "name": name, "inputs": case["inputs"], "seed": seed,
                "init_inputs": case["init_inputs"], "state": case["state"], "options": opt,
@@ -142,7 +142,11 @@ def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progr
             rows = rep.get("probes") if isinstance(rep, dict) else None
             if name == "candidate" and bar is not None and rows is not None and \
                     (not probe_checks or probe_checks[-1].get("passed")):
-                probe_checks.append(bar.check(rows, blocks_done(name) - k, int(inits[name].get("copies") or 1)))
+                first, n_sets = blocks_done(name) - k, int(inits[name].get("copies") or 1)
+                # GPU: the input sets are refilled between blocks; this block follows len(blocks) - 1 others
+                contents = [probes.device_content_of(first + i, len(blocks[name]) - 1, n_sets, len(pool))
+                            for i in range(k)] if gpu else None
+                probe_checks.append(bar.check(rows, first, n_sets, contents))
             return [max(t - ovh, 0.0) for t in times] if ovh else times
         return call
 
@@ -215,7 +219,9 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
     limit = 2 * OUTPUT_SLACK * _nbytes(case["native"]) + (16 << 20)
     out["settled"] = arms.ask(arms.cand, {"op": "settled", "inputs": case["inputs"], "seed": seed,
                                           "init_inputs": case["init_inputs"], "state": case["state"]})
-    bar = _probe_bar(arms, ref, case, pool, seed) if pool and not gpu else None
+    bar = _probe_bar(arms, ref, case, pool, seed, gpu) if pool or gpu else None
+    if gpu:
+        trim_between_cases()  # the bar's float64 copies of the reference's outputs: freed before the arms start
     t0 = time.monotonic()
     timed = _interleave(arms, case, pool, seed, opt, progress, gpu, bar)
     out.update({k: v for k, v in timed.items() if k != "samples"})
@@ -286,15 +292,16 @@ def _room_for_arms(ctx, arms: _Arms, ref, case: dict, room: dict) -> None:
                                                                                     "device: "))
 
 
-def _probe_bar(arms: _Arms, ref, case: dict, pool: list, seed: int):
+def _probe_bar(arms: _Arms, ref, case: dict, pool: list, seed: int, gpu: bool = False):
     """The expected probe values of every input content the arms time with (the case's inputs, then the
-    pool's), from the reference's outputs on them (float64 where they fit: verify's bar)."""
+    pool's), from the reference's outputs on them (float64 where they fit: verify's bar), one content's
+    outputs at a time. GPU: chunk sums only (no position table)."""
     from evokernel_mcp.benchmark.probes import ProbeBar, position_table
 
     hi = _nbytes(case["native"]) <= HI_CHECK_BYTES
-    expected = [arms.ask(ref, {"op": "expected", "inputs": x, "seed": seed, "hi": hi}, max_bytes=1 << 42)
-                for x in [case["inputs"], *pool]]
-    return ProbeBar(arms.task, expected, position_table(seed))
+    expected = (arms.ask(ref, {"op": "expected", "inputs": x, "seed": seed, "hi": hi}, max_bytes=1 << 42)
+                for x in [case["inputs"], *pool])
+    return ProbeBar(arms.task, expected, None if gpu else position_table(seed))
 
 
 def _pool_sets(in_bytes: int, out_bytes: int, n_arms: int, gpu: bool) -> int:
@@ -406,11 +413,11 @@ def _confirm(ctx: RunnerContext, payload: BenchmarkRequest, task: Task, ref, sha
         arms = _Arms(child, base, task, deadline, cpu=cpu, dev=tensor_device(ctx) or "cpu")
         s2 = seed + 31337
         case = arms.ask(ref, {"op": "case", "shape": shape, "seed": s2, "hi": False}, max_bytes=1 << 42)
-        pool, bar = [], None
-        if not gpu:  # host path: the same per-repetition contents and probes as the first run
-            pool = [arms.ask(ref, {"op": "case", "shape": shape, "seed": s2 + 1 + i, "inputs_only": True},
-                             max_bytes=1 << 42)["inputs"] for i in range(2)]
-            bar = _probe_bar(arms, ref, case, pool, s2)
+        # the same contents and per-repetition checks as the first run (GPU: refilled between blocks)
+        n_pool = _pool_sets(_nbytes(case["inputs"]), _nbytes(case["native"]), 2, gpu)
+        pool = [arms.ask(ref, {"op": "case", "shape": shape, "seed": s2 + 1 + i, "inputs_only": True},
+                         max_bytes=1 << 42)["inputs"] for i in range(n_pool)]
+        bar = _probe_bar(arms, ref, case, pool, s2, gpu)
         with quiet():  # the children are taken and loaded first: only the timing holds spares back
             timed = _interleave(arms, case, pool, s2, opt, lambda *a: None, gpu, bar)
         return {"rounds": timed["rounds"], "timer": timed["candidate"].get("timer"),

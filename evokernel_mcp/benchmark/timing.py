@@ -428,9 +428,14 @@ def cushion_ms(n: int, host_per_rep_s: float) -> float:
 
 def timed_batch(calls: Sequence[Callable[[], Any]], start: int, n: int, flusher: CacheFlusher | None,
                  api: dict[str, Any], cycles_per_ms: float | None, host_per_rep_s: float,
-                 cushion: float | None = None) -> list[float]:
+                 cushion: float | None = None, after: Callable[[int], None] | None = None,
+                 separator: Callable[[], None] | None = None) -> list[float]:
     """n timed repetitions queued behind one GPU sleep (`cushion` ms when given: the runner gives every arm of
-    a round the same one, so the arms' blocks hold the same harness work), synchronised at the end."""
+    a round the same one, so the arms' blocks hold the same harness work), synchronised at the end.
+    after(g): the harness's check of repetition g's output, queued after its end event (outside the events'
+    window) and, with `separator` (a short GPU sleep: the activity clock's separator kernel), between two of
+    them: the first closes the repetition's span in the activity records, the second the harness's check
+    (activity.spans_ms with checks=True)."""
     import torch
 
     ev = api["Event"]
@@ -446,6 +451,12 @@ def timed_batch(calls: Sequence[Callable[[], Any]], start: int, n: int, flusher:
         api["record"](starts[i])
         calls[(start + i) % len(calls)]()
         api["record"](ends[i])
+        if after is not None:
+            if separator is not None:
+                separator()
+            after(start + i)
+            if separator is not None:
+                separator()
     api["sync"]()
     return [api["elapsed"](s, e) for s, e in zip(starts, ends)]
 

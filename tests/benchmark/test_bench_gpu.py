@@ -39,6 +39,7 @@ def test_gpu_benchmark_uses_the_activity_clock_for_both_series():
             assert ti.launch_cost_ms and 0 < ti.launch_cost_ms < 0.005, ti
             assert s.median_ms == pytest.approx(ti.kernel_span_median_ms + ti.launch_cost_ms)
     assert r.correct_after_timing is True and "activity clock" in res.timing_method
+    assert r.probes_checked and r.probes_checked >= 30  # every timed repetition of the candidate, by chunk sums
 
 
 def test_gpu_benchmark_warm_cache_activity_clock():
@@ -70,6 +71,42 @@ def test_gpu_benchmark_catches_results_cached_by_input_address():
     r = res.results[0]
     assert r.correct_after_timing is False and r.valid is False and r.speedup is None
     assert any("input storage refilled" in f for f in r.flags)
+
+
+MM_REF = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, A, B):
+        return A @ B
+
+
+N = 2048
+
+
+def get_inputs():
+    return [torch.randn(N, N), torch.randn(N, N)]
+
+
+def get_init_inputs():
+    return []
+"""
+FORGE = (Path(__file__).parents[2] / "bench" / "candidates_ab" / "campaign" / "forge_skip_unchecked.py").read_text()
+
+
+@pytest.mark.parametrize("confirm", [False, True])
+def test_gpu_benchmark_catches_work_skipped_on_repetitions_guessed_unchecked(confirm):
+    """Full work only on a block's last repetition (the one the sampler may take): every repetition's chunk
+    sums are judged, so it is invalid (or, were the skipped work caught nowhere, its speedup is the truth)."""
+    res = anyio.run(lambda: benchmark(reference=MM_REF, candidate=FORGE, confirm=confirm, min_reps=30,
+                                      max_time_s=0.5, wait_s=300, timeout_s=300))
+    assert res.error is None, res.error
+    r = res.results[0]
+    assert r.valid is False or (r.speedup is not None and abs(r.speedup - 1) <= 0.1), (r.valid, r.speedup, r.flags)
 
 
 def test_gpu_measure_ceilings_alone_measures_the_launch_cost():
