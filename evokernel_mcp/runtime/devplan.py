@@ -3,7 +3,7 @@ the room. Pure arithmetic on numbers handed in (free and total bytes from torch.
 every process on the device; what each idle process holds): no device, no I/O, so every decision is unit-tested
 on the CPU with injected numbers.
 
-A verify case at its peak (tensors on one device, each held by the process named):
+A verify case at its peak (tensors on one device, each held by the process named; a benchmark shape: BenchPlan):
   reference   inputs + native outputs, and the float64 copy (inputs and outputs) while its forward runs
   runner      native outputs + candidate runs A and B (+ the float64 outputs where kept), one bool mask and the
               comparison blocks (its copy of the inputs goes once the candidate has its own; an arg-reduction's
