@@ -19,6 +19,7 @@ from typing import Any
 
 from evokernel_mcp.benchmark.bound import common_host_per_rep, cushion_ms, runner_bound
 from evokernel_mcp.benchmark.messages import BenchmarkRequest
+from evokernel_mcp.benchmark.room import meta, room_for_arms
 from evokernel_mcp.benchmark.work import runner_counts
 from evokernel_mcp.runtime import cpus
 from evokernel_mcp.runtime.context import RunnerContext
@@ -129,7 +130,7 @@ def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progr
                "probe_chunks": bar.chunks if bar is not None else None}
         inits[name] = arms.ask(child, req, max_bytes=1 << 20)
     if release_inputs:  # every arm has its own copy: the runner's goes (sizes kept for the limits below)
-        case["inputs"] = _meta(case["inputs"])
+        case["inputs"] = meta(case["inputs"])
         trim_between_cases()
     blocks: dict[str, list[dict[str, Any]]] = {name: [] for name in arms.children()}
     probe_checks: list[dict[str, Any]] = []
@@ -215,7 +216,7 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
     n_pool, sample = (2 if i_b <= POOL_FULL_BYTES or not gpu else 1), (2 if i_b + o_b <= POOL_FULL_BYTES else 1)
     big = gpu and i_b + o_b > BIG_BENCH_BYTES
     if gpu and ctx is not None:
-        p = _room_for_arms(ctx, arms, ref, case, room, n_pool, sample)
+        p = room_for_arms(ctx, arms, ref, case, room, n_pool, sample)
         n_pool, sample = p.refill_sets, p.sample_size
     pool = [arms.ask(ref, {"op": "case", "shape": shape, "seed": seed + 1 + i, "inputs_only": True},
                      max_bytes=1 << 42)["inputs"] for i in range(n_pool)]
@@ -257,69 +258,6 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
             arms.ask(arms.cand, {"op": "arm_close", "name": "candidate"})
         trim_between_cases()
     return out
-
-
-def _room_for_arms(ctx, arms: _Arms, ref, case: dict, room: dict, refill_sets: int = 1, sample_size: int = 1):
-    """Before any arm gets its inputs: the fullest benchmark that fits the device's free memory (all processes),
-    counted part by part (devplan.plan_benchmark); when that is less than asked, our idle processes give theirs
-    back first (once per shape) and it is planned again; then what the plan cut is applied (the control arm
-    retired, the refill pool and the sampled repetitions fewer, the runner's device copy of the outputs let go)
-    and said in the notes; too_big, naming the bytes, the device's and the overrides, before anything runs.
-    The plan, or None where it could not be read."""
-    import torch
-
-    from evokernel_mcp.runtime import devplan
-    from evokernel_mcp.verify.runner_side import give_back
-
-    i, o = _nbytes(case["inputs"]), _nbytes(case["native"])
-    per_rep = devplan.per_rep_check_bytes(i, o)  # a per-repetition output check's device bytes per arm
-
-    def plan(freed: int = 0, hint: dict | None = None) -> devplan.BenchPlan:
-        free, total = torch.cuda.mem_get_info()
-        return devplan.plan_benchmark(i, o, free, total, arms.ctrl is not None, refill_sets, sample_size,
-                                      per_rep, overrides=hint, reclaimed=freed)
-
-    p = plan()
-    full = (p.control == (arms.ctrl is not None) and p.refill_sets == refill_sets and p.sample_size == sample_size)
-    if not full:
-        g = room.get("gave_back") or give_back(ctx, (ref,), room)
-        freed = int(g.get("freed_bytes") or 0)
-        p = plan(freed, _hint(arms))
-        if p.too_big is None:
-            room.setdefault("notes", []).append(f"device memory given back before timing: {g['what']}")
-    if p.too_big is not None:
-        raise ChildFailed("too_big", p.too_big)
-    if arms.ctrl is not None and not p.control:
-        ctrl, arms.ctrl = arms.ctrl, None
-        ctx.spares.retire(ctrl)
-    if not p.runner_keeps_outputs:  # its sizes stay (meta tensors): the checks ask the reference afresh
-        case["native"] = _meta(case["native"])
-        trim_between_cases()
-    room.setdefault("notes", []).extend(p.notes)
-    room["plan"] = p
-    return p
-
-
-def _hint(arms: _Arms) -> dict | None:
-    try:
-        from evokernel_mcp.overrides import scaled_overrides  # AST only: nothing of the reference runs here
-
-        return scaled_overrides(arms.task.reference_source, max_elems=2**26) or None
-    except Exception:  # noqa: BLE001 - only a hint
-        return None
-
-
-def _meta(x: Any) -> Any:
-    """The same structure with every tensor on the meta device (shape and dtype kept, no memory)."""
-    import torch
-
-    if isinstance(x, torch.Tensor):
-        return torch.empty(x.shape, dtype=x.dtype, device="meta")
-    if isinstance(x, (list, tuple)):
-        return type(x)(_meta(v) for v in x)
-    if isinstance(x, dict):
-        return {k: _meta(v) for k, v in x.items()}
-    return x
 
 
 def _probe_bar(arms: _Arms, ref, case: dict, pool: list, seed: int):
@@ -422,13 +360,17 @@ def _confirm(ctx: RunnerContext, payload: BenchmarkRequest, task: Task, ref, sha
         arms = _Arms(child, base, task, deadline, cpu=cpu, dev=tensor_device(ctx) or "cpu")
         s2 = seed + 31337
         case = arms.ask(ref, {"op": "case", "shape": shape, "seed": s2, "hi": False}, max_bytes=1 << 42)
+        big = gpu and _nbytes(case["inputs"]) + _nbytes(case["native"]) > BIG_BENCH_BYTES
+        if big:  # nothing here reads the outputs' values: only the arms' copies of the inputs take room
+            case["native"] = meta(case["native"])
+            trim_between_cases()
         pool, bar = [], None
         if not gpu:  # host path: the same per-repetition contents and probes as the first run
             pool = [arms.ask(ref, {"op": "case", "shape": shape, "seed": s2 + 1 + i, "inputs_only": True},
                              max_bytes=1 << 42)["inputs"] for i in range(2)]
             bar = _probe_bar(arms, ref, case, pool, s2)
         with quiet():  # the children are taken and loaded first: only the timing holds spares back
-            timed = _interleave(arms, case, pool, s2, opt, lambda *a: None, gpu, bar, sample=0)
+            timed = _interleave(arms, case, pool, s2, opt, lambda *a: None, gpu, bar, sample=0, release_inputs=big)
         return {"rounds": timed["rounds"], "timer": timed["candidate"].get("timer"),
                 "runner_bound": timed.get("runner_bound"), "check_probes": timed.get("check_probes")}
     except ChildFailed as e:

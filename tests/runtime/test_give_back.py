@@ -131,7 +131,7 @@ class _Arms:
 
 def test_a_benchmark_whose_arms_do_not_fit_gives_back_then_is_too_big_before_anything_runs(monkeypatch):
     torch = pytest.importorskip("torch")
-    from evokernel_mcp.benchmark.runner_side import _room_for_arms
+    from evokernel_mcp.benchmark.room import room_for_arms as _room_for_arms
 
     case = {"inputs": [torch.zeros(1000)], "native": torch.zeros(1000)}  # 4 kB each: the arms need 48 kB
     readings = iter([(10_000, 80 << 30), (10**6, 80 << 30)])
@@ -154,7 +154,7 @@ def test_a_benchmark_whose_arms_do_not_fit_gives_back_then_is_too_big_before_any
 
 def test_short_of_memory_for_three_arms_the_control_arm_goes_before_the_job_does(monkeypatch):
     torch = pytest.importorskip("torch")
-    from evokernel_mcp.benchmark.runner_side import _room_for_arms
+    from evokernel_mcp.benchmark.room import room_for_arms as _room_for_arms
 
     case = {"inputs": [torch.zeros(1000)], "native": torch.zeros(1000)}  # 12 kB per arm, 12 kB besides
     free = int(37_000 / 0.9) + 1  # two arms fit (36 kB), three (48 kB) do not
@@ -171,7 +171,7 @@ def test_a_7_5_gb_norm_benchmark_on_an_80_gb_card_runs_lean_and_lets_the_runners
     the case. Short of the full benchmark, our idle processes give back first; then the control arm, the refill
     pool and the sampled repetitions go, the runner's device copy of the outputs goes, and the notes say so."""
     torch = pytest.importorskip("torch")
-    from evokernel_mcp.benchmark.runner_side import _room_for_arms
+    from evokernel_mcp.benchmark.room import room_for_arms as _room_for_arms
 
     x = torch.empty(112, 64, 512, 512, device="meta")
     case = {"inputs": [x], "native": torch.empty(112, 64, 512, 512, device="meta")}
