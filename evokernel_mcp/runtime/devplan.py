@@ -157,12 +157,6 @@ def benchmark_copies(input_bytes: int, output_bytes: int, arms: int, want: int, 
                f"({_gb(free)} free for {arms} arm(s) of {_gb(input_bytes + 2 * output_bytes)} each)")
 
 
-def benchmark_need(input_bytes: int, output_bytes: int, arms: int) -> dict[str, int]:
-    """Device bytes a benchmark's shape needs at the least it runs with (BenchPlan.lean): every arm's one input
-    set and two calls' outputs, one input set in transfer."""
-    return {"arms": arms * (input_bytes + 2 * output_bytes), "transfer": input_bytes}
-
-
 class BenchPlan(BaseModel):
     """What one benchmark shape holds on the device, by part, and what was cut to make it fit (or why not).
 
