@@ -76,14 +76,20 @@ def chunk_sums(flat: Any, length: int) -> tuple[Any, Any]:
     import torch
 
     acc = torch.float64 if flat.dtype == torch.float64 or not flat.is_floating_point() else torch.float32
-    flat = flat.to(acc)
+    if not flat.is_floating_point():
+        flat = flat.to(acc)
     n = flat.numel()
     full = n // length
     parts = [flat[: full * length].view(full, length)] if full else []
     if n > full * length:
         parts.append(flat[full * length:].view(1, -1))
-    sums = torch.cat([p.sum(1) for p in parts]).to(torch.float64)
-    abss = torch.cat([p.abs().sum(1) for p in parts]).to(torch.float64)
+    # no output-sized temporaries in the accumulating dtype (a big output's arm has no room for them): the
+    # sums accumulate in `acc` as they read; |x| is fused into the norm where the output is already `acc`
+    sums = torch.cat([p.sum(1, dtype=acc) for p in parts]).to(torch.float64)
+    if flat.dtype == acc:
+        abss = torch.cat([torch.linalg.vector_norm(p, 1, dim=1) for p in parts]).to(torch.float64)
+    else:
+        abss = torch.cat([p.abs().sum(1, dtype=acc) for p in parts]).to(torch.float64)
     return sums, abss
 
 

@@ -19,10 +19,12 @@ from typing import Any
 
 from evokernel_mcp.benchmark.bound import common_host_per_rep, cushion_ms, runner_bound
 from evokernel_mcp.benchmark.messages import BenchmarkRequest
+from evokernel_mcp.benchmark.room import meta, room_for_arms
 from evokernel_mcp.benchmark.work import runner_counts
 from evokernel_mcp.runtime import cpus
 from evokernel_mcp.runtime.context import RunnerContext
 from evokernel_mcp.runtime.devmem import trim_between_cases
+from evokernel_mcp.runtime.devplan import BIG_BENCH_BYTES
 from evokernel_mcp.runtime.spares import ChildFailed, note, wall_deadline
 from evokernel_mcp.tasks import Task
 from evokernel_mcp.verify.runner_side import OUTPUT_SLACK, _nbytes, load_candidate, tensor_device
@@ -105,23 +107,31 @@ def _run_dict(run, name: str, init: dict, report: dict, gpu: bool, cpu: int | No
 
 
 def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progress, gpu: bool,
-                bar=None) -> dict:
+                bar=None, sample: int | None = None, release_inputs: bool = False) -> dict:
     """Time every arm in interleaved rounds; raw records per arm, the rounds, the sampled outputs, the runner's
-    bound on the reported times (runner_bound) and, with a ProbeBar, the check of every repetition's probes."""
+    bound on the reported times (runner_bound) and, with a ProbeBar, the check of every repetition's probes.
+    sample: timed repetitions the candidate keeps (None: two, one when inputs and outputs are big);
+    release_inputs: the runner lets its device copy of the inputs go once every arm has its own."""
     from evokernel_mcp.benchmark import probes
     from evokernel_mcp.benchmark.interleave import run_interleaved
     from evokernel_mcp.benchmark.timing import TimingOptions
 
     inits = {}
     big = _nbytes(case["inputs"]) + _nbytes(case["native"])  # each sampled repetition keeps inputs + outputs
+    if sample is None:
+        sample = 2 if big <= POOL_FULL_BYTES else 1
+    limit = 4 * OUTPUT_SLACK * big + (16 << 20)
     table = probes.position_table(seed) if bar is not None and not gpu else None  # GPU: chunk sums only
     for name, child in arms.children().items():
         req = {"op": "arm_init", "name": name, "inputs": case["inputs"], "seed": seed,
                "init_inputs": case["init_inputs"], "state": case["state"], "options": opt,
-               "sample_size": (2 if big <= POOL_FULL_BYTES else 1) if name == "candidate" else 0,
+               "sample_size": sample if name == "candidate" else 0,
                "refill_pool": pool, "probe_table": table,
                "probe_chunks": bar.chunks if bar is not None else None}
         inits[name] = arms.ask(child, req, max_bytes=1 << 20)
+    if release_inputs:  # every arm has its own copy: the runner's goes (sizes kept for the limits below)
+        case["inputs"] = meta(case["inputs"])
+        trim_between_cases()
     blocks: dict[str, list[dict[str, Any]]] = {name: [] for name in arms.children()}
     probe_checks: list[dict[str, Any]] = []
 
@@ -160,7 +170,6 @@ def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progr
                            "runner_bound": runner_bound(run, blocks)}
     if bar is not None:
         out["check_probes"] = _probe_summary(probe_checks, bar)
-    limit = 4 * OUTPUT_SLACK * (_nbytes(case["native"]) + _nbytes(case["inputs"])) + (16 << 20)
     for name, child in arms.children().items():
         rep = arms.ask(child, {"op": "arm_report", "name": name, "samples": name == "candidate"}, max_bytes=limit)
         out[name] = _run_dict(run, name, inits[name], rep, gpu, arms.cpu)
@@ -207,9 +216,12 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
     work = runner_counts(case)
     if "gave_back" in room:
         room["notes"] = [f"device memory given back for this shape: {room['gave_back']['what']}"]
+    i_b, o_b = _nbytes(case["inputs"]), _nbytes(case["native"])
+    n_pool, sample = (2 if i_b <= POOL_FULL_BYTES or not gpu else 1), (2 if i_b + o_b <= POOL_FULL_BYTES else 1)
+    big = gpu and i_b + o_b > BIG_BENCH_BYTES
     if gpu and ctx is not None:
-        _room_for_arms(ctx, arms, ref, case, room)
-    n_pool = _pool_sets(_nbytes(case["inputs"]), _nbytes(case["native"]), 3 if arms.control else 2, gpu)
+        p = room_for_arms(ctx, arms, ref, case, room, n_pool, sample)
+        n_pool, sample = p.refill_sets, p.sample_size
     pool = [arms.ask(ref, {"op": "case", "shape": shape, "seed": seed + 1 + i, "inputs_only": True},
                      max_bytes=1 << 42)["inputs"] for i in range(n_pool)]
     out: dict[str, Any] = {"shape": shape, "input_bytes": _nbytes(case["inputs"]), "refill_pool_sets": n_pool,
@@ -223,7 +235,9 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
     if gpu:
         trim_between_cases()  # the bar's float64 copies of the reference's outputs: freed before the arms start
     t0 = time.monotonic()
-    timed = _interleave(arms, case, pool, seed, opt, progress, gpu, bar)
+    timed = _interleave(arms, case, pool, seed, opt, progress, gpu, bar, sample=sample, release_inputs=big)
+    if room.get("plan") is not None:
+        out["memory_plan"] = room["plan"].model_dump(exclude={"notes", "too_big"})
     out.update({k: v for k, v in timed.items() if k != "samples"})
     note("benchmark %s: arms set up and timed in %.2f s", shape, time.monotonic() - t0)
     case["inputs"], pool = None, None  # every arm has its copies: device memory for the checks below
@@ -246,50 +260,10 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
                                         max_bytes=1 << 42)}
         out[key] = _check(arms.task, got.pop(name), exp, arms.dev)
         exp = x = got = None
+        if name == "refill":  # its timed storage served the refill check: the fresh one needs none of it
+            arms.ask(arms.cand, {"op": "arm_close", "name": "candidate"})
         trim_between_cases()
-    arms.ask(arms.cand, {"op": "arm_close", "name": "candidate"})
     return out
-
-
-def _room_for_arms(ctx, arms: _Arms, ref, case: dict, room: dict) -> None:
-    """Before any arm gets its inputs: the arms' least need (devplan.benchmark_need) against the device's free
-    memory (all processes); short, our idle processes give theirs back first (once per shape); short even then,
-    too_big naming the bytes, the device's and the overrides, before anything runs."""
-    import torch
-
-    from evokernel_mcp.runtime import devplan
-    from evokernel_mcp.verify.runner_side import give_back
-
-    i, o = _nbytes(case["inputs"]), _nbytes(case["native"])
-    parts = devplan.benchmark_need(i, o, len(arms.children()))
-    need = sum(parts.values())
-    free, total = torch.cuda.mem_get_info()
-    if devplan.fits(need, free):
-        return
-    g = room.get("gave_back") or give_back(ctx, (ref,), room)
-    free, total = torch.cuda.mem_get_info()
-    if devplan.fits(need, free):
-        room.setdefault("notes", []).append(f"device memory given back before timing: {g['what']}")
-        return
-    if arms.ctrl is not None:  # the control arm (the noise floor) is an aid: it goes before the job does
-        fewer = devplan.benchmark_need(i, o, len(arms.children()) - 1)
-        if devplan.fits(sum(fewer.values()), free):
-            ctrl, arms.ctrl = arms.ctrl, None
-            ctx.spares.retire(ctrl)
-            room.setdefault("notes", []).append(
-                f"control arm left out: the three arms need {need / 1e9:.1f} GB of device memory, "
-                f"{free / 1e9:.1f} GB free (after giving back idle processes); no noise floor for this shape")
-            return
-    hint = None
-    try:
-        from evokernel_mcp.overrides import scaled_overrides  # AST only: nothing of the reference runs here
-
-        hint = scaled_overrides(arms.task.reference_source, max_elems=2**26) or None
-    except Exception:  # noqa: BLE001 - only a hint
-        hint = None
-    raise ChildFailed("too_big", "the benchmark's arms do not fit: " + devplan.too_big_message(
-        need, free, total, int(g.get("freed_bytes") or 0), parts, hint).removeprefix("this job does not fit the "
-                                                                                    "device: "))
 
 
 def _probe_bar(arms: _Arms, ref, case: dict, pool: list, seed: int, gpu: bool = False):
@@ -302,26 +276,6 @@ def _probe_bar(arms: _Arms, ref, case: dict, pool: list, seed: int, gpu: bool = 
     expected = (arms.ask(ref, {"op": "expected", "inputs": x, "seed": seed, "hi": hi}, max_bytes=1 << 42)
                 for x in [case["inputs"], *pool])
     return ProbeBar(arms.task, expected, None if gpu else position_table(seed))
-
-
-def _pool_sets(in_bytes: int, out_bytes: int, n_arms: int, gpu: bool) -> int:
-    """How many refill input sets the arms get: two for small inputs; for big ones as many (1 or 0) as
-    leave the arms' own inputs and outputs room in the device's free memory (each arm holds its inputs
-    and outputs, each arm's child and this runner hold the pool, one more input set in flight).
-    Without a pool, caching by address is still caught by the post-timing refill check."""
-    if in_bytes <= POOL_FULL_BYTES or not gpu:
-        return 2
-    import torch
-
-    free, _ = torch.cuda.mem_get_info()
-    for n in (1, 0):
-        # arms: inputs + outputs of two calls; pools; an input set in flight (sender's and receiver's
-        # copies); the sampled repetition kept and sent (inputs + outputs, twice)
-        need = n_arms * (in_bytes + 2 * out_bytes) + (n_arms + 1) * n * in_bytes + 2 * in_bytes \
-            + 2 * (in_bytes + out_bytes)
-        if need <= 0.7 * free:
-            return n
-    return 0
 
 
 def runner_benchmark(ctx: RunnerContext, req: BenchmarkRequest, progress) -> dict[str, Any]:
@@ -413,13 +367,17 @@ def _confirm(ctx: RunnerContext, payload: BenchmarkRequest, task: Task, ref, sha
         arms = _Arms(child, base, task, deadline, cpu=cpu, dev=tensor_device(ctx) or "cpu")
         s2 = seed + 31337
         case = arms.ask(ref, {"op": "case", "shape": shape, "seed": s2, "hi": False}, max_bytes=1 << 42)
-        # the same contents and per-repetition checks as the first run (GPU: refilled between blocks)
-        n_pool = _pool_sets(_nbytes(case["inputs"]), _nbytes(case["native"]), 2, gpu)
-        pool = [arms.ask(ref, {"op": "case", "shape": shape, "seed": s2 + 1 + i, "inputs_only": True},
-                         max_bytes=1 << 42)["inputs"] for i in range(n_pool)]
-        bar = _probe_bar(arms, ref, case, pool, s2, gpu)
+        big = gpu and _nbytes(case["inputs"]) + _nbytes(case["native"]) > BIG_BENCH_BYTES
+        if big:  # nothing here reads the outputs' values: only the arms' copies of the inputs take room
+            case["native"] = meta(case["native"])
+            trim_between_cases()
+        pool, bar = [], None
+        if not big:  # the same contents and per-repetition checks as the first run (GPU: refilled between blocks)
+            pool = [arms.ask(ref, {"op": "case", "shape": shape, "seed": s2 + 1 + i, "inputs_only": True},
+                             max_bytes=1 << 42)["inputs"] for i in range(2)]
+            bar = _probe_bar(arms, ref, case, pool, s2, gpu)
         with quiet():  # the children are taken and loaded first: only the timing holds spares back
-            timed = _interleave(arms, case, pool, s2, opt, lambda *a: None, gpu, bar)
+            timed = _interleave(arms, case, pool, s2, opt, lambda *a: None, gpu, bar, sample=0, release_inputs=big)
         return {"rounds": timed["rounds"], "timer": timed["candidate"].get("timer"),
                 "runner_bound": timed.get("runner_bound"), "check_probes": timed.get("check_probes")}
     except ChildFailed as e:

@@ -96,8 +96,13 @@ def arm_times(loaded, req: dict[str, Any]) -> dict[str, Any]:
 
 
 def arm_report(loaded, req: dict[str, Any]) -> dict[str, Any]:
-    """The arm's marks, clock and sampled timed repetitions (inputs + outputs, for the runner to check)."""
-    rep = loaded.arms[req["name"]].report()
+    """The arm's marks, clock and sampled timed repetitions (inputs + outputs, for the runner to check). The
+    samples go with the reply: the arm keeps no copy of them (their device memory is back once they are sent)."""
+    timer = loaded.arms[req["name"]]
+    rep = timer.report()
+    sampler = getattr(timer, "sampler", None)
+    if sampler is not None:
+        sampler.samples = []
     if not req.get("samples", True):
         rep["samples"] = []
     else:

@@ -42,7 +42,7 @@ OPS = {
 # After these ops the process gives the device memory its allocator caches back to the driver: GPU memory
 # one process caches is memory no other can use (the runner, the candidate, the next job's reference).
 # Never after timing ops: the timed callable's allocations must stay as warm as the warm-up left them.
-TRIM_AFTER = frozenset({"load", "case", "expected", "run", "settled", "bench_checks", "arm_close"})
+TRIM_AFTER = frozenset({"load", "case", "expected", "run", "settled", "bench_checks", "arm_report", "arm_close"})
 MAX_REQUEST_BYTES = 1 << 40  # the runner is trusted: its requests are not limited
 
 

@@ -59,6 +59,7 @@ class Courier:
         self._copied = False  # this message put bytes in our arena (synchronize before the header)
         self._peer: tuple[int, Any] | None = None  # the peer's arena as mapped here: (id, Mapping)
         self._peer_read = False
+        self._exported: Any = None  # (fd, size, mapping) of the export send() is about to send
 
     # ---------------------------------------------------------------- sending
     def _use_vmm(self) -> bool:
@@ -114,11 +115,17 @@ class Courier:
                           [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
         self._out += 1
 
-    def send(self, t, via: str, index: int | None = None) -> dict[str, Any]:
-        """Send the tensor's bytes by fd (or put them in the arena); the extra fields its spec carries."""
+    def send(self, t, via: str, index: int | None = None) -> dict[str, Any] | None:
+        """Send the tensor's bytes by fd (or put them in the arena); the extra fields its spec carries, or None
+        when the pipe must take it (no device room for an export, no file that big allowed to this process)."""
         import torch
 
         t0 = time.perf_counter()
+        if via == "vmm" and self._no_room_for_export(t):
+            if not self._may_write(t):
+                self.count("vmm_to_pipe", t.numel() * t.element_size(), 0.0)
+                return None
+            via = "memfd_fallback"
         if via == "arena":
             off = self._plan[index]
             flat = t.detach().contiguous().reshape(-1).view(torch.uint8)
@@ -134,8 +141,9 @@ class Courier:
                 finally:
                     os.close(fd)
                 self._arena_sent, extra["new"] = True, True
-        elif via == "vmm" and (exported := self._export_or_host(t)) is not None:
-            fd, size, mapping = exported
+        elif via == "vmm":
+            fd, size, mapping = self._exported
+            self._exported = None
             try:
                 self._send_fd(fd)
             finally:
@@ -146,6 +154,8 @@ class Courier:
                 mapping.release()
             extra = {"via": "vmm", "alloc": size}
         else:
+            if via == "memfd_fallback":
+                self.count("vmm_fallback", t.numel() * t.element_size(), 0.0)
             via = "memfd"
             flat = t.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
             view = memoryview(flat.numpy()).cast("B")
@@ -162,21 +172,31 @@ class Courier:
         self.count(via, t.numel() * t.element_size(), time.perf_counter() - t0)
         return extra
 
-    def _export_or_host(self, t):
-        """cuda_vmm.export(t), or None when the device has no room for the second copy an export makes: the
-        tensor then goes through host memory (memfd) instead of failing, where this process may write a file
-        that big (a sandboxed sender under a smaller file-size limit raises the out-of-memory as it is)."""
+    @staticmethod
+    def _may_write(t) -> bool:
+        soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+        return soft == resource.RLIM_INFINITY or t.numel() * t.element_size() <= soft
+
+    def _no_room_for_export(self, t) -> bool:
+        """Export the tensor (cuda_vmm.export, kept in self._exported for send); True when the device has no
+        room for the second copy an export makes, even after this process's allocator cache is emptied: the
+        tensor then goes through host memory (memfd, or the pipe where this process may not write a file that
+        big) instead of failing."""
+        import torch
+
         from evokernel_mcp.runtime import cuda_vmm
         from evokernel_mcp.runtime.protocol import classify_text
 
-        try:
-            return cuda_vmm.export(t)
-        except cuda_vmm.VmmError as e:
-            soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
-            if classify_text(str(e)) != "oom" or (soft != resource.RLIM_INFINITY and t.numel() * t.element_size() > soft):
-                raise
-            self.count("vmm_fallback", t.numel() * t.element_size(), 0.0)
-            return None
+        for attempt in (0, 1):
+            try:
+                self._exported = cuda_vmm.export(t)
+                return False
+            except cuda_vmm.VmmError as e:
+                if classify_text(str(e)) != "oom":
+                    raise
+                if attempt == 0:
+                    torch.cuda.empty_cache()  # freed blocks this process's allocator still holds
+        return True
 
     def sent(self) -> None:
         """Every tensor of the message is out: the arena's copies must be complete before the peer reads."""

@@ -3,7 +3,7 @@ the room. Pure arithmetic on numbers handed in (free and total bytes from torch.
 every process on the device; what each idle process holds): no device, no I/O, so every decision is unit-tested
 on the CPU with injected numbers.
 
-A verify case at its peak (tensors on one device, each held by the process named):
+A verify case at its peak (tensors on one device, each held by the process named; a benchmark shape: BenchPlan):
   reference   inputs + native outputs, and the float64 copy (inputs and outputs) while its forward runs
   runner      native outputs + candidate runs A and B (+ the float64 outputs where kept), one bool mask and the
               comparison blocks (its copy of the inputs goes once the candidate has its own; an arg-reduction's
@@ -157,12 +157,90 @@ def benchmark_copies(input_bytes: int, output_bytes: int, arms: int, want: int, 
                f"({_gb(free)} free for {arms} arm(s) of {_gb(input_bytes + 2 * output_bytes)} each)")
 
 
-def benchmark_need(input_bytes: int, output_bytes: int, arms: int) -> dict[str, int]:
-    """Device bytes a benchmark's shape still needs once the runner holds the case (its inputs and outputs), at
-    the least it can run with (one timed input set per arm, no refill pool): every arm's inputs and two calls'
-    outputs, one input set in transfer, the sampled repetition kept (inputs and outputs)."""
-    return {"arms": arms * (input_bytes + 2 * output_bytes), "transfer": input_bytes,
-            "sampled repetition": input_bytes + output_bytes}
+class BenchPlan(BaseModel):
+    """What one benchmark shape holds on the device, by part, and what was cut to make it fit (or why not).
+
+    Counted against the device's free memory read while the runner holds the case (its inputs and the
+    reference's outputs), with the runner's device copy of the outputs let go before the arms get theirs:
+      per arm      copies x inputs + refill sets x inputs + two calls' outputs + per_rep_check_bytes
+      candidate    + sample_size x (inputs + outputs): the sampled repetitions it keeps
+      runner       + refill sets x inputs (the pool it sends on)
+      transfer     one input set (an export is a second allocation until the peer has copied it)
+    """
+
+    parts: dict[str, int]
+    needed_bytes: int
+    free_bytes: int
+    total_bytes: int | None = None
+    control: bool = Field(description="The control arm (a third process timing the baseline again) kept.")
+    copies: int = Field(default=1, description="Timed input sets per arm (the arm decides; 1 for big inputs).")
+    refill_sets: int = Field(description="Input sets of other seeds each arm copies into its timed storage.")
+    sample_size: int = Field(description="Timed repetitions the candidate keeps (inputs + outputs) for checking.")
+    runner_keeps_outputs: bool = Field(default=True, description="False: the runner let its device copy of the "
+                                       "reference's outputs go before the arms got theirs.")
+    per_rep_check_bytes: int = Field(default=0, description="Device bytes per arm a per-repetition output check "
+                                     "adds (filled by the check that needs them; counted in every arm).")
+    notes: list[str] = Field(default_factory=list)
+    too_big: str | None = None
+
+
+def per_rep_check_bytes(input_bytes: int, output_bytes: int) -> int:
+    """Device bytes per arm that a per-repetition check of the timed outputs holds (a ring of kept outputs or
+    their digests): counted in every arm's share by plan_benchmark. 0 while no such check keeps device memory;
+    the check that keeps some returns its bytes here."""
+    return 0
+
+
+BIG_BENCH_BYTES = 1 << 30  # inputs + outputs above this: the runner lets its device copy of the outputs go
+
+
+def _bench_parts(i: int, o: int, n_arms: int, copies: int, refill: int, sample: int, per_rep: int,
+                 runner_keeps: bool) -> dict[str, int]:
+    arm = copies * i + refill * i + 2 * o + per_rep
+    return {"arms": n_arms * arm, "sampled repetitions": sample * (i + o), "refill pool": refill * i,
+            "transfer": i, "runner's outputs freed": 0 if runner_keeps else -o}
+
+
+def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | None, control: bool,
+                   refill_sets: int, sample_size: int, per_rep_check_bytes: int = 0,
+                   overrides: dict | None = None, reclaimed: int = 0) -> BenchPlan:
+    """The fullest benchmark that fits in what is free: as asked; else, one cut at a time, no refill pool
+    (the post-timing refill check still catches caching by address), no control arm (the noise floor then
+    comes from the rounds), no sampled repetitions (the refill and fresh checks still judge the outputs); else
+    too_big with the bytes of the leanest plan, the device's and the overrides."""
+    i, o = max(0, input_bytes), max(0, output_bytes)
+    keeps = i + o <= BIG_BENCH_BYTES
+    steps: list[tuple[bool, int, int, str | None]] = [(control, refill_sets, sample_size, None)]
+    if refill_sets:
+        steps.append((control, 0, sample_size, "no refill pool (device memory): the timed inputs keep their "
+                      "content between blocks; the post-timing refill check still catches caching by address"))
+    if control:
+        steps.append((False, 0, sample_size, "control arm left out (device memory): the noise floor comes from the "
+                      "rounds (the speedup's own interval), not from a byte-identical third arm"))
+    if sample_size:
+        steps.append((False, 0, 0, "no sampled timed repetitions kept (device memory): the candidate's outputs "
+                      "are judged by the post-timing refill and fresh-input checks"))
+    notes: list[str] = []
+    if not keeps:
+        notes.append(f"the runner let its device copy of the reference's outputs ({_gb(o)}) go before timing; "
+                     "one timed input set per arm (no rotation: address effects matter little for kernels of "
+                     "this size)")
+    parts: dict[str, int] = {}
+    for ctrl, refill, sample, why in steps:
+        if why:
+            notes.append(why)
+        parts = _bench_parts(i, o, 3 if ctrl else 2, 1, refill, sample, per_rep_check_bytes, keeps)
+        need = sum(parts.values())
+        if need <= _usable(free):
+            return BenchPlan(parts=parts, needed_bytes=need, free_bytes=free, total_bytes=total, control=ctrl,
+                             refill_sets=refill, sample_size=sample, runner_keeps_outputs=keeps,
+                             per_rep_check_bytes=per_rep_check_bytes, notes=notes)
+    need = sum(parts.values())
+    msg = too_big_message(need, free, total, reclaimed, parts, overrides)
+    return BenchPlan(parts=parts, needed_bytes=need, free_bytes=free, total_bytes=total, control=False,
+                     refill_sets=0, sample_size=0, runner_keeps_outputs=keeps,
+                     per_rep_check_bytes=per_rep_check_bytes, notes=notes,
+                     too_big=msg.replace("this job does not fit the device", "the benchmark's arms do not fit", 1))
 
 
 def fits(need: int, free: int) -> bool:

@@ -109,8 +109,9 @@ def write(stream: IO[bytes], msg: dict[str, Any] | list, courier: Courier | None
         spec = {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
                 "nbytes": t.numel() * t.element_size()}
         via = courier.route(t, i) if courier is not None else None
-        if via:
-            spec.update(courier.send(t, via, i))
+        extra = courier.send(t, via, i) if via else None  # None: no room for the export, the pipe takes it
+        if extra is not None:
+            spec.update(extra)
             if consume:
                 tensors[i] = t = None
                 if via == "vmm" and spec["nbytes"] >= _TRIM_BYTES:

@@ -310,3 +310,25 @@ def test_no_room_for_the_second_device_copy_of_an_export_sends_through_host_memo
     monkeypatch.setattr(cuda_vmm, "export", broken)
     with pytest.raises(cuda_vmm.VmmError):
         tx.send(t, "vmm")
+
+
+def test_no_room_for_an_export_in_a_sender_that_may_not_write_a_file_that_big_sends_through_the_pipe(monkeypatch):
+    """A sandboxed reference under a file-size limit below the tensor's size, on a device with no room for the
+    export's second copy: its allocator cache is emptied and the export tried again, then the pipe carries the
+    tensor (never an out-of-memory for a transfer between our processes)."""
+    from evokernel_mcp.runtime import cuda_vmm
+
+    tries = []
+
+    def full(t):
+        tries.append(1)
+        raise cuda_vmm.VmmError("cuMemCreate failed: CUDA error 2 (out of memory)")
+    monkeypatch.setattr(cuda_vmm, "export", full)
+    monkeypatch.setattr(courier.Courier, "_may_write", staticmethod(lambda t: False))
+    monkeypatch.setattr(courier.Courier, "route", lambda self, t, index=None: "vmm" if t.numel() >= BIG else None)
+    tx, rx = _pair()
+    t, small = torch.randn(BIG), torch.randn(5)
+    got, wire = _roundtrip({"x": t, "y": small}, tx, rx)
+    assert torch.equal(got["x"], t) and torch.equal(got["y"], small)
+    assert len(tries) == 2, "one more export after the allocator cache was emptied"
+    assert tx.stats["vmm_to_pipe_bytes"] == t.numel() * 4 and len(wire) > t.numel() * 4, "the bytes came by pipe"

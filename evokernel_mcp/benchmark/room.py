@@ -1,0 +1,74 @@
+"""The device memory of one benchmark shape, in the runner: the fullest plan that fits (runtime/devplan.py
+plan_benchmark) against the device's free memory, our idle processes given back first when it is short, what the
+plan cut applied to the job's arms, and too_big before anything runs. Harness code only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from evokernel_mcp.runtime.devmem import trim_between_cases
+from evokernel_mcp.runtime.spares import ChildFailed
+from evokernel_mcp.verify.runner_side import _nbytes
+
+
+def room_for_arms(ctx, arms, ref, case: dict, room: dict, refill_sets: int = 1, sample_size: int = 1):
+    """Before any arm gets its inputs: the fullest benchmark that fits the device's free memory (all processes),
+    counted part by part (devplan.plan_benchmark); when that is less than asked, our idle processes give theirs
+    back first (once per shape) and it is planned again; then what the plan cut is applied (the control arm
+    retired, the refill pool and the sampled repetitions fewer, the runner's device copy of the outputs let go)
+    and said in the notes; too_big, naming the bytes, the device's and the overrides, before anything runs.
+    Returns the plan (also in room["plan"])."""
+    import torch
+
+    from evokernel_mcp.runtime import devplan
+    from evokernel_mcp.verify.runner_side import give_back
+
+    i, o = _nbytes(case["inputs"]), _nbytes(case["native"])
+    per_rep = devplan.per_rep_check_bytes(i, o)  # a per-repetition output check's device bytes per arm
+
+    def plan(freed: int = 0, hint: dict | None = None) -> devplan.BenchPlan:
+        free, total = torch.cuda.mem_get_info()
+        return devplan.plan_benchmark(i, o, free, total, arms.ctrl is not None, refill_sets, sample_size,
+                                      per_rep, overrides=hint, reclaimed=freed)
+
+    p = plan()
+    full = (p.control == (arms.ctrl is not None) and p.refill_sets == refill_sets and p.sample_size == sample_size)
+    if not full:
+        g = room.get("gave_back") or give_back(ctx, (ref,), room)
+        freed = int(g.get("freed_bytes") or 0)
+        p = plan(freed, _hint(arms))
+        if p.too_big is None:
+            room.setdefault("notes", []).append(f"device memory given back before timing: {g['what']}")
+    if p.too_big is not None:
+        raise ChildFailed("too_big", p.too_big)
+    if arms.ctrl is not None and not p.control:
+        ctrl, arms.ctrl = arms.ctrl, None
+        ctx.spares.retire(ctrl)
+    if not p.runner_keeps_outputs:  # its sizes stay (meta tensors): the checks ask the reference afresh
+        case["native"] = meta(case["native"])
+        trim_between_cases()
+    room.setdefault("notes", []).extend(p.notes)
+    room["plan"] = p
+    return p
+
+
+def _hint(arms) -> dict | None:
+    try:
+        from evokernel_mcp.overrides import scaled_overrides  # AST only: nothing of the reference runs here
+
+        return scaled_overrides(arms.task.reference_source, max_elems=2**26) or None
+    except Exception:  # noqa: BLE001 - only a hint
+        return None
+
+
+def meta(x: Any) -> Any:
+    """The same structure with every tensor on the meta device (shape and dtype kept, no memory)."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return torch.empty(x.shape, dtype=x.dtype, device="meta")
+    if isinstance(x, (list, tuple)):
+        return type(x)(meta(v) for v in x)
+    if isinstance(x, dict):
+        return {k: meta(v) for k, v in x.items()}
+    return x
