@@ -68,6 +68,7 @@ class BlockTimer:
 
     def _call_of(self, a: tuple) -> Callable[[], None]:
         def call() -> None:
+            self.last = None  # the last output goes before the next call: an arm holds one output, not two
             self.last = self.fn(*a)
         return call
 
