@@ -125,6 +125,8 @@ class OutputChecks(Model):
     timed: OutputCheck | None = Field(default=None, description="A timed call's output, its input storage "
                                       "refilled with new values (catches results cached by address).")
     fresh: OutputCheck | None = Field(default=None, description="The output on fresh inputs.")
+    probe: OutputCheck | None = Field(default=None, description="The output on verify's signed probe inputs "
+                                      "(randn x 4): catches a precision below the problem's dtype (TF32, fp16, bf16).")
 
 
 class ShapeResult(Model):
