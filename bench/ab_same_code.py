@@ -214,6 +214,8 @@ def main() -> None:
     ap.add_argument("--campaign", action="store_true", help="the acceptance campaign at default arguments")
     ap.add_argument("--budget-s", type=float, default=480.0, help="campaign: no call starts after this")
     ap.add_argument("--same-calls", type=int, default=48, help="campaign: same-code calls (round-robin)")
+    ap.add_argument("--sections", default=None, help="campaign: a comma-separated subset of wall, downgrade, "
+                    "forge, five_percent, two_percent, same_code (default: all)")
     ap.add_argument("--mm-n", type=int, default=0, help="N override of 1_Square_matrix_multiplication_ for the 5 %% "
                     "check and the cheats (0: the file's own 4096)")
     a = ap.parse_args()

@@ -157,9 +157,10 @@ def _info(device: str, warm: bool = True, gate=None) -> dict[str, Any]:
     import evokernel_mcp.verify.sides  # noqa: F401
     lap("harness")
     if info["device_name"] != "cpu" and not warm:
-        # a process's first op on meta tensors imports torch._dynamo (1-4 s, ~150 MB): a reference's first case
-        # plans its memory on meta (verify/memory.py), and the cached reference is a cold (untimed) child, so a
-        # cold GPU spare pays it now, not the first verify of a new reference. Timed arms never run meta ops
+        # a process's first op on meta tensors imports torch._dynamo (1-4 s, ~150 MB): a KernelBench reference's
+        # first case (and a big case of a declared-shape task) plans its memory on meta (verify/memory.py), and the
+        # cached reference is a cold (untimed) child, so a cold GPU spare pays it now, not the first verify of a
+        # new reference. Timed arms never run meta ops
         # and stay without it; the CPU path (few cores, many spares in tests) pays it in the case.
         meta = torch.empty(2, device="meta")
         meta + meta  # noqa: B018

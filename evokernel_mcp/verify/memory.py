@@ -216,6 +216,34 @@ def plan_device_case(input_specs: list[TensorSpec], output_specs: list[TensorSpe
                 ref_hi_bytes=est.ref_hi_bytes if want_hi else 0)
 
 
+BOUND_FACTOR = 4  # a declared-shape case's outputs are assumed up to this many times the declared bound
+SMALL_FRACTION = 8  # ... and planned so only where the case then needs at most 1/8 of the memory it may use
+
+
+def bounded_output_specs(input_specs: list[TensorSpec], declared_bytes: float | None) -> list[TensorSpec]:
+    """A generous stand-in for a declared-shape task's outputs, without running anything: one tensor of
+    BOUND_FACTOR x the larger of the inputs' bytes and the outputs' share of the task's declared DRAM bytes
+    (its `bytes` expression: inputs read once, outputs written once), in the narrowest floating input dtype
+    (the largest float64 copy per byte). Used only for cases small enough that the bound's slack cannot matter
+    (`small_bound_plan`); other cases get their outputs from a forward on meta tensors."""
+    floats = [s for s in input_specs if s.is_floating()] or input_specs
+    dtype = min(floats, key=lambda s: s.itemsize()).dtype if floats else "float32"
+    in_bytes = sum(s.nbytes() for s in input_specs)
+    out_bytes = max(in_bytes, int(declared_bytes or 0) - in_bytes, 1)
+    spec = TensorSpec(shape=[], dtype=dtype, path="out (bound)")
+    n = -(-BOUND_FACTOR * out_bytes // spec.itemsize())
+    return [spec.model_copy(update={"shape": [n]})]
+
+
+def small_bound_plan(plan: Plan, input_specs: list[TensorSpec], output_specs: list[TensorSpec], want_hi: bool) -> bool:
+    """Whether a plan made from bounded_output_specs can stand: nothing refused, the float64 reference kept
+    where asked for, and the case (with the float64 copies) within 1/SMALL_FRACTION of the budget."""
+    if plan.refuse or (want_hi and not plan.ref_hi):
+        return False
+    total = estimate_case(input_specs, output_specs, ref_hi=True, clones=4).total_bytes
+    return total * SMALL_FRACTION <= plan.budget_bytes
+
+
 def _to_meta(obj: Any) -> Any:
     import torch
 

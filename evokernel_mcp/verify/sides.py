@@ -2,8 +2,9 @@
 code they call. Nothing here judges: the runner compares (verify/runner_side.py, verify/case.py).
 
 Reference child (one per reference source): for (shape set, seed[, probe]) it plans the case's memory
-(verify/memory.py: shapes from get_inputs on meta tensors and one dry forward on meta, against the free
-device and host memory; a case that cannot fit is refused with the sizes, kind "too_big"), makes the
+(verify/memory.py: shapes from get_inputs on meta tensors and one dry forward on meta, or for a small case of a
+task with declared input shapes a bound on its outputs, against the free device and host memory; a case that
+cannot fit is refused with the sizes, kind "too_big"), makes the
 inputs (the signed probe replaces floating inputs when asked: verify/probe.py), runs the reference
 natively and in float64 where that runs and fits (verify/refout.py), and says which integer outputs are
 arg-reductions (by behaviour: the indices select the max/min of an input along a dim). With `hold`, the
@@ -150,10 +151,25 @@ def _plan(loaded, model, shape: str, inputs: list[Any] | None, want_hi: bool):
     if meta is None:
         return None, None
     in_specs = memory.specs_of(list(meta))
+    if inputs is None and cand.is_spec_task(loaded.task):
+        # a process's first forward on meta tensors imports torch._dynamo (1-4 s): a small declared-shape case
+        # plans from a generous bound on its outputs instead, and only a case where the bound's slack could
+        # matter runs the meta forward
+        bound = memory.bounded_output_specs(in_specs, loaded.task.shape_set(shape).bytes)
+        plan = _plan_specs(loaded, in_specs, bound, want_hi)
+        if memory.small_bound_plan(plan, in_specs, bound, want_hi):
+            return plan, None
     out_specs = memory.meta_output_specs(model, list(meta))
     note = None
     if out_specs is None:
         out_specs, note = in_specs, "output sizes unknown (no meta forward): assumed the inputs' size"
+    return _plan_specs(loaded, in_specs, out_specs, want_hi), note
+
+
+def _plan_specs(loaded, in_specs: list[Any], out_specs: list[Any], want_hi: bool):
+    """memory.plan_case (plan_device_case on a device) for these input and output specs."""
+    from evokernel_mcp.verify import memory
+
     on_device = loaded.device != "cpu"
     hint = None
     if loaded.task.kind == "kernelbench":
@@ -168,9 +184,9 @@ def _plan(loaded, model, shape: str, inputs: list[Any] | None, want_hi: bool):
 
         return memory.plan_device_case(in_specs, out_specs, _device_free(loaded.device), _host_free(),
                                        total_device=int(torch.cuda.mem_get_info()[1]), want_hi=want_hi,
-                                       suggested_overrides=hint), note
+                                       suggested_overrides=hint)
     est = memory.estimate_case(in_specs, out_specs, ref_hi=want_hi, clones=4)
-    return memory.plan_case(est, None, _host_free(), suggested_overrides=hint), note
+    return memory.plan_case(est, None, _host_free(), suggested_overrides=hint)
 
 
 def _make_inputs(loaded, shape: str, seed: int, probe: bool) -> list[Any]:

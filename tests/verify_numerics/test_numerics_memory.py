@@ -9,11 +9,13 @@ from evokernel_mcp.verify.memory import (
     MIN_CHUNK,
     OUTPUT_COPIES,
     TensorSpec,
+    bounded_output_specs,
     estimate_case,
     estimate_case_bytes,
     meta_input_specs,
     meta_output_specs,
     plan_case,
+    small_bound_plan,
     specs_of,
 )
 
@@ -113,3 +115,27 @@ def test_meta_input_specs_reads_full_kernelbench_sizes_without_allocating(kb_dir
     assert [(s.shape, s.dtype) for s in specs] == [([32768, 32768], "float32"), ([32768, 32768], "bool")]
     assert sum(s.nbytes() for s in specs) == 32768 * 32768 * 5
     assert specs_of([torch.ones(2), 3, (torch.ones(1, dtype=torch.int8),)])[1].path == "in[2][0]"
+
+
+def test_output_bound_covers_the_declared_outputs_and_the_inputs():
+    ins = [_spec((1000,)), _spec((1000,), "bfloat16"), _spec((5,), "int64")]  # 4000 + 2000 + 40 bytes
+    (out,) = bounded_output_specs(ins, 6040 + 10_000)  # declared: 10 kB of outputs
+    assert out.dtype == "bfloat16" and out.nbytes() >= 4 * 10_000
+    (small,) = bounded_output_specs(ins, 6040 + 8)  # a reduction: at least the inputs' bytes, 4 times
+    assert small.nbytes() >= 4 * 6040
+    (none,) = bounded_output_specs(ins, None)
+    assert none.nbytes() >= 4 * 6040
+
+
+def test_output_bound_stands_only_for_small_cases():
+    ins = [_spec((10**8,))]
+    outs = bounded_output_specs(ins, 8 * 10**8)
+    est = estimate_case(ins, outs, ref_hi=True, clones=4)
+    roomy = plan_case(est, None, 1000 * GB)
+    assert small_bound_plan(roomy, ins, outs, want_hi=True)
+    tight = plan_case(est, None, est.total_bytes * 4 + JUDGE_ARRAYS * 8 * 2**24)  # fits, but not 8 times over
+    assert not tight.refuse and tight.ref_hi
+    assert not small_bound_plan(tight, ins, outs, want_hi=True)
+    no_hi = roomy.model_copy(update={"ref_hi": False})
+    assert not small_bound_plan(no_hi, ins, outs, want_hi=True) and small_bound_plan(no_hi, ins, outs, want_hi=False)
+    assert not small_bound_plan(roomy.model_copy(update={"refuse": "too big"}), ins, outs, want_hi=True)
