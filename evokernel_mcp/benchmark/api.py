@@ -89,8 +89,12 @@ def _flags(sr: ShapeResult, cand: dict[str, Any], host: bool) -> list[str]:
                      "candidate computes the full problem and is not caching results)")
     checks = (("check_timed", "a timed call's output (its input storage refilled with new values)"),
               ("check_fresh", "the output on fresh inputs"))
+    if cand.get("check_probe") is not None:
+        checks += (("check_probe", "the output on verify's signed probe inputs"),)
     for key, what in checks:
         chk = cand.get(key) or {}
+        if chk.get("passed") is None and key == "check_probe":
+            continue  # not judged (the reference cannot run on signed inputs): its note is in check_detail
         if not chk.get("passed"):
             flags.append(f"{what} does NOT match the reference ({chk.get('mismatches')} mismatches, "
                          f"{chk.get('note') or 'see check_detail'}): the timing is of a wrong kernel")
@@ -141,7 +145,8 @@ def shape_result(raw: dict[str, Any], task: Task, info: dict[str, Any], ceil: Ce
         fraction_of_peak=roof.fraction_of_peak if roof else None,
         candidate_timing=_info(raw["candidate"]), baseline_timing=_info(raw.get("baseline")),
         correct_after_timing=bool((raw.get("check_timed") or {}).get("passed"))
-        and bool((raw.get("check_fresh") or {}).get("passed")),
+        and bool((raw.get("check_fresh") or {}).get("passed"))
+        and (raw.get("check_probe") or {}).get("passed") is not False,
         check_detail=check_detail, checks=checks)
     _paired(sr, raw, confidence)
     _confirmed(sr, raw, confidence)

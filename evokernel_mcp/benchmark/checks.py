@@ -1,5 +1,6 @@
 """The candidate's post-timing output checks (runner_side: check_timed on its last timed input storage
-refilled with new values, check_fresh on fresh inputs; verify's bar) as a result shows them: structured
+refilled with new values, check_fresh on fresh inputs, check_probe on verify's signed probe inputs; verify's
+bar) as a result shows them: structured
 (ShapeResult.checks) and as one readable sentence (ShapeResult.check_detail)."""
 
 from __future__ import annotations
@@ -8,7 +9,8 @@ from typing import Any
 
 from evokernel_mcp.benchmark.models import OutputCheck, OutputChecks
 
-WHAT = {"timed": "timed call's output (input storage refilled)", "fresh": "output on fresh inputs"}
+WHAT = {"timed": "timed call's output (input storage refilled)", "fresh": "output on fresh inputs",
+        "probe": "output on verify's signed probe inputs"}
 
 
 def _check(raw: Any) -> OutputCheck | None:
@@ -29,8 +31,10 @@ def _words(name: str, c: OutputCheck) -> str:
 
 def output_checks(raw: dict[str, Any]) -> tuple[OutputChecks | None, str | None]:
     """(checks, sentence) from a shape's raw record; (None, None) when neither check ran."""
-    checks = OutputChecks(timed=_check(raw.get("check_timed")), fresh=_check(raw.get("check_fresh")))
-    parts = [(n, c) for n, c in (("timed", checks.timed), ("fresh", checks.fresh)) if c is not None]
+    checks = OutputChecks(timed=_check(raw.get("check_timed")), fresh=_check(raw.get("check_fresh")),
+                          probe=_check(raw.get("check_probe")))
+    parts = [(n, c) for n, c in (("timed", checks.timed), ("fresh", checks.fresh), ("probe", checks.probe))
+             if c is not None]
     if not parts:
         return None, None
     bars = {c.bar for _, c in parts if c.bar}

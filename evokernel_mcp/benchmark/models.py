@@ -125,6 +125,8 @@ class OutputChecks(Model):
     timed: OutputCheck | None = Field(default=None, description="A timed call's output, its input storage "
                                       "refilled with new values (catches results cached by address).")
     fresh: OutputCheck | None = Field(default=None, description="The output on fresh inputs.")
+    probe: OutputCheck | None = Field(default=None, description="The output on verify's signed probe inputs "
+                                      "(randn x 4): catches a precision below the problem's dtype (TF32, fp16, bf16).")
 
 
 class ShapeResult(Model):
@@ -154,7 +156,8 @@ class ShapeResult(Model):
     candidate_timing: TimingInfo | None = None
     baseline_timing: TimingInfo | None = None
     correct_after_timing: bool | None = Field(
-        default=None, description="The candidate's output on fresh inputs matched the reference after timing.")
+        default=None, description="The candidate's outputs after timing (refilled storage, fresh inputs, and verify's "
+        "signed probe inputs where judged) matched the reference.")
     check_detail: str | None = Field(default=None, description="The output checks after timing in one sentence "
                                      "(checks has them structured).")
     checks: OutputChecks | None = None

@@ -11,8 +11,11 @@ Probes. After each repetition (outside its timed window) the arm's harness code 
 positions (row g % T of a position table the RUNNER drew and sent: `position_table`) into a float64 row;
 every arm does the same work, so no arm pays for checks the others skip. The runner knows each repetition's
 content, has the reference's outputs for every content (float64 where it fit), and judges every probed value
-by verify's bar (bar.py: RMS-floored tol of the output dtype, 2 x PyTorch's own error as the floor; integer
-and bool outputs exact): `ProbeBar.check`. A repetition that skipped work, replayed a stale or cached answer,
+by verify's bar (bar.leaf_bar, the same function verify's judge builds its bar with: RMS-floored tol of the
+output dtype, 2 x PyTorch's own error as the floor, or without a float64 reference 2 x tol with the native
+run-to-run spread and sampled error as the floor; integer and bool outputs exact): `ProbeBar.check`. The
+extra native check of an ill-conditioned output is left to the whole-output checks: the probes are never
+stricter than verify. A repetition that skipped work, replayed a stale or cached answer,
 or computed in a lower precision than the problem's dtype fails here, whichever repetition it was.
 
 Chunk sums. The position table is in the arm's process, so a candidate could read it and compute only the
@@ -217,11 +220,13 @@ class ProbeBar:
                 self._chunk_part(n.detach().reshape(-1), None, None, chunks, kinds, exp, thr, nat, exact)
                 continue
             dname = str(n.dtype).removeprefix("torch.")
-            tol, _, _ = bar.effective_tolerance(_preset(n, []), tolerance_override(task, dname, None))
-            ref = h if h is not None else n
-            rms, err = bar._reference_scale(ref, n if h is not None else None, bar.DEFAULT_CHUNK, dev)[:2]
-            tol_eff = tol if h is not None else bar.NATIVE_ONLY_FACTOR * tol
-            floor = bar.FLOOR_FACTOR * err if err is not None else 0.0
+            path = "out" if not isinstance(e.get("native"), (list, tuple)) else f"out[{i}]"
+            spread = (e.get("native_spread") or {}).get(path)
+            sampled = (e.get("sampled_torch_err") or {}).get(path)
+            lb = bar.leaf_bar(h, n, _preset(n, []), tolerance_override(task, dname, None), device=dev,
+                              spread=float(spread) if spread is not None else None,
+                              sampled=float(sampled) if sampled is not None else None)
+            ref, rms, tol_eff, floor = lb.ref, lb.rms, lb.tol_eff, lb.floor
             r = ref.detach().reshape(-1)[pos.to(ref.device)].to(torch.float64).cpu()
             exp.append(r)
             thr.append((tol_eff * r.abs() + tol_eff * rms).clamp_min(floor))

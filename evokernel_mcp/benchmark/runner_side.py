@@ -5,8 +5,8 @@ child of its own, times itself with our loop on copies of them; the baseline is 
 child (the reference loaded afresh for baseline "pytorch", else the baseline source) and the control arm,
 on request, in a third (the same baseline again): every arm runs in a process built the same way, so
 they differ only in their code; then the candidate's outputs
-on its last timed input storage refilled with new values and on fresh inputs are compared HERE with the
-reference's outputs for the same inputs. If the activity clock worked for one series and not the
+on its last timed input storage refilled with new values, on fresh inputs and on verify's signed probe inputs
+are compared HERE with the reference's outputs for the same inputs, by verify's judge (verify/case.py). If the activity clock worked for one series and not the
 other, both are re-timed with events, so a speedup never compares two clocks. Returns raw times; the
 statistics, speedup, roofline, flags and verdict are computed in the server (api.py).
 """
@@ -47,8 +47,35 @@ def _check(task: Task, got: Any, expected: dict[str, Any], dev: str = "cpu") -> 
 
     plan = expected.get("plan") or {}
     m = judge_outputs(task, expected["native"], expected.get("hi"), got, None, inputs=expected.get("inputs"),
-                      arg=expected.get("arg_reductions"), chunk=plan.get("chunk_elems"), device=dev)
-    return {k: m.get(k) for k in ("passed", "max_abs_err", "rel_l2_err", "mismatches", "nan_count", "note", "bar")}
+                      arg=expected.get("arg_reductions"), chunk=plan.get("chunk_elems"), device=dev,
+                      native_spread=expected.get("native_spread"), sampled_torch_err=expected.get("sampled_torch_err"))
+    out = {k: m.get(k) for k in ("passed", "max_abs_err", "rel_l2_err", "mismatches", "nan_count", "note", "bar")}
+    if m.get("passed") is False and m.get("max_rel_err") is not None and m.get("tol"):
+        vs = m.get("error_vs_pytorch")
+        out["note"] = "; ".join(x for x in (out["note"], (
+            f"accuracy below the problem's dtype: max_rel_err {m['max_rel_err']:.3g} against verify's bar "
+            f"(tol {m['tol']:.1e}" + (f", {vs:.3g}x PyTorch's own error)" if vs is not None else ")"))) if x)
+    return out
+
+
+def _probe_check(arms: _Arms, ref, shape: str, seed: int, case: dict, hi: bool, limit: int) -> dict[str, Any]:
+    """verify's signed probe case (verify/probe.py: floating inputs randn x 4) run by the candidate after timing
+    and judged by verify's bar: a computation in a lower precision than the problem's dtype (TF32, fp16 or
+    bf16 for an fp32 problem) can pass on the task's own inputs (all >= 0: no cancellation) and fails here,
+    as it fails verify_vs_pytorch's probe case. A reference that cannot run on signed inputs leaves it unjudged."""
+    x = arms.ask(ref, {"op": "case", "shape": shape, "seed": seed + CHECK_SEED_OFFSET, "inputs_only": True,
+                       "probe": True}, max_bytes=1 << 42)["inputs"]
+    try:
+        exp = {"inputs": x, **arms.ask(ref, {"op": "expected", "inputs": x, "seed": seed, "hi": hi},
+                                        max_bytes=1 << 42)}
+    except ChildFailed as e:  # the reference's forward raised (its child lives on); anything else stands
+        if e.kind != "exception":
+            raise
+        return {"passed": None, "note": f"not judged: the reference failed on signed probe inputs ({e})"[:300]}
+    got = arms.ask(arms.cand, {"op": "bench_checks", "fresh": x, "init_inputs": case["init_inputs"],
+                               "state": case["state"], "seed": seed}, max_bytes=limit)
+    chk = _check(arms.task, got.pop("fresh"), exp, arms.dev)
+    return chk
 
 
 class _Arms:
@@ -263,6 +290,8 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
         if name == "refill":  # its timed storage served the refill check: the fresh one needs none of it
             arms.ask(arms.cand, {"op": "arm_close", "name": "candidate"})
         trim_between_cases()
+    out["check_probe"] = _probe_check(arms, ref, shape, seed, case, hi, limit)
+    trim_between_cases()
     return out
 
 

@@ -22,6 +22,8 @@ The raw record `judge_shape` reads (keys absent = that check was not run; it nev
                                                      under confirm: {runner_bound, check_probes} of the
                                                      second process
 - check_timed, check_fresh: {passed: bool, ...}      outputs after timing (refilled storage; fresh inputs)
+- check_probe: {passed: bool | None, ...}            the output on verify's signed probe inputs after timing
+                                                     (passed None: the reference cannot run on them)
 - candidate: the timing run dict; its `extra` may hold
     outside_window: str      device work of the call outside its timed window (side stream, after the end)
     no_device_work: str      the profiler saw no device activity for the call (GPU path)
@@ -39,6 +41,7 @@ InvalidReason = Literal[
     "output_not_plain_tensor",
     "wrong_output_in_timed_call",
     "wrong_output_after_timing",
+    "below_problem_precision",
     "work_pending_at_return",
     "device_work_outside_timed_window",
     "no_device_work",
@@ -58,6 +61,10 @@ EXPLAIN: dict[str, str] = {
                                   "precision than the problem's dtype)",
     "wrong_output_after_timing": "the output on refilled or fresh inputs after timing does not match the reference "
                                  "(e.g. results cached by input address, or an nth-call switch)",
+    "below_problem_precision": "the output on verify's signed probe inputs (randn x 4, as verify_vs_pytorch's probe "
+                               "case) fails verify's bar for the problem's dtype: a computation in a lower "
+                               "precision (TF32, fp16 or bf16 for an fp32 problem), or one right only on the "
+                               "task's own input range; verify_vs_pytorch fails it too",
     "work_pending_at_return": "the output changed after the call returned (device work on an unjoined stream "
                               "or a background thread still writing it): the timed window missed that work",
     "device_work_outside_timed_window": "the activity records show device work of the call on another stream or "
@@ -113,6 +120,8 @@ def judge_shape(raw: dict[str, Any], floor_ms: float | None) -> tuple[bool, Inva
     for key in ("check_timed", "check_fresh"):
         if _failed(raw.get(key)):
             return False, "wrong_output_after_timing", f"{key}: {_detail_of(raw[key])}"
+    if _failed(raw.get("check_probe")):
+        return False, "below_problem_precision", f"check_probe: {_detail_of(raw['check_probe'])}"
     if settled.get("pending") is True:
         return False, "work_pending_at_return", str(settled.get("detail") or "")[:500] or None
     for bound in (raw.get("runner_bound"), (raw.get("confirm") or {}).get("runner_bound")):

@@ -314,14 +314,39 @@ def _native_thr(n, tol: float, rms_n: float, spread: float):
     return (NATIVE_ONLY_FACTOR * tol * (n.abs() + rms_n)).clamp_min(FLOOR_FACTOR * spread)
 
 
-def _judge_float(out, ref_hi, ref_native, preset: str, tol_arg, chunk: int, unwritten,
-                 spread: float | None, sampled: float | None = None) -> dict[str, Any]:
-    import torch
+@dataclass
+class LeafBar:
+    """The bar of one floating output leaf, before any candidate is seen: element i of an output passes when
+    |out_i - ref_i| <= max(tol_eff * (|ref_i| + rms), floor) (and, with check_native, the native bar too).
+    Shared by verify's judge and benchmark's per-repetition probes (benchmark/probes.py)."""
 
+    ref: Any                  # the reference judged against (float64 where it exists, else native)
+    native: Any               # the native reference beside a float64 one, else None
+    tol: float
+    custom: bool
+    note: str
+    tol_eff: float            # tol, or NATIVE_ONLY_FACTOR x tol against the native reference alone
+    rms: float
+    floor: float
+    torch_err: float | None
+    overflow: int
+    rms_n: float
+    spread: float | None      # the native run-to-run spread when it applies
+    sampled: float | None     # PyTorch's error on a float64 sample, when it set the floor
+
+    @property
+    def check_native(self) -> bool:
+        return self.native is not None and self.spread is not None
+
+
+def leaf_bar(ref_hi, ref_native, preset: str, tol_arg=None, *, chunk: int = DEFAULT_CHUNK, device=None,
+             spread: float | None = None, sampled: float | None = None) -> LeafBar:
+    """The bar (module docstring) of one floating output from its references: float64 (or None) and native,
+    the tolerance override, the native run-to-run spread and PyTorch's sampled error (verify/refout.py)."""
     tol, custom, note = effective_tolerance(preset, tol_arg)
     ref = ref_hi if ref_hi is not None else ref_native
     native = ref_native if ref_hi is not None else None
-    dev = out.device
+    dev = device if device is not None else ref_native.device
     rms, torch_err, overflow, rms_n = _reference_scale(ref, native, chunk, dev)
     if spread is not None and not math.isfinite(spread):
         spread = None  # runs that differ in non-finite places give no usable floor
@@ -334,7 +359,19 @@ def _judge_float(out, ref_hi, ref_native, preset: str, tol_arg, chunk: int, unwr
     else:
         sampled = None
         tol_eff, floor = tol, FLOOR_FACTOR * torch_err
-    check_native = native is not None and spread is not None
+    return LeafBar(ref, native, tol, custom, note, tol_eff, rms, floor, torch_err, overflow, rms_n, spread, sampled)
+
+
+def _judge_float(out, ref_hi, ref_native, preset: str, tol_arg, chunk: int, unwritten,
+                 spread: float | None, sampled: float | None = None) -> dict[str, Any]:
+    import torch
+
+    dev = out.device
+    lb = leaf_bar(ref_hi, ref_native, preset, tol_arg, chunk=chunk, device=dev, spread=spread, sampled=sampled)
+    tol, custom, note, ref, native = lb.tol, lb.custom, lb.note, lb.ref, lb.native
+    rms, torch_err, overflow, rms_n = lb.rms, lb.torch_err, lb.overflow, lb.rms_n
+    tol_eff, floor, spread, sampled = lb.tol_eff, lb.floor, lb.spread, lb.sampled
+    check_native = lb.check_native
     acc = _Acc(tuple(out.shape), rms=rms)
     offset, margin, cand_err = 0, 0.0, 0.0
     for idx in _blocks(tuple(out.shape), chunk):

@@ -64,3 +64,27 @@ def test_memo_by_address_and_version_earns_nothing():
 def test_modelled_tf32_fails_the_fp32_bar():
     sr = _bench("cheat_tf32_modelled")
     assert sr.valid is False and sr.invalid_reason in ("wrong_output_in_timed_call", "wrong_output_after_timing")
+
+
+NONNEG_REF = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, a, b):\n"
+              "        return torch.matmul(a, b)\n\n\ndef get_inputs():\n    return [torch.rand(256, 256), torch.rand(256, 256)]"
+              "\n\n\ndef get_init_inputs():\n    return []\n")
+
+
+def test_modelled_tf32_on_nonnegative_inputs_fails_as_verify_fails_it():
+    """KernelBench's matmul draws torch.rand (all >= 0, no cancellation): TF32's error is within the fp32 bar on
+    those inputs and only verify's signed probe case fails it. The benchmark judges the same probe inputs by the
+    same bar after timing: valid=false, naming the precision; the honest fp32 matmul stays valid."""
+    from evokernel_mcp.verify import verify_vs_pytorch
+
+    tf32 = (HERE / "cheat_tf32_modelled.py").read_text()
+    v = anyio.run(lambda: verify_vs_pytorch(tf32, reference=NONNEG_REF, seeds=1, wait_s=300))
+    assert v.passed is False and [c.passed for c in v.cases if c.probe] == [False]
+    assert all(c.passed for c in v.cases if not c.probe)
+    sr = anyio.run(lambda: benchmark(candidate=tf32, reference=NONNEG_REF, **FAST)).results[0]
+    assert sr.valid is False and sr.invalid_reason == "below_problem_precision", (sr.invalid_reason,
+                                                                                  sr.invalid_detail)
+    assert "accuracy below the problem's dtype" in sr.invalid_detail
+    assert sr.checks.timed.passed and sr.checks.fresh.passed and sr.checks.probe.passed is False
+    honest = anyio.run(lambda: benchmark(candidate=HONEST, reference=NONNEG_REF, **FAST)).results[0]
+    assert honest.valid and honest.checks.probe.passed, (honest.invalid_reason, honest.invalid_detail)
