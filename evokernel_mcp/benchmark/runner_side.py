@@ -4,10 +4,10 @@ Per shape set: the reference child makes the inputs (fresh, never zeros); the ca
 child of its own, times itself with our loop on copies of them; the baseline is timed in a second fresh
 child (the reference loaded afresh for baseline "pytorch", else the baseline source) and the control arm,
 on request, in a third (the same baseline again): every arm runs in a process built the same way, so
-they differ only in their code; then the candidate's outputs
-on its last timed input storage refilled with new values, on fresh inputs and on verify's signed probe inputs
-are compared HERE with the reference's outputs for the same inputs, by verify's judge (verify/case.py). If the activity clock worked for one series and not the
-other, both are re-timed with events, so a speedup never compares two clocks. Returns raw times; the
+they differ only in their code; then the candidate's outputs on its last timed input storage refilled
+with new values, on fresh inputs and on verify's signed probe inputs are compared HERE with the reference's
+outputs for the same inputs, by verify's judge (verify/case.py). If the activity clock worked for one series
+and not the other, both are re-timed with events, so a speedup never compares two clocks. Returns raw times; the
 statistics, speedup, roofline, flags and verdict are computed in the server (api.py).
 """
 
