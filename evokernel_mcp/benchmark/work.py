@@ -85,44 +85,39 @@ def _fmt_ops(by_op: dict[str, Any]) -> str:
     return ", ".join(f"{k.removeprefix('aten.')} {v:.4g}" for k, v in top)
 
 
+def _pick(what: str, given: float | None, task: float | None, task_name: str, parts: list[str]) -> float | None:
+    """The caller's figure, else the task's (its source appended to `parts`); None: count it."""
+    if given is not None:
+        parts.append(f"{what} given by the caller")
+        return float(given)
+    if task is not None:
+        parts.append(f"{what} from task.yaml of {task_name}")
+        return task
+    return None
+
+
 def choose(task_flops: float | None, task_bytes: float | None, task_name: str, counted: dict[str, Any] | None,
            given_flops: float | None = None, given_bytes: float | None = None) -> Counts:
     """The figures a shape set's roofline uses: per figure the caller's, else the task's, else the counted one
     (`counted`: the runner's raw['work']: flops, by_op, note from count_flops; bytes and bytes_detail)."""
     counted = counted or {}
     parts, notes = [], []
-    flops: float | None
-    if given_flops is not None:
-        flops = float(given_flops)
-        parts.append("flops given by the caller")
-    elif task_flops is not None:
-        flops = task_flops
-        parts.append(f"flops from task.yaml of {task_name}")
-    elif counted.get("flops") is not None:
+    flops = _pick("flops", given_flops, task_flops, task_name, parts)
+    if flops is None and counted.get("flops") is not None:
         flops = float(counted["flops"])
         ops = _fmt_ops(counted.get("by_op") or {})
         parts.append(f"flops counted by {FLOP_COUNTER}" + (f": {ops}" if ops else ""))
         if flops > 0:
             notes.append("ops without a FLOP formula (elementwise, reductions, normalisation) count 0")
-    else:
-        flops = None
-        if counted.get("note"):
-            notes.append(counted["note"])
+    elif flops is None and counted.get("note"):
+        notes.append(counted["note"])
     if flops == 0:
         flops = None
         notes.append("no FLOPs counted (no matmul, convolution or attention-class op): memory roofline only")
-    nbytes: float | None
-    if given_bytes is not None:
-        nbytes = float(given_bytes)
-        parts.append("bytes given by the caller")
-    elif task_bytes is not None:
-        nbytes = task_bytes
-        parts.append(f"bytes from task.yaml of {task_name}")
-    elif counted.get("bytes"):
+    nbytes = _pick("bytes", given_bytes, task_bytes, task_name, parts)
+    if nbytes is None and counted.get("bytes"):
         nbytes = float(counted["bytes"])
         parts.append("bytes = " + (counted.get("bytes_detail") or "inputs + parameters + outputs, each once"))
-    else:
-        nbytes = None
     return Counts(flops=flops, bytes=nbytes, source="; ".join(parts) or "no FLOP or byte counts",
                   note="; ".join(notes) or None)
 
