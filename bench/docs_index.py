@@ -18,6 +18,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.results_file import write_result  # noqa: E402
 from evokernel_mcp.docs import index as docs_index  # noqa: E402
 from evokernel_mcp.docs import read  # noqa: E402
 
@@ -69,11 +70,7 @@ def main() -> None:
     ]
     text = "\n".join(lines) + "\n"
     print(text)
-    out = REPO / "bench" / "results" / f"docs_index_{date}.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    if os.environ.get("OUT"):
-        Path(os.environ["OUT"], out.name).write_text(text)
+    write_result(f"docs_index_{date}.md", text)
 
 
 if __name__ == "__main__":

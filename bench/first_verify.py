@@ -26,6 +26,9 @@ import anyio
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from bench.results_file import write_result  # noqa: E402
+
 CANDIDATE = REPO / "tests" / "verify" / "candidates" / "vadd_triton.py"
 TORCH_CANDIDATE = "import torch\n\n\ndef run(x, y):\n    return torch.add(x, y)\n"
 TARGET_S = 10.0
@@ -84,12 +87,7 @@ def write_report(m: dict, task: str, shapes: list[str], what: str) -> Path:
         "", f"Target: the first verify answers within {TARGET_S:g} s of the spawn (less any --delay-s) -> "
         f"{'MET' if met else 'NOT MET'}.",
     ]
-    out = REPO / "bench" / "results" / f"first_verify_{name}_{now.date().isoformat()}_warm-{m['warm_start']}.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines) + "\n")
-    if os.environ.get("OUT"):
-        Path(os.environ["OUT"], out.name).write_text(out.read_text())
-    return out
+    return write_result(f"first_verify_{name}_{now.date().isoformat()}_warm-{m['warm_start']}.md", "\n".join(lines) + "\n")
 
 
 def main() -> None:

@@ -24,6 +24,9 @@ import anyio
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from bench.results_file import write_result  # noqa: E402
+
 CANDIDATE = (REPO / "tests" / "verify" / "candidates" / "vadd_triton.py")
 
 
@@ -108,12 +111,7 @@ def write_report(m: dict, task: str, shapes: list[str], tag: str = "", what: str
         "25 ms warm verify, ~9 s cold (CHANGELOG.md).", "",
         f"Target on the GPU machine: warm median < 0.5 s -> {'MET' if statistics.median(w) < 0.5 else 'NOT MET'}.",
     ]
-    out = REPO / "bench" / "results" / f"verify_latency_{name}_{now.date().isoformat()}{'_' + tag if tag else ''}.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines) + "\n")
-    if os.environ.get("OUT"):
-        Path(os.environ["OUT"], out.name).write_text(out.read_text())
-    return out
+    return write_result(f"verify_latency_{name}_{now.date().isoformat()}{'_' + tag if tag else ''}.md", "\n".join(lines) + "\n")
 
 
 def main() -> None:
