@@ -118,20 +118,15 @@ def config_threads(src: str) -> int:
     return _emulate_module().config(src, "nvidia")["THREADS"]
 
 
-async def call(client, name: str, args: dict) -> dict:
-    r = await client.call_tool(name, args)
-    if r.is_error:
-        print(f"  [{name}] tool error: {r.content[0].text[:400]}", flush=True)
-        return {"error": r.content[0].text[:2000]}
-    res = r.structured_content or {}
-    while res.get("job_id") and res.get("state", "done") not in ("done", "failed", "cancelled") \
-            and not res.get("results") and not res.get("cases") and not res.get("dispatches"):
-        r = await client.call_tool("job_result", {"job_id": res["job_id"], "wait_s": 50})
-        if r.is_error:
-            return {"error": r.content[0].text[:2000]}
-        res = r.structured_content or {}
-        res = res.get("result") or res
-    return res
+def _journey():
+    """tools/journey.py (not a package): its MCP `call` helper, which follows a job handle to its result."""
+    spec = importlib.util.spec_from_file_location("conv3d_journey", REPO / "tools" / "journey.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+call = _journey().call
 
 
 def compile_row(res: dict) -> dict:
