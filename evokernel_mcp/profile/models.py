@@ -192,7 +192,9 @@ class Finding(Model):
     evidence: dict[str, float | str]
 
 
-class PmcResult(Model):
+class _Outcome(Model):
+    """What profile_pmc and thread_trace both answer: the job's state, why it failed, how agent code was held."""
+
     state: Literal["done", "queued", "running", "failed", "cancelled"] = Field(
         default="done", description="Not 'done': the job outlived wait_s; call job_result(job_id, wait_s).")
     message: str | None = None
@@ -204,6 +206,9 @@ class PmcResult(Model):
     limits: Limits | None = Field(default=None, description="Memory, CPU-time and process limits of the processes "
                                   "that ran agent code.")
     tool: ToolInfo | None = None
+
+
+class PmcResult(_Outcome):
     device: str | None = None
     arch: str | None = None
     preset: str | None = None
@@ -251,18 +256,7 @@ class HotInstruction(Model):
     neighbours: list[str] = Field(default_factory=list, description="Instructions just before and after.")
 
 
-class TraceResult(Model):
-    state: Literal["done", "queued", "running", "failed", "cancelled"] = Field(
-        default="done", description="Not 'done': the job outlived wait_s; call job_result(job_id, wait_s).")
-    message: str | None = None
-    error: ErrorInfo | None = Field(default=None, description="Why no profile came back: the candidate's fault "
-                                    "(exception, crash, timeout, oom with the limit and role) or the harness's "
-                                    "(harness: the reference or the profiler), as in verify_vs_pytorch.")
-    isolation: str | None = Field(default=None, description="How the profiled candidate was contained: bwrap+uid, "
-                                  "bwrap or process.")
-    limits: Limits | None = Field(default=None, description="Memory, CPU-time and process limits of the processes "
-                                  "that ran agent code.")
-    tool: ToolInfo | None = None
+class TraceResult(_Outcome):
     kernel: str | None = None
     device: str | None = None
     cycles_unit: str | None = Field(default=None, description="What 'cycles' counts: 'cycles summed over traced waves' (ATT) or "
