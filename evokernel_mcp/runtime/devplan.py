@@ -141,22 +141,6 @@ def plan_verify(needs: VerifyNeeds, free: int, total: int | None, holdings: list
                       too_big=too_big_message(need, free, total, reclaimable, parts, overrides))
 
 
-def benchmark_copies(input_bytes: int, output_bytes: int, arms: int, want: int, free: int) -> tuple[int, str | None]:
-    """Timed input sets rotated per arm: `want` (enough to defeat the caches) while every arm's sets, outputs and
-    one set in flight fit in what is free; fewer when memory is short, down to 1, with a note saying so."""
-    if input_bytes <= 0 or want <= 1:
-        return max(1, want), None
-    for k in range(want, 0, -1):
-        need = arms * (k * input_bytes + 2 * output_bytes) + input_bytes
-        if need <= _usable(free):
-            if k == want:
-                return k, None
-            return k, (f"{k} timed input set(s) per arm instead of {want}: {want} would need "
-                       f"{_gb(arms * (want * input_bytes + 2 * output_bytes) + input_bytes)}, {_gb(free)} free")
-    return 1, (f"1 timed input set per arm instead of {want}: device memory is short "
-               f"({_gb(free)} free for {arms} arm(s) of {_gb(input_bytes + 2 * output_bytes)} each)")
-
-
 class BenchPlan(BaseModel):
     """What one benchmark shape holds on the device, by part, and what was cut to make it fit (or why not).
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from evokernel_mcp import candidate as cand
 from evokernel_mcp.verify import draws
-from evokernel_mcp.verify.refout import _clone, _outputs_why, reference_outputs
+from evokernel_mcp.verify.refout import _clone, reference_outputs
 
 
 class HarnessError(Exception):
@@ -57,18 +57,6 @@ def _model(loaded, seed: int):
         loaded.models.clear()  # one seed's model at a time: memory
         loaded.models[seed] = cand.build_reference(loaded.task, loaded.module, seed, loaded.device)
     return loaded.models[seed]
-
-
-def _outputs_fitting(model, inputs: list[Any], hi: bool, device: str, notes: list[str]) -> tuple[Any, Any]:
-    """(native, float64 or None); when the float64 copy cannot run (its forward ran out of device memory:
-    a float64 convolution may take a workspace many times its output; or it fails in float64), the native
-    outputs alone, with a note."""
-    native, ref_hi, why = _outputs_why(model, inputs, hi, device)
-    if why:
-        what = "its forward ran out of device memory" if "out of device memory" in why else why
-        notes.append(f"float64 reference left out: {what}; judged against the native-dtype reference with a "
-                     "doubled tolerance")
-    return native, ref_hi
 
 
 # ---------------------------------------------------------------- memory

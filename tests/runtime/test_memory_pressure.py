@@ -9,7 +9,6 @@ from collections import OrderedDict
 import torch
 
 from evokernel_mcp.runtime import spares
-from evokernel_mcp.verify import sides
 
 
 class _OomInFloat64(torch.nn.Module):
@@ -20,12 +19,13 @@ class _OomInFloat64(torch.nn.Module):
 
 
 def test_float64_forward_out_of_memory_falls_back_to_the_native_reference_with_a_note():
-    notes: list[str] = []
-    native, hi = sides._outputs_fitting(_OomInFloat64(), [torch.ones(4)], True, "cpu", notes)
-    assert torch.equal(native, torch.full((4,), 2.0)) and hi is None
-    assert len(notes) == 1 and "ran out of device memory" in notes[0]
-    native, hi = sides._outputs_fitting(torch.nn.Identity(), [torch.ones(4)], True, "cpu", notes)
-    assert hi.dtype == torch.float64 and len(notes) == 1
+    from evokernel_mcp.verify.refout import reference_outputs
+
+    out = reference_outputs(_OomInFloat64(), [torch.ones(4)], True, "cpu")
+    assert torch.equal(out["native"], torch.full((4,), 2.0)) and out["hi"] is None
+    assert out["precision"].startswith("native (") and "ran out of device memory" in out["precision"]
+    out = reference_outputs(torch.nn.Identity(), [torch.ones(4)], True, "cpu")
+    assert out["hi"].dtype == torch.float64 and out["precision"] == "float64"
 
 
 class _FakeChild:

@@ -4,9 +4,7 @@ job that needs the room, too_big naming the bytes and the overrides, fewer timed
 
 from __future__ import annotations
 
-import pytest
-
-from evokernel_mcp.runtime.devplan import Holding, VerifyNeeds, benchmark_copies, plan_verify
+from evokernel_mcp.runtime.devplan import Holding, VerifyNeeds, plan_verify
 from evokernel_mcp.verify.memory import TensorSpec, plan_device_case, verify_needs
 
 GB = 10**9
@@ -77,15 +75,6 @@ def test_a_job_that_cannot_fit_even_then_is_too_big_naming_bytes_device_and_over
 def test_the_host_must_still_hold_the_generated_inputs():
     plan = plan_device_case(NORM, NORM, H100, 4 * GB, total_device=H100)
     assert plan.refuse and "host" in plan.refuse
-
-
-@pytest.mark.parametrize("free_gb,want,copies", [(80, 4, 4), (40, 4, 3), (30, 4, 2), (20, 4, 1), (5, 4, 1)])
-def test_fewer_timed_input_sets_when_memory_is_short_saying_so(free_gb, want, copies):
-    k, why = benchmark_copies(4 * GB, 1 * GB, 2, want, free_gb * GB)
-    assert k == copies
-    assert (why is None) == (k == want)
-    if why:
-        assert f"instead of {want}" in why
 
 
 def test_a_norm_benchmark_on_an_80_gb_card_with_62_gb_free_fits_by_cutting_the_aids_and_says_so():
