@@ -151,6 +151,8 @@ class BlockTimer:
             raise RuntimeError("no block was run")
         start, k, raw = pending
         times = self._device_times(raw, k) if self.gpu else raw
+        if self.gpu:
+            self.block_probes = self.prober.end() if self.prober is not None else None
         j = (start + k - 1) % len(self.arg_sets)
         if self.last is not None:  # graph replays return nothing to sample
             self.sampler.offer(start + k - 1, j, self.arg_sets[j], self.last)
@@ -191,7 +193,8 @@ class BlockTimer:
             with torch.no_grad():
                 ev = timing.timed_batch(self.calls, start, k, self.flusher, self.api, self.cycles_per_ms,
                                          self.host_per_rep_s, cushion_ms, after=check, separator=sep)
-            self.block_probes = self.prober.end() if check is not None else None
+            # the rows stay on the device until finish_block has closed the profiler's session: gathering
+            # them here would put the harness's copies after the last separator, outside every repetition
         except BaseException:
             if session is not None:
                 session.__exit__(None, None, None)

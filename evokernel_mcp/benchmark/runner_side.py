@@ -30,11 +30,6 @@ from evokernel_mcp.tasks import Task
 from evokernel_mcp.verify.runner_side import OUTPUT_SLACK, _nbytes, load_candidate, tensor_device
 
 CHECK_SEED_OFFSET = 7919
-# Per-repetition chunk sums on the GPU (blocks.py, probes.Prober without positions): built and tested with a
-# stand-in device, but on one H100 every honest float-output benchmark came back
-# device_work_outside_timed_window (the harness's own copies recorded after the timed window), so they stay off
-# on the GPU until that is fixed; the GPU path checks the sampled repetition and the post-timing cases.
-GPU_REPETITION_CHECKS = False
 REFILL_SEED_OFFSET = 104729
 # Input sets of other seeds each arm copies into its timed storage between blocks (defeats caching by
 # address during timing): two when the inputs are small, one above this (each arm holds the pool).
@@ -263,7 +258,7 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
     limit = 2 * OUTPUT_SLACK * _nbytes(case["native"]) + (16 << 20)
     out["settled"] = arms.ask(arms.cand, {"op": "settled", "inputs": case["inputs"], "seed": seed,
                                           "init_inputs": case["init_inputs"], "state": case["state"]})
-    bar = _probe_bar(arms, ref, case, pool, seed, gpu) if pool and (not gpu or GPU_REPETITION_CHECKS) else None
+    bar = _probe_bar(arms, ref, case, pool, seed, gpu) if pool else None
     if gpu:
         trim_between_cases()  # the bar's float64 copies of the reference's outputs: freed before the arms start
     t0 = time.monotonic()
@@ -409,7 +404,7 @@ def _confirm(ctx: RunnerContext, payload: BenchmarkRequest, task: Task, ref, sha
         if not big:  # the same contents and per-repetition checks as the first run (GPU: refilled between blocks)
             pool = [arms.ask(ref, {"op": "case", "shape": shape, "seed": s2 + 1 + i, "inputs_only": True},
                              max_bytes=1 << 42)["inputs"] for i in range(2)]
-            bar = _probe_bar(arms, ref, case, pool, s2, gpu) if not gpu or GPU_REPETITION_CHECKS else None
+            bar = _probe_bar(arms, ref, case, pool, s2, gpu)
         with quiet():  # the children are taken and loaded first: only the timing holds spares back
             timed = _interleave(arms, case, pool, s2, opt, lambda *a: None, gpu, bar, sample=0, release_inputs=big)
         return {"rounds": timed["rounds"], "timer": timed["candidate"].get("timer"),

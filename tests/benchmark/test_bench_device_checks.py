@@ -76,6 +76,13 @@ def dev(monkeypatch):
         d.run("reduce_kernel<sum>", 1.0)  # a float32 sum: the flush's kernel name
         take(self, out, g)
     monkeypatch.setattr(probes.Prober, "take", take_on_device)
+    end = probes.Prober.end
+
+    def end_on_device(self):  # gathering the block's rows: a stack and a copy to the host, as on a GPU
+        d.run("CatArrayBatchedCopy", 0.01)
+        d.run("Memcpy DtoH (Device -> Pageable)", 0.01)
+        return end(self)
+    monkeypatch.setattr(probes.Prober, "end", end_on_device)
     return d
 
 

@@ -97,8 +97,6 @@ def get_init_inputs():
 FORGE = (Path(__file__).parents[2] / "bench" / "candidates_ab" / "campaign" / "forge_skip_unchecked.py").read_text()
 
 
-@pytest.mark.xfail(strict=True, reason="per-repetition checks are off on the GPU (runner_side.GPU_REPETITION_CHECKS): "
-                   "only the sampled repetition and the post-timing cases are checked there")
 @pytest.mark.parametrize("confirm", [False, True])
 def test_gpu_benchmark_catches_work_skipped_on_repetitions_guessed_unchecked(confirm):
     """Full work only on a block's last repetition (the one the sampler may take): every repetition's chunk
