@@ -35,6 +35,8 @@ from typing import Any
 from evokernel_mcp.benchmark import probes, settle, timing
 from evokernel_mcp.benchmark.timing import TimingOptions
 
+ENQUEUE_PROBES = 4  # calls (with their checks) whose host enqueue cost sizes the GPU sleep ahead of a block
+
 
 class BlockTimer:
     def __init__(self, fn: Callable[..., Any], arg_sets: Sequence[tuple], opt: TimingOptions, *, gpu: bool,
@@ -84,10 +86,11 @@ class BlockTimer:
             self.marks.update(timing.window_marks(self.plan, self.failure))
             self._gpu_checks_or_why_not()
             check, sep = self._check_and_separator()
-            h0 = timing._perf_ns()  # the host's cost of one enqueue and its check, without waiting for the device
             if check is not None:
                 self.prober.begin()
-            for i in range(3):
+            per = []  # the host's cost of one enqueue and its check, without waiting for the device
+            for i in range(ENQUEUE_PROBES):
+                h0 = timing._perf_ns()
                 self.calls[i % len(self.calls)]()
                 if check is not None:  # as timing.timed_batch queues it
                     if sep is not None:
@@ -95,11 +98,14 @@ class BlockTimer:
                     check(i)
                     if sep is not None:
                         sep()
-            self.host_enqueue_s = (timing._perf_ns() - h0) / 3 / 1e9
+                per.append((timing._perf_ns() - h0) / 1e9)
+            # the median after the first: a check's first launches load their kernels (milliseconds each), and
+            # the common GPU sleep of every block is sized from this figure (bound.common_host_per_rep)
+            self.host_enqueue_s = sorted(per[1:])[len(per[1:]) // 2]
             self.api["sync"]()
             if check is not None:
                 self.prober.end()
-            self.last, self.warmup_calls = None, n + 3
+            self.last, self.warmup_calls = None, n + ENQUEUE_PROBES
         return self.warmup_calls
 
     def _check_and_separator(self) -> tuple[Any, Any]:

@@ -67,9 +67,14 @@ BOUND_FRAC = 0.15
 BOUND_NOISE_K = 4.0
 BOUND_ABS_MS = 0.05
 BOUND_UNACC_FRAC = 0.15  # of the baseline arms' own unaccounted time: placement slows a process's harness work too
+# On a GPU a block's harness work is mostly fixed (the request, the profiler's start, the common sleep) and the
+# same in every process: over 50 honest calls on one H100 (bench/results campaign) the candidate's excess beyond
+# the control arm's never passed 0.002 of it, while 0.15 of it (about 7 ms of a 48 ms block) hid a 0.35x timer.
+BOUND_UNACC_FRAC_GPU = 0.03
 
 
-def runner_bound(run, blocks: dict[str, list[dict[str, Any]]], enforced: bool = True) -> dict[str, Any] | None:
+def runner_bound(run, blocks: dict[str, list[dict[str, Any]]], enforced: bool = True,
+                 gpu: bool = False) -> dict[str, Any] | None:
     """The candidate's reported times against the runner's clock (the comment above): {passed, excess_ms,
     allowance_ms, enforced, wall_speedup, reported_speedup, ...}; None without rounds. wall_speedup: the
     median per round of the baseline arms' wall over the candidate's (same k), a speedup the candidate's
@@ -94,7 +99,8 @@ def runner_bound(run, blocks: dict[str, list[dict[str, Any]]], enforced: bool = 
     reported = statistics.median(c["sum_ms"] for c in cand)
     wall = statistics.median(c["wall_ms"] for c in cand)
     harness = statistics.median(ref)
-    allowance, ctrl_note = BOUND_FRAC * reported + BOUND_UNACC_FRAC * max(harness, 0.0) + BOUND_ABS_MS, "no control arm"
+    frac = BOUND_UNACC_FRAC_GPU if gpu else BOUND_UNACC_FRAC
+    allowance, ctrl_note = BOUND_FRAC * reported + frac * max(harness, 0.0) + BOUND_ABS_MS, "no control arm"
     if len(ctrl) == n:
         d = [unacc(c) - unacc(b) for c, b in zip(ctrl, base)]
         med = statistics.median(d)
@@ -112,7 +118,7 @@ def runner_bound(run, blocks: dict[str, list[dict[str, Any]]], enforced: bool = 
         if any(c["sum_ms"] > 0 for c in cand) else None
     detail = (f"per block (median of {n} rounds) the runner's clock read {wall:.4g} ms, the candidate reported "
               f"{reported:.4g} ms and left {excess:.4g} ms more unaccounted than the baseline arms for the same "
-              f"repetitions; allowed {allowance:.4g} ms ({BOUND_FRAC:g} x its time + {BOUND_UNACC_FRAC:g} x the "
+              f"repetitions; allowed {allowance:.4g} ms ({BOUND_FRAC:g} x its time + {frac:g} x the "
               f"baseline arms' {harness:.4g} ms + {BOUND_ABS_MS:g} ms; "
               f"{ctrl_note})")
     if wall_speedup is not None and reported_speedup is not None:

@@ -11,10 +11,13 @@ at most about `opt.max_time_s x min(len(arms), BUDGET_ARMS)` plus one block: a b
 when the time measured so far says it would end past the budget. A third arm (the control) shares the
 budget of two rather than adding its own: each arm's series gets 2/3 of the time, the call costs the same.
 Warm-up is by time (WARMUP_FRACTION of the budget, at least WARMUP_MIN_CALLS calls of one repetition per
-arm), never a fixed count. The block size k adapts to the kernel: a block targets about
-budget / (arms x TARGET_ROUNDS) of wall time, between
-MIN_BLOCK_S and MAX_BLOCK_S, so a 2 us kernel times hundreds of reps per block (the arm's per-call cost is
-amortised) and a 50 ms kernel one or two.
+arm), never a fixed count. The block size k adapts to the kernel: a block's repetitions target about
+budget / (arms x TARGET_ROUNDS) of wall time, between MIN_BLOCK_S and MAX_BLOCK_S, so a 2 us kernel times
+hundreds of reps per block (the arm's per-call cost is amortised) and a 50 ms kernel one or two. k is sized by
+the MARGINAL wall of a repetition, without the block's fixed cost (the request, the profiler's start, the
+reply: tens of ms on a GPU, more than the target): `Pace`. Sized by the whole wall per repetition, a 2.6 ms
+kernel behind a 45 ms fixed cost would time one repetition per block, every block would be mostly harness
+work, and the runner's clock around a block (bound.py) could not tell a forged time from that work.
 
 Stopping: after at least MIN_ROUNDS rounds and opt.min_reps repetitions per arm, when every arm's paired
 interval against the first arm (the reference) has a half-width <= opt.target_rel_ci; or at the budget,
@@ -92,9 +95,33 @@ def round_order(names: Sequence[str], r: int, mode: str, rng: random.Random) -> 
 
 
 def block_size(per_rep_s: float, budget_s: float, n_arms: int) -> int:
-    """Repetitions per block: the block lasts about budget / (arms x TARGET_ROUNDS), clamped."""
+    """Repetitions per block: the block's repetitions last about budget / (arms x TARGET_ROUNDS), clamped."""
     target = min(max(budget_s / (n_arms * TARGET_ROUNDS), MIN_BLOCK_S), MAX_BLOCK_S)
     return int(min(max(1, target // max(per_rep_s, 1e-7)), MAX_K))
+
+
+GROWTH = 16  # k grows at most this much from one round to the next: the warm-up's one-repetition blocks cannot
+# tell a repetition's harness work from the block's fixed cost, a block of k can (Pace.learn)
+
+
+@dataclass
+class Pace:
+    """One arm's wall per block, as fixed + k x marginal seconds. fixed: the least wall a block took beyond
+    the times it reported (its warm-up blocks of one repetition); marginal: the wall of the last block beyond
+    `fixed`, per repetition, and at least its reported time (a forged time only makes k larger)."""
+
+    fixed: float = math.inf
+    marginal: float = 0.0
+
+    def learn(self, k: int, times_ms: Sequence[float], wall: float) -> None:
+        reported = sum(times_ms) / 1e3
+        if k == 1:
+            self.fixed = min(self.fixed, max(wall - reported, 0.0))
+        fixed = self.fixed if math.isfinite(self.fixed) else 0.0
+        self.marginal = max((wall - fixed) / k, reported / k, 1e-7)
+
+    def block_s(self, k: int) -> float:
+        return (self.fixed if math.isfinite(self.fixed) else 0.0) + k * self.marginal
 
 
 def _call(arm: Arm, name: str, k: int) -> tuple[list[float], float]:
@@ -105,20 +132,20 @@ def _call(arm: Arm, name: str, k: int) -> tuple[list[float], float]:
     return times, time.monotonic() - t0
 
 
-def _warm_up(arms: Mapping[str, Arm], run: InterleavedRun, budget_s: float) -> dict[str, float]:
+def _warm_up(arms: Mapping[str, Arm], run: InterleavedRun, budget_s: float) -> dict[str, Pace]:
     """Single-repetition calls per arm until WARMUP_FRACTION of the budget is spent (at least
-    WARMUP_MIN_CALLS each); returns the wall seconds per repetition of each arm's last warm-up call."""
+    WARMUP_MIN_CALLS each); returns each arm's Pace learnt from them."""
     t0 = time.monotonic()
     per_arm = WARMUP_FRACTION * budget_s / len(arms)
-    per_rep: dict[str, float] = {}
+    pace: dict[str, Pace] = {}
     for name, arm in arms.items():
-        a0, n = time.monotonic(), 0
+        a0, n, pace[name] = time.monotonic(), 0, Pace()
         while n < WARMUP_MIN_CALLS or (time.monotonic() - a0 < per_arm and n < WARMUP_MAX_CALLS):
-            _, per_rep[name] = _call(arm, name, 1)
+            pace[name].learn(1, *_call(arm, name, 1))
             n += 1
         run.warmup_calls[name] = n
     run.warmup_s = time.monotonic() - t0
-    return per_rep
+    return pace
 
 
 def _converged(run: InterleavedRun, opt: Any) -> bool:
@@ -155,10 +182,11 @@ def run_interleaved(arms: Mapping[str, Arm], *, opt: Any, rng_seed: int, order: 
     t0 = time.monotonic()
     run = InterleavedRun(arms=names, times_ms={a: [] for a in names},
                          budget_s=opt.max_time_s * min(len(names), BUDGET_ARMS))
-    per_rep = _warm_up(arms, run, run.budget_s)
+    pace = _warm_up(arms, run, run.budget_s)
+    k = 1
     while True:
-        k = block_size(max(per_rep.values()), run.budget_s, len(names))
-        next_round_s = sum(per_rep[a] * k for a in names)
+        k = min(block_size(max(p.marginal for p in pace.values()), run.budget_s, len(names)), GROWTH * k)
+        next_round_s = sum(pace[a].block_s(k) for a in names)
         run.stop_reason = _stop(run, opt, t0, next_round_s)
         if run.stop_reason:
             break
@@ -167,7 +195,7 @@ def run_interleaved(arms: Mapping[str, Arm], *, opt: Any, rng_seed: int, order: 
         row: dict[str, float] = {}
         for name in seq:
             times, wall = _call(arms[name], name, k)
-            per_rep[name] = wall / k
+            pace[name].learn(k, times, wall)
             row[name] = statistics.median(times)
             run.times_ms[name] += [(r, t) for t in times]
         run.rounds.append(row)

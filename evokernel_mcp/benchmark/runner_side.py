@@ -193,8 +193,12 @@ def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progr
              for name, child in arms.children().items()}
     run = run_interleaved(calls, opt=TimingOptions(**opt), rng_seed=seed,
                           on_progress=lambda frac, msg: progress(frac, 1.0, msg))
+    note("benchmark: blocks of %s repetitions; GPU sleep ahead of each sized for %s s of host work per "
+         "repetition (the arms measured %s)", sorted(set(run.block_sizes)),
+         f"{host:.3g}" if host is not None else "-",
+         {n: round(float(i.get("host_enqueue_s") or 0), 6) for n, i in inits.items()} if gpu else "-")
     out: dict[str, Any] = {"rounds": {n: run.series(n) for n in run.arms},
-                           "runner_bound": runner_bound(run, blocks)}
+                           "runner_bound": runner_bound(run, blocks, gpu=gpu)}
     if bar is not None:
         out["check_probes"] = _probe_summary(probe_checks, bar)
     for name, child in arms.children().items():

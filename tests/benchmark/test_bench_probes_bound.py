@@ -182,11 +182,25 @@ def test_gpu_blocks_a_rescaled_timer_is_caught_where_the_kernel_dominates(kernel
     base = _gpu_blocks(n + warm, k, kernel_ms, harness, seed=1)
     ctrl = _gpu_blocks(n + warm, k, kernel_ms, harness, seed=2)
     forged = _gpu_blocks(n + warm, k, kernel_ms, harness, scale=0.35, seed=3)
-    bad = runner_bound(_run(n), {"baseline": base, "control": ctrl, "candidate": forged})
+    bad = runner_bound(_run(n), {"baseline": base, "control": ctrl, "candidate": forged}, gpu=True)
     assert not bad["passed"] and bad["enforced"], bad["detail"]
     assert bad["reported_speedup"] == pytest.approx(1 / 0.35, rel=0.01) and bad["wall_speedup"] < 1.05
     honest = _gpu_blocks(n + warm, k, kernel_ms / 3, harness, seed=3)  # 3x faster, honestly reported
-    assert runner_bound(_run(n), {"baseline": base, "control": ctrl, "candidate": honest})["passed"]
+    assert runner_bound(_run(n), {"baseline": base, "control": ctrl, "candidate": honest}, gpu=True)["passed"]
+
+
+def test_gpu_blocks_behind_a_large_fixed_cost_still_catch_a_rescaled_timer():
+    """As measured on one H100: 45 ms of each block is fixed harness work (request, profiler start, reply), the
+    kernel is 2.65 ms and a block holds 4 repetitions. A 0.35x timer is caught; honest reports pass."""
+    n, warm, k = 20, 2, 4
+    base = _gpu_blocks(n + warm, k, 2.65, 0.1, fixed_ms=45.0, jitter=0.01, seed=1)
+    ctrl = _gpu_blocks(n + warm, k, 2.65, 0.1, fixed_ms=45.0, jitter=0.01, seed=2)
+    forged = _gpu_blocks(n + warm, k, 2.65, 0.1, fixed_ms=45.0, scale=0.35, jitter=0.01, seed=3)
+    bad = runner_bound(_run(n), {"baseline": base, "control": ctrl, "candidate": forged}, gpu=True)
+    assert not bad["passed"], bad["detail"]
+    for t in (2.65, 1.3, 5.3):
+        cand = _gpu_blocks(n + warm, k, t, 0.1, fixed_ms=45.0, jitter=0.01, seed=3)
+        assert runner_bound(_run(n), {"baseline": base, "control": ctrl, "candidate": cand}, gpu=True)["passed"]
 
 
 def test_gpu_blocks_an_honest_launch_bound_kernel_never_misfires():
@@ -197,7 +211,7 @@ def test_gpu_blocks_an_honest_launch_bound_kernel_never_misfires():
     ctrl = _gpu_blocks(n + warm, k, 0.002, 0.14, jitter=0.05, seed=2)
     for t in (0.001, 0.004, 0.0021):
         cand = _gpu_blocks(n + warm, k, t, 0.14, jitter=0.05, seed=3)
-        got = runner_bound(_run(n), {"baseline": base, "control": ctrl, "candidate": cand})
+        got = runner_bound(_run(n), {"baseline": base, "control": ctrl, "candidate": cand}, gpu=True)
         assert got["passed"], (t, got["detail"])
         assert 0.9 < got["wall_speedup"] < 1.1
 
