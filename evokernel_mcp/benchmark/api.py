@@ -167,7 +167,7 @@ def _paired(sr: ShapeResult, raw: dict[str, Any], confidence: float) -> None:
         if rounds.get("control"):
             host = bool((raw.get("candidate") or {}).get("host_timing"))
             sr.noise_floor = stats.noise_floor(rounds["baseline"], rounds["control"], confidence,
-                                               min_half=stats.HOST_BAND_FLOOR if host else 0.0)
+                                               min_half=stats.HOST_BAND_FLOOR if host else stats.DEVICE_BAND_FLOOR)
             # the candidate ran in a process of its own: its interval is only as good as two processes
             # running identical code agree, so the control's band widens it (see stats.widened)
             sr.speedup_ci = stats.widened((lo, hi), sr.noise_floor)

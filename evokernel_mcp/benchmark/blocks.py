@@ -6,16 +6,17 @@ Host path (per repetition, probes.py): before each repetition, outside its timed
 refilled with the next input content (same addresses, new values, new version counters); after it, also
 outside the window, its output is probed at the runner's positions and by chunk sums. Every arm does the
 same work.
-GPU path (per block): the rotating input sets are refilled with new values between blocks
-(settle.refill_inputs; outside any timed window and outside the block's profiler session, so the copies
-are never charged to a repetition; probes.device_content_of says which content a repetition had). Every
-timed repetition's output is reduced to chunk sums (probes.Prober without positions: nothing is chosen
-before the block) on the device, right after the repetition and before the next one can overwrite a
-reused output buffer: queued after its end event (outside the events' window) and, under the activity
-clock, between two short GPU sleeps (the first closes the repetition's span), so the records put the
-harness's reductions in no repetition (activity.spans_ms, checks=True). Every arm does the same. The rows stay on
-the device until the block has run. Off (report's probes_unreadable says why) for graph replays (no
-output to read) and, under the activity clock, without a cache flush, a GPU sleep or stream ids.
+GPU path: after each repetition, outside its timed window, the next repetition's input set is refilled
+with its content (the pool's contents, probes.gpu_content_of; the block's first before the profiler starts),
+so no two repetitions in a row see the same values; with fewer than two pool contents the sets are refilled
+between blocks instead (settle.refill_inputs). Every timed repetition's output is reduced to chunk sums
+(probes.Prober without positions: nothing is chosen before the block) on the device, right after the
+repetition and before the next one can overwrite a reused output buffer. The checks and the refill are
+queued after the repetition's end event (outside the events' window) and, under the activity clock, between
+two short GPU sleeps (the first closes the repetition's span), so the records put the harness's work in no
+repetition (activity.spans_ms, checks=True). Every arm does the same. The rows stay on the device until the
+profiler's session has closed (finish_block). Off (report's probes_unreadable says why) for graph replays
+(no output to read) and, under the activity clock, without a cache flush, a GPU sleep or stream ids.
 
 On a GPU a block runs in two requests: run_block (the repetitions run to completion, the device synchronised:
 the runner's clock around the block stops at its answer) and finish_block (the profiler's records cut into
@@ -47,8 +48,17 @@ class BlockTimer:
             raise ValueError("no input sets to time with")
         self.fn, self.arg_sets, self.opt, self.gpu = fn, list(arg_sets), opt, gpu
         self.pool, self.flusher = list(refill_pool), flusher
-        # host path: every repetition on new input content (the timed case's inputs, then the pool's)
-        self.contents = ([settle.clone_inputs(self.arg_sets[0])] + self.pool) if self.pool and not gpu else []
+        # every repetition on new input content. Host: the timed case's inputs, then the pool's (content ids 0..).
+        # GPU: the pool's contents (ids 1..), at least two, so consecutive repetitions of one input set never
+        # hold the same values (an output left in freed memory, or cached by address and version, is then the
+        # answer to other inputs); with one pool set the sets are refilled between blocks only (content_ids []).
+        if not gpu:
+            self.contents = ([settle.clone_inputs(self.arg_sets[0])] + self.pool) if self.pool else []
+            self.content_ids = list(range(len(self.contents)))
+        else:
+            self.contents = list(self.pool) if len(self.pool) >= 2 else []
+            self.content_ids = [1 + i for i in range(len(self.contents))]
+        self._block_end = 0
         # the GPU path reads no positions (the runner chooses nothing before the block): chunk sums only
         wanted = probe_chunks if gpu else probe_table
         self.prober = probes.Prober(None if gpu else probe_table, probe_chunks) if wanted else None
@@ -88,7 +98,8 @@ class BlockTimer:
             check, sep = self._check_and_separator()
             if check is not None:
                 self.prober.begin()
-            per = []  # the host's cost of one enqueue and its check, without waiting for the device
+            per = []  # the host's cost of one enqueue, its check and refill, without waiting for the device
+            self._block_end = ENQUEUE_PROBES
             for i in range(ENQUEUE_PROBES):
                 h0 = timing._perf_ns()
                 self.calls[i % len(self.calls)]()
@@ -105,18 +116,27 @@ class BlockTimer:
             self.api["sync"]()
             if check is not None:
                 self.prober.end()
-            self.last, self.warmup_calls = None, n + ENQUEUE_PROBES
+            self.last, self.warmup_calls, self._block_end = None, n + ENQUEUE_PROBES, 0
         return self.warmup_calls
 
     def _check_and_separator(self) -> tuple[Any, Any]:
-        """timing.timed_batch's `after` and `separator` for this arm's GPU blocks (None, None: no checks)."""
-        if self.prober is None:
+        """timing.timed_batch's `after` and `separator` for this arm's GPU blocks (None, None: no harness work
+        between repetitions)."""
+        if self.prober is None and not self.contents:
             return None, None
         return self._check, (self._separator if self.plan is not None else None)
 
     def _check(self, g: int) -> None:
+        """After repetition g (between separators: in no repetition's records): its output's chunk sums, then
+        the next repetition's input set refilled with its content."""
         if self.prober is not None and self.last is not None:
             self.prober.take(self.last, g)
+        if self.contents and g + 1 < self._block_end:
+            self._fill(g + 1)
+
+    def _fill(self, g: int) -> None:
+        n = len(self.arg_sets)
+        settle.fill_set(self.arg_sets[g % n], self.contents[probes.content_of(g, n, len(self.contents))])
 
     def _gpu_checks_or_why_not(self) -> None:
         """Keep the per-repetition checks on the GPU only where they stay out of every repetition's time."""
@@ -130,6 +150,7 @@ class BlockTimer:
                    "a cache flush, a GPU sleep and the records' stream ids)")
         if why:
             self.prober, self.probes_off = None, why
+            self.contents, self.content_ids = [], []  # the input sets are refilled between blocks instead
 
     def _separator(self) -> None:
         import torch
@@ -145,9 +166,13 @@ class BlockTimer:
         """Run k timed repetitions to completion (device synchronised); their times wait for finish_block. The
         runner's clock around a block ends here on a GPU: cutting the profiler's records into spans is harness
         work that grows with the candidate's kernel count, so it stays out of the bound (runner_side)."""
+        start = self.rep
         if self.block and not self.contents:
             settle.refill_inputs(self.arg_sets, self.pool, self.block)
-        start = self.rep
+        elif self.gpu and self.contents:  # the block's first repetition's content, before the profiler starts
+            self._block_end = start + k
+            with torch_no_grad():
+                self._fill(start)
         raw = self._device_run(start, k, cushion_ms) if self.gpu else self._host_block(start, k)
         self._pending = (start, k, raw)
 
@@ -214,7 +239,8 @@ class BlockTimer:
         if session is None:
             return ev
         session.__exit__(None, None, None)
-        spans = activity.spans_ms(session.activities(), self.plan, k, checks=self.prober is not None)
+        spans = activity.spans_ms(session.activities(), self.plan, k,
+                                  checks=self.prober is not None or bool(self.contents))
         if isinstance(spans, str):  # the block's records did not cut: events for this run from now on
             self.failure, self.plan = spans, None
             self.marks.update(timing.window_marks(None, spans))
@@ -229,3 +255,9 @@ class BlockTimer:
                 "refilled_from_pool": len(self.pool), "activity_timer_unused": str(self.failure or "") or None,
                 "contents_per_rep": len(self.contents), "probes": self.prober is not None,
                 "probes_unreadable": self.prober.why_not if self.prober is not None else self.probes_off}
+
+
+def torch_no_grad():
+    import torch
+
+    return torch.no_grad()

@@ -19,18 +19,17 @@ stricter than verify. A repetition that skipped work, replayed a stale or cached
 or computed in a lower precision than the problem's dtype fails here, whichever repetition it was.
 
 Chunk sums. The position table is in the arm's process, so a candidate could read it and compute only the
-probed positions. So each repetition's probe row also holds, for every output tensor, the float64 sum and
-sum of absolute values of each contiguous chunk of its elements (`chunk_sums`; the chunk length comes from
-the runner, `chunk_len`). Every element enters one chunk, nothing about them is secret, and nothing needs
-choosing in advance. The runner's bar for a chunk is the sum of verify's per-element bars over it
-(|sum(o) - sum(r)| <= sum(thr) and ||o| - |r|| <= |o - r| per element), so an output verify passes always
-passes: the check is one-sided and cannot misfire. Its reach: a wrong element moves its chunk's sums by
-its error while the chunk's bar grows with the chunk length, so chunks are sized so a wrong answer of the
-output's scale stands out (about 0.1 / tol^2 elements: one chunk for most fp32 outputs, some hundreds of
-elements for bf16), at most CHUNKS_PER_LEAF per output tensor: beyond that (bf16 outputs of several
-hundred thousand elements) an answer wrong at a few scattered positions may hide in its chunk's bar, and
-the full checks of sampled repetitions and the post-timing checks on refilled and fresh inputs
-(runner_side) judge whole outputs.
+probed positions. So each repetition's probe row also holds, for every output tensor, the float64 signed sum
+(each element times a fixed +1/-1 pattern) and the sum of absolute values of each contiguous chunk of its
+elements (`chunk_sums`; the chunk length comes from the runner, `chunk_len`). Every element enters one chunk,
+nothing about them is secret, and nothing needs choosing in advance. The runner's bar for a chunk is the sum
+of verify's per-element bars over it (|sum(w o) - sum(w r)| <= sum(thr) for |w| = 1, and ||o| - |r|| <= |o - r|
+per element), so an output verify passes always passes: the check is one-sided and cannot misfire. The signs
+take the output's mean out of the sums, so an answer to OTHER inputs of the same kind (an output left in
+freed memory, a cached one) moves a chunk's signed sum by a random walk of its differences, about
+sqrt(chunk length) x their spread, while the bar grows with the length times verify's per-element bar: chunks
+are at most CHUNK_LEN_MAX elements (CHUNKS_PER_LEAF of them per output tensor where that is more), so a
+wrong answer stands out by several bars for outputs up to a few hundred million elements.
 """
 
 from __future__ import annotations
@@ -42,13 +41,23 @@ from typing import Any
 PROBE_ROWS = 64      # rows of the position table (repetition g reads row g % PROBE_ROWS)
 PROBE_PER_LEAF = 16  # positions probed per output tensor per repetition
 CHUNK_MIN = 64       # elements per chunk sum, at least (a chunk sum costs a float64 pair per row)
-CHUNKS_PER_LEAF = 128
+CHUNK_LEN_MAX = 4096  # elements per chunk, at most, while CHUNKS_PER_LEAF chunks cover the output
+CHUNKS_PER_LEAF = 256
 
 
 def content_of(g: int, n_sets: int, n_contents: int) -> int:
     """The input content repetition g times with (its input set is g % n_sets): consecutive uses of one set
     hold consecutive contents, so with 2+ contents no set is timed twice in a row on the same data."""
     return (g // n_sets + g % n_sets) % n_contents
+
+
+def gpu_content_of(g: int, block: int, n_sets: int, n_pool: int) -> int:
+    """The input content of repetition g (in block `block`) on the GPU path: with two or more pool contents the
+    arm refills the next repetition's input set after each repetition (blocks.py), content 1 + content_of over
+    the pool; with fewer, the sets are refilled between blocks only (device_content_of)."""
+    if n_pool >= 2:
+        return 1 + content_of(g, n_sets, n_pool)
+    return device_content_of(g, block, n_sets, n_pool)
 
 
 def device_content_of(g: int, block: int, n_sets: int, n_pool: int) -> int:
@@ -66,16 +75,30 @@ def position_table(seed: int, rows: int = PROBE_ROWS, per: int = PROBE_PER_LEAF)
     return [[rng.randrange(1 << 62) for _ in range(per)] for _ in range(rows)]
 
 
-def chunk_len(n: int, tol: float) -> int:
-    """Elements per chunk sum of an output of n elements judged at relative tolerance tol (module docstring)."""
-    want = int(0.1 / tol ** 2) if tol > 0 else n
-    return max(1, min(max(want, CHUNK_MIN), n), -(-n // CHUNKS_PER_LEAF))
+def chunk_len(n: int) -> int:
+    """Elements per chunk sum of an output of n elements (module docstring)."""
+    return max(1, min(CHUNK_MIN, n), min(CHUNK_LEN_MAX, n), -(-n // CHUNKS_PER_LEAF))
+
+
+_SIGNS: dict[tuple, Any] = {}
+
+
+def _signs(length: int, like: Any) -> Any:
+    """The fixed +1/-1 pattern of a chunk of `length` elements, in like's dtype and device (cached)."""
+    import torch
+
+    key = (length, str(like.device), like.dtype)
+    if key not in _SIGNS:
+        g = torch.Generator().manual_seed(0x5EED)
+        w = torch.randint(0, 2, (length,), generator=g, dtype=torch.int8) * 2 - 1
+        _SIGNS[key] = w.to(device=like.device, dtype=like.dtype)
+    return _SIGNS[key]
 
 
 def chunk_sums(flat: Any, length: int) -> tuple[Any, Any]:
-    """(sums, sums of absolute values) of each `length`-element chunk of the 1-D tensor `flat`, as float64.
-    Accumulated in float32 for floating outputs of 32 bits or less (cheap: a float64 pass costs ten times
-    more on a CPU), float64 otherwise; `sum_slack` bounds the rounding."""
+    """(signed sums, sums of absolute values) of each `length`-element chunk of the 1-D tensor `flat`, as
+    float64 (module docstring). Accumulated in float32 for floating outputs of 32 bits or less (cheap: a float64
+    pass costs ten times more on a CPU), float64 otherwise; `sum_slack` bounds the rounding."""
     import torch
 
     acc = torch.float64 if flat.dtype == torch.float64 or not flat.is_floating_point() else torch.float32
@@ -86,13 +109,11 @@ def chunk_sums(flat: Any, length: int) -> tuple[Any, Any]:
     parts = [flat[: full * length].view(full, length)] if full else []
     if n > full * length:
         parts.append(flat[full * length:].view(1, -1))
-    # no output-sized temporaries in the accumulating dtype (a big output's arm has no room for them): the
-    # sums accumulate in `acc` as they read; |x| is fused into the norm where the output is already `acc`
-    sums = torch.cat([p.sum(1, dtype=acc) for p in parts]).to(torch.float64)
-    if flat.dtype == acc:
-        abss = torch.cat([torch.linalg.vector_norm(p, 1, dim=1) for p in parts]).to(torch.float64)
-    else:
-        abss = torch.cat([p.abs().sum(1, dtype=acc) for p in parts]).to(torch.float64)
+    # no output-sized temporaries in the accumulating dtype where the output is already in it: the signed sums
+    # are a matrix-vector product, |x| is fused into the norm
+    wide = [p if p.dtype == acc else p.to(acc) for p in parts]
+    sums = torch.cat([p.mv(_signs(length, p)[: p.shape[1]]) for p in wide]).to(torch.float64)
+    abss = torch.cat([torch.linalg.vector_norm(p, 1, dim=1) for p in wide]).to(torch.float64)
     return sums, abss
 
 
@@ -234,8 +255,7 @@ class ProbeBar:
             exact.append(torch.zeros(nf.shape[1], dtype=torch.bool))
             full = ref.detach().reshape(-1).to(torch.float64)
             bar_full = (tol_eff * full.abs() + tol_eff * rms).clamp_min(floor)
-            self._chunk_part(n.detach().reshape(-1), full, bar_full, chunks, kinds, exp, thr, nat, exact,
-                             tol=tol_eff)
+            self._chunk_part(n.detach().reshape(-1), full, bar_full, chunks, kinds, exp, thr, nat, exact)
         if not exp:
             return "no output elements"
         if self.chunks is None:
@@ -243,19 +263,19 @@ class ProbeBar:
         return torch.cat(exp, 1), torch.cat(thr, 1), torch.cat(nat, 1), torch.cat(exact)
 
     def _chunk_part(self, native: Any, ref: Any, bar_full: Any, chunks: list, kinds: list, exp: list, thr: list,
-                    nat: list, exact: list, tol: float = 0.0) -> None:
+                    nat: list, exact: list) -> None:
         """Append one output's chunk sums (sums, then sums of absolute values) to the columns: expected from
         ref (float64; the native output for integer outputs, judged exactly), allowed error the chunk's sum of
         verify's per-element bars, plus float64 rounding of the sums."""
         import torch
 
         rows = self.idx.shape[0]
-        length = chunk_len(native.numel(), tol)
+        length = chunk_len(native.numel())
         chunks.append(length)
         s_n, a_n = chunk_sums(native, length)
         s_r, a_r = chunk_sums(ref, length) if ref is not None else (s_n, a_n)
         slack = (sum_slack(length, native.dtype) + 1e-12) * a_r + 1e-300
-        b = (chunk_sums(bar_full, length)[0] + slack) if bar_full is not None else slack
+        b = (chunk_sums(bar_full, length)[1] + slack) if bar_full is not None else slack  # sum(|w| thr)
         for e, nv in ((s_r, s_n), (a_r, a_n)):
             exp.append(e.cpu().expand(rows, -1))
             thr.append(b.cpu().expand(rows, -1))

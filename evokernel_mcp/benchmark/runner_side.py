@@ -180,8 +180,8 @@ def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progr
             if name == "candidate" and bar is not None and rows is not None and \
                     (not probe_checks or probe_checks[-1].get("passed")):
                 first, n_sets = blocks_done(name) - k, int(inits[name].get("copies") or 1)
-                # GPU: the input sets are refilled between blocks; this block follows len(blocks) - 1 others
-                contents = [probes.device_content_of(first + i, len(blocks[name]) - 1, n_sets, len(pool))
+                # GPU: refilled per repetition (two or more pool contents) or between blocks (gpu_content_of)
+                contents = [probes.gpu_content_of(first + i, len(blocks[name]) - 1, n_sets, len(pool))
                             for i in range(k)] if gpu else None
                 probe_checks.append(bar.check(rows, first, n_sets, contents))
             return [max(t - ovh, 0.0) for t in times] if ovh else times

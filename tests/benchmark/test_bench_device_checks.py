@@ -113,19 +113,43 @@ def _honest(dev: FakeDevice):
     return fn
 
 
-def _run(dev, fn, timer="auto", blocks=(3, 5, 4)):
+def _stale(dev: FakeDevice):
+    """Computes a quarter of the rows into fresh memory and leaves the rest as the memory held: the previous
+    repetition's output where the allocator hands the freed block back (as on a GPU), on every repetition but a
+    block's last. Right whenever two repetitions in a row see the same input values."""
+    held = {}
+
+    def fn(a, b):
+        f, skip = sys._getframe(1), False
+        while f is not None:
+            if f.f_code.co_name == "timed_batch":
+                skip = f.f_locals.get("i", 0) < f.f_locals.get("n", 0) - 1
+                break
+            f = f.f_back
+        dev.run("add_kernel", 0.1 if skip else 0.5)
+        if not skip or "out" not in held:
+            held["out"] = (a + b).clone()
+            return held["out"].clone()
+        out = held["out"].clone()  # the freed block's old values
+        q = a.numel() // 4
+        out[:q] = a[:q] + b[:q]
+        return out
+    return fn
+
+
+def _run(dev, fn, timer="auto", blocks=(3, 5, 4), n_sets=2):
     g = torch.Generator().manual_seed(0)
     contents = [[torch.randn(2000, generator=g), torch.randn(2000, generator=g)] for _ in range(3)]
     expected = ({"native": a + b, "hi": a.double() + b.double(), "arg_reductions": {}} for a, b in contents)
     bar = probes.ProbeBar(TASK, expected, None)
-    sets = [[t.clone() for t in contents[0]] for _ in range(2)]
+    sets = [[t.clone() for t in contents[0]] for _ in range(n_sets)]
     bt = BlockTimer(fn, sets, timing.TimingOptions(max_time_s=0.1, timer=timer), gpu=True,
                     refill_pool=contents[1:], sample_size=0, flusher=dev, probe_chunks=bar.chunks)
     bt.warm_up()
     checks, times, first = [], [], 0
     for b, k in enumerate(blocks):
         times += bt.time_block(k)
-        contents_of = [probes.device_content_of(first + i, b, len(sets), 2) for i in range(k)]
+        contents_of = [probes.gpu_content_of(first + i, b, len(sets), 2) for i in range(k)]
         if bt.block_probes is not None:  # as the runner: rows judged when the arm sent them
             checks.append(bar.check(bt.block_probes, first, len(sets), contents_of))
         first += k
@@ -147,6 +171,33 @@ def test_a_candidate_skipping_work_on_all_but_a_blocks_last_repetition_fails(dev
     _, checks, _ = _run(dev, _skipping(dev), timer)
     bad = [c for c in checks if not c["passed"]]
     assert bad and "chunk sum" in bad[0]["note"] and bad[0]["rep"] == 0, checks
+
+
+@pytest.mark.parametrize("timer", ["auto", "events"])
+def test_an_output_left_in_freed_memory_is_wrong_because_every_repetition_has_new_inputs(dev, timer):
+    """One input set (a big input): every repetition still gets other values than the one before it, so the
+    previous repetition's output, handed back by the allocator, is the answer to other inputs."""
+    _, checks, _ = _run(dev, _stale(dev), timer, n_sets=1)
+    bad = [c for c in checks if not c["passed"]]
+    assert bad and "chunk sum" in bad[0]["note"], checks
+    _, honest, _ = _run(dev, _honest(dev), timer, n_sets=1)
+    assert all(c["passed"] for c in honest) and sum(c["checked"] for c in honest) == 12, honest
+
+
+def test_each_repetition_of_a_gpu_block_holds_the_content_the_runner_expects(dev):
+    seen = []
+
+    def fn(a, b):
+        dev.run("add_kernel", 0.5)
+        seen.append(float(a[0]))
+        return a + b
+    bt, checks, _ = _run(dev, fn, "auto", n_sets=1)
+    assert all(c["passed"] for c in checks)
+    g = torch.Generator().manual_seed(0)  # the contents _run made: content c's first input starts with firsts[c]
+    firsts = [float([torch.randn(2000, generator=g), torch.randn(2000, generator=g)][0][0]) for _ in range(3)]
+    timed = seen[-12:]
+    assert timed == [firsts[probes.gpu_content_of(r, 0, 1, 2)] for r in range(12)]
+    assert all(x != y for x, y in zip(timed, timed[1:]))  # never the same values twice in a row
 
 
 def test_without_stream_ids_the_activity_clock_keeps_no_checks_and_says_why(dev):
