@@ -105,4 +105,6 @@ def run(x, y):
     first = verify(src, "vector_add", shapes=["small"], seeds=1)
     assert first.passed is True and "KCACHE miss" in first.stdout, first.stdout
     second = verify(src, "vector_add", shapes=["small"], seeds=1)
-    assert second.passed is True and "KCACHE miss" in second.stdout and "hit" not in second.stdout, second.stdout
+    lines = [ln for ln in second.stdout.splitlines() if ln.startswith("KCACHE")]
+    # the job's first call compiles again (its later calls hit what that compile wrote, in the same job)
+    assert second.passed is True and lines and lines[0] == "KCACHE miss", second.stdout
