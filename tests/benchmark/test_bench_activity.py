@@ -3,6 +3,8 @@ the calibration that learns which kernels are the harness's own (activity.calibr
 
 from __future__ import annotations
 
+from fakegpu import recording_session
+
 from evokernel_mcp.benchmark import activity as act
 
 PLAN = act.Plan(flush_names=frozenset({"flush"}), flush_count=1, separator_names=frozenset({"spin"}), per_call=2)
@@ -57,19 +59,7 @@ class _Recorder:
         return run
 
     def session(self):
-        rec = self
-
-        class S:
-            def __enter__(self):
-                rec.acts = []
-                return self
-
-            def __exit__(self, *exc):
-                self.got, rec.acts = rec.acts, None
-
-            def activities(self):
-                return self.got
-        return S()
+        return recording_session(self)
 
 
 def test_calibrate_learns_names_counts_and_refuses_clashes():

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import torch
+from fakegpu import FakeGPU
 
 from evokernel_mcp.benchmark import activity, probes, settle, timing
 from evokernel_mcp.benchmark.blocks import BlockTimer
@@ -18,58 +19,9 @@ TASK = load_task("vector_add")
 STREAM = 7
 
 
-class FakeDevice:
-    """A device clock that advances only when work runs; activities carry a stream id (None: records without)."""
-
-    def __init__(self, stream: int | None = STREAM) -> None:
-        self.t, self.stream, self.acts = 0.0, stream, None
-        dev = self
-
-        class Event:
-            def __init__(self, enable_timing=True):
-                self.ts = None
-
-            def record(self):
-                self.ts = dev.t
-
-        self.api = {"Event": Event, "record": Event.record, "elapsed": lambda s, e: e.ts - s.ts,
-                    "sync": lambda: None}
-        self.nbytes = 1 << 20
-
-    def run(self, name: str, ms: float, stream: int | None = None) -> None:
-        s, self.t = self.t, self.t + ms
-        if self.acts is not None:
-            self.acts.append((name, int(round(s * 1e6)), int(round(self.t * 1e6)), stream or self.stream))
-
-    def flush(self) -> None:
-        self.run("reduce_kernel<sum>", 2.0)
-
-    def sleep(self, cycles) -> None:
-        self.run("spin_kernel", 0.001)
-
-    def session(self):
-        dev = self
-
-        class Session:
-            def __enter__(self):
-                dev.acts = []
-                return self
-
-            def __exit__(self, *exc):
-                self.recorded, dev.acts = dev.acts, None
-
-            def activities(self):
-                return self.recorded
-
-        return Session()
-
-
 @pytest.fixture
 def dev(monkeypatch):
-    d = FakeDevice()
-    monkeypatch.setattr(timing, "_event_api", d.api)
-    monkeypatch.setattr(torch.cuda, "_sleep", d.sleep, raising=False)
-    monkeypatch.setattr(timing, "_activity_session", d.session)
+    d = FakeGPU(flush_ms=2.0, sleep_ms=0.001, stream=STREAM, nbytes=1 << 20).install(monkeypatch)
     take = probes.Prober.take
 
     def take_on_device(self, out, g):  # the harness's reduction: device work on the timed stream
@@ -86,7 +38,7 @@ def dev(monkeypatch):
     return d
 
 
-def _skipping(dev: FakeDevice):
+def _skipping(dev: FakeGPU):
     """Reads the timing loop's position off the stack and computes a quarter of the output on every repetition
     but a block's last; full work outside the loop (as bench/candidates_ab/campaign's forge does)."""
     def fn(a, b):
@@ -106,14 +58,14 @@ def _skipping(dev: FakeDevice):
     return fn
 
 
-def _honest(dev: FakeDevice):
+def _honest(dev: FakeGPU):
     def fn(a, b):
         dev.run("add_kernel", 0.5)
         return a + b
     return fn
 
 
-def _stale(dev: FakeDevice):
+def _stale(dev: FakeGPU):
     """Computes a quarter of the rows into fresh memory and leaves the rest as the memory held: the previous
     repetition's output where the allocator hands the freed block back (as on a GPU), on every repetition but a
     block's last. Right whenever two repetitions in a row see the same input values."""

@@ -6,76 +6,14 @@ the reason)."""
 from __future__ import annotations
 
 import pytest
+from fakegpu import FakeGPU
 
 from evokernel_mcp.benchmark import timing
 
 
-class FakeGPU:
-    """A device clock that advances only when work is 'executed' (flush, kernel, sleep)."""
-
-    def __init__(self, kernel_ms: float = 0.5, flush_ms: float = 10.0, event_ms: float = 0.0):
-        self.t, self.kernel_ms, self.flush_ms, self.event_ms = 0.0, kernel_ms, flush_ms, event_ms
-        self.log: list[str] = []
-        gpu = self
-
-        class Event:
-            def __init__(self, enable_timing=True):
-                self.ts = None
-
-            def record(self):
-                gpu.t += gpu.event_ms
-                self.ts = gpu.t
-                gpu.log.append("record")
-
-        self.api = {"Event": Event, "record": Event.record, "elapsed": lambda s, e: e.ts - s.ts,
-                    "sync": lambda: None}
-        self.nbytes, self.source = 1 << 28, "fake"
-        self.acts: list | None = None  # device activities while a fake profiler session is open
-        self.kernel_name = "axpy_kernel"
-
-    def _run(self, name, ms):
-        s = self.t
-        self.t += ms
-        if self.acts is not None:
-            self.acts.append((name, int(s * 1e6), int(self.t * 1e6)))
-
-    def flush(self):
-        self._run("reduce_kernel<sum>", self.flush_ms)
-        self.log.append("flush")
-
-    def kernel(self, a):
-        self._run(self.kernel_name, self.kernel_ms)
-        self.log.append(f"kernel{a}")
-
-    def sleep(self, cycles):
-        self._run("spin_kernel", 0.0)
-
-    def session(self):
-        gpu = self
-
-        class Session:
-            def __enter__(self):
-                gpu.acts = []
-                return self
-
-            def __exit__(self, *exc):
-                self.recorded, gpu.acts = gpu.acts, None
-
-            def activities(self):
-                return self.recorded
-
-        return Session()
-
-
 @pytest.fixture
 def fake(monkeypatch):
-    import torch
-
-    gpu = FakeGPU()
-    monkeypatch.setattr(timing, "_event_api", gpu.api)
-    monkeypatch.setattr(torch.cuda, "_sleep", gpu.sleep, raising=False)
-    monkeypatch.setattr(timing, "_activity_session", gpu.session)
-    return gpu
+    return FakeGPU().install(monkeypatch)
 
 
 def test_flush_outside_timed_region_and_rotation(fake):

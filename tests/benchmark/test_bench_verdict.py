@@ -10,6 +10,7 @@ import time
 
 import pytest
 import torch
+from fakegpu import recording_session
 
 from evokernel_mcp.benchmark import activity as act
 from evokernel_mcp.benchmark import api, clocks, settle, timing, verdict
@@ -123,19 +124,7 @@ def test_side_stream_work_found_in_calibration_and_after_the_window():
             self.acts = []
 
         def session(self):
-            rec = self
-
-            class S:
-                def __enter__(self):
-                    rec.acts = []
-                    return self
-
-                def __exit__(self, *e):
-                    self.got = list(rec.acts)
-
-                def activities(self):
-                    return self.got
-            return S()
+            return recording_session(self)
 
         def op(self, name, stream=7):
             return lambda: self.acts.append(_us(name, len(self.acts), len(self.acts) + 1, stream))
