@@ -123,26 +123,8 @@ for line in sys.stdin:
 
 
 def test_a_reply_off_its_model_is_an_internal_error_not_a_result():
-    import subprocess
-    import sys
-    from pathlib import Path
+    from scripted_runner import exchange_with_script
 
-    import anyio
-
-    from evokernel_mcp.runtime.pool import RunnerPool, _Runner
-
-    async def main():
-        pool = RunnerPool(["cpu"])
-        proc = await anyio.open_process([sys.executable, "-c", OFF_MODEL_RUNNER], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
-        w = _Runner("cpu", proc, Path("/nonexistent.log"))
-        assert (await w.next_event()).event == "ready"
-        try:
-            return await pool._exchange(w, ops.make_call(4, "ping", {}, None), 10, None, Path("/nonexistent"))
-        finally:
-            await pool.aclose()
-            await w.kill()
-
-    reply = anyio.run(main)
+    reply = exchange_with_script(OFF_MODEL_RUNNER, ops.make_call(4, "ping", {}, None))
     assert not reply.ok and reply.result is None and reply.error.kind == "internal"
     assert "does not match its model" in reply.error.message

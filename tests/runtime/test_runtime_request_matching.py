@@ -54,25 +54,9 @@ def _verify(mgr, task: str, candidate: str):
 
 
 def test_event_for_another_request_is_never_taken_as_the_result():
-    import subprocess
-    import sys
+    from scripted_runner import exchange_with_script
 
-    from evokernel_mcp.runtime.pool import RunnerPool, _Runner
-
-    async def main():
-        pool = RunnerPool(["cpu"])
-        proc = await anyio.open_process([sys.executable, "-c", FAKE_WORKER], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
-        w = _Runner("cpu", proc, Path("/nonexistent.log"))
-        assert (await w.next_event()).event == "ready"
-        pool._runners["cpu"] = w
-        try:
-            return await pool._exchange(w, make_call(5, "ping", {}, None), 10, None, Path("/nonexistent"))
-        finally:
-            await pool.aclose()
-            await w.kill()
-
-    reply = anyio.run(main)
+    reply = exchange_with_script(FAKE_WORKER, make_call(5, "ping", {}, None), register=True)
     assert not reply.ok and reply.result is None and reply.error.kind == "crash" and reply.worker_replaced
     assert "999999" in reply.error.message
 
