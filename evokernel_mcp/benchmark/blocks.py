@@ -171,8 +171,7 @@ class BlockTimer:
             settle.refill_inputs(self.arg_sets, self.pool, self.block)
         elif self.gpu and self.contents:  # the block's first repetition's content, before the profiler starts
             self._block_end = start + k
-            with torch_no_grad():
-                self._fill(start)
+            self._fill(start)
         raw = self._device_run(start, k, cushion_ms) if self.gpu else self._host_block(start, k)
         self._pending = (start, k, raw)
 
@@ -255,9 +254,3 @@ class BlockTimer:
                 "refilled_from_pool": len(self.pool), "activity_timer_unused": str(self.failure or "") or None,
                 "contents_per_rep": len(self.contents), "probes": self.prober is not None,
                 "probes_unreadable": self.prober.why_not if self.prober is not None else self.probes_off}
-
-
-def torch_no_grad():
-    import torch
-
-    return torch.no_grad()

@@ -126,9 +126,11 @@ def fill_set(args: Sequence[Any], src: Sequence[Any]) -> None:
     """Copy the input content `src` into the input set `args` in place (tensors of equal shape and dtype)."""
     import torch
 
-    for t, v in zip(args, src):
-        if isinstance(t, torch.Tensor) and isinstance(v, torch.Tensor) and t.shape == v.shape and t.dtype == v.dtype:
-            t.copy_(v)
+    with torch.no_grad():
+        for t, v in zip(args, src):
+            if isinstance(t, torch.Tensor) and isinstance(v, torch.Tensor) and t.shape == v.shape \
+                    and t.dtype == v.dtype:
+                t.copy_(v)
 
 
 def refill_inputs(arg_sets: Sequence[Sequence[Any]], pool: Sequence[Sequence[Any]], block: int) -> int:
