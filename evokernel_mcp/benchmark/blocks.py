@@ -48,16 +48,14 @@ class BlockTimer:
             raise ValueError("no input sets to time with")
         self.fn, self.arg_sets, self.opt, self.gpu = fn, list(arg_sets), opt, gpu
         self.pool, self.flusher = list(refill_pool), flusher
-        # every repetition on new input content. Host: the timed case's inputs, then the pool's (content ids 0..).
-        # GPU: the pool's contents (ids 1..), at least two, so consecutive repetitions of one input set never
-        # hold the same values (an output left in freed memory, or cached by address and version, is then the
-        # answer to other inputs); with one pool set the sets are refilled between blocks only (content_ids []).
+        # every repetition on new input content. Host: the timed case's inputs, then the pool's (content 0..).
+        # GPU: the pool's contents (1..; probes.gpu_content_of), at least two, so consecutive repetitions of one
+        # input set never hold the same values (an output left in freed memory, or cached by address and version,
+        # is then the answer to other inputs); with one pool set the sets are refilled between blocks only.
         if not gpu:
             self.contents = ([settle.clone_inputs(self.arg_sets[0])] + self.pool) if self.pool else []
-            self.content_ids = list(range(len(self.contents)))
         else:
             self.contents = list(self.pool) if len(self.pool) >= 2 else []
-            self.content_ids = [1 + i for i in range(len(self.contents))]
         self._block_end = 0
         # the GPU path reads no positions (the runner chooses nothing before the block): chunk sums only
         wanted = probe_chunks if gpu else probe_table
@@ -96,7 +94,7 @@ class BlockTimer:
             self.marks.update(timing.window_marks(self.plan, self.failure))
             self._gpu_checks_or_why_not()
             check, sep = self._check_and_separator()
-            if check is not None:
+            if self.prober is not None:
                 self.prober.begin()
             per = []  # the host's cost of one enqueue, its check and refill, without waiting for the device
             self._block_end = ENQUEUE_PROBES
@@ -114,7 +112,7 @@ class BlockTimer:
             # the common GPU sleep of every block is sized from this figure (bound.common_host_per_rep)
             self.host_enqueue_s = sorted(per[1:])[len(per[1:]) // 2]
             self.api["sync"]()
-            if check is not None:
+            if self.prober is not None:
                 self.prober.end()
             self.last, self.warmup_calls, self._block_end = None, n + ENQUEUE_PROBES, 0
         return self.warmup_calls
@@ -150,7 +148,7 @@ class BlockTimer:
                    "a cache flush, a GPU sleep and the records' stream ids)")
         if why:
             self.prober, self.probes_off = None, why
-            self.contents, self.content_ids = [], []  # the input sets are refilled between blocks instead
+            self.contents = []  # the input sets are refilled between blocks instead
 
     def _separator(self) -> None:
         import torch
@@ -218,7 +216,7 @@ class BlockTimer:
             session.__enter__()
         try:
             check, sep = self._check_and_separator()
-            if check is not None:
+            if self.prober is not None:
                 self.prober.begin()
             with torch.no_grad():
                 ev = timing.timed_batch(self.calls, start, k, self.flusher, self.api, self.cycles_per_ms,

@@ -189,3 +189,21 @@ def test_spans_leave_out_the_harness_work_behind_a_separator_and_nothing_else():
     assert isinstance(out, activity.CutFailure) and out.kind == "outside_window"
     no_ids = activity.Plan(frozenset({"flush"}), 1, frozenset({"spin"}), 1)
     assert "stream ids" in activity.spans_ms(acts, no_ids, 2, checks=True)
+
+
+def test_without_a_probe_bar_every_gpu_repetition_still_gets_new_inputs(dev):
+    """No chunk sums to take (the runner had no bar): the refills between repetitions still run, unchecked."""
+    g = torch.Generator().manual_seed(0)
+    contents = [[torch.randn(2000, generator=g), torch.randn(2000, generator=g)] for _ in range(3)]
+    seen = []
+
+    def fn(a, b):
+        dev.run("add_kernel", 0.5)
+        seen.append(float(a[0]))
+        return a + b
+    bt = BlockTimer(fn, [[t.clone() for t in contents[0]]], timing.TimingOptions(max_time_s=0.1), gpu=True,
+                    refill_pool=contents[1:], sample_size=0, flusher=dev)
+    bt.warm_up()
+    times = bt.time_block(6)
+    assert len(times) == 6 and bt.block_probes is None and bt.timer == "activity"
+    assert seen[-6:] == [float(contents[probes.gpu_content_of(r, 0, 1, 2)][0][0]) for r in range(6)]
