@@ -117,11 +117,13 @@ class Pace:
         reported = sum(times_ms) / 1e3
         if k == 1:
             self.fixed = min(self.fixed, max(wall - reported, 0.0))
-        fixed = self.fixed if math.isfinite(self.fixed) else 0.0
-        self.marginal = max((wall - fixed) / k, reported / k, 1e-7)
+        self.marginal = max((wall - self._fixed_s()) / k, reported / k, 1e-7)
 
     def block_s(self, k: int) -> float:
-        return (self.fixed if math.isfinite(self.fixed) else 0.0) + k * self.marginal
+        return self._fixed_s() + k * self.marginal
+
+    def _fixed_s(self) -> float:
+        return self.fixed if math.isfinite(self.fixed) else 0.0
 
 
 def _call(arm: Arm, name: str, k: int) -> tuple[list[float], float]:
