@@ -2,7 +2,7 @@
 (bench/ab_same_code.py --campaign; about 8 minutes on an H100):
 
 1. the wall time of a default call (control arm on) against a plain two-arm call (control=false), same problem,
-   after one warm-up call (the server's and the problem's first start, not counted);
+   after a warm-up call of each kind (the server's and the problem's first start, not counted);
 2. TF32 / fp16 / bf16 downgrades of an fp32 matmul: valid=false expected;
 3. forges (a rescaled timer, skipping the repetitions it guesses are unchecked, memoising by address and
    version), each without and with confirm: valid=false expected, or the true speedup (about 1);
@@ -101,12 +101,13 @@ async def run_campaign(a, save) -> dict:
         return False
 
     async with Client(build_server()) as client:
-        # 1. wall: default call vs two-arm call, in the order A B B A after one warm-up call that pays the
-        # server's and the problem's first start (not counted); the default calls count as same-code calls too
-        for control in (None, True, False, False, True):
+        # 1. wall: default call vs two-arm call, in the order A B B A after two warm-up calls, one of each
+        # (not counted): the first pays the server's and the problem's first start, and the spares a default
+        # call takes are started again behind both; the default calls count as same-code calls too
+        for i, control in enumerate((True, False, True, False, False, True)):
             if left("wall"):
                 args = {**_same_args(kb, "40_LayerNorm"), **({"control": False} if control is False else {})}
-                label = ("warm-up (not counted)" if control is None else
+                label = ("warm-up (not counted)" if i < 2 else
                          "default" if control else "two-arm (control=false)")
                 await _one(client, args, log, "wall", label)
                 save(out)
