@@ -39,7 +39,10 @@ def test_every_cpu_exploit_is_held(_isolated_state):
     marker = state_dir() / "artifacts" / "keep.marker"
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text("kept")
-    anyio.run(close_app)  # a fresh runner that sees the planted secret
+    # a job's host-memory limit below the default (half the host's RAM): the memory grab meets it after 2 GiB of
+    # writes instead of 12 (37 s of this test on the 2-core VM); that a grab over the limit is `oom` is the same
+    os.environ["EVOKERNEL_CHILD_MEMORY"] = "2G"
+    anyio.run(close_app)  # a fresh runner that sees the planted secret and the limit
     try:
         report = anyio.run(lambda: run_integrity(inproc=True))
         assert report.backend == "cpu" and len(report.rows) >= 60
@@ -51,3 +54,4 @@ def test_every_cpu_exploit_is_held(_isolated_state):
         assert _scratch_bytes(state_dir() / "sandbox") < 8 << 20, "what a job wrote stayed on disk"
     finally:
         anyio.run(close_app)
+        os.environ.pop("EVOKERNEL_CHILD_MEMORY", None)
