@@ -1,7 +1,7 @@
-"""The batch executors' acceptance test on the CPU path: 8 candidates of vector_add (at CI sizes) through the
-cascade, one wrong on every size (fails verify_small), one wrong only past 1000 elements (fails verify),
-one hanging (its stage times out), one slow; first on the local pool through the MCP tool, then on the Ray
-executor against a local Ray instance (CPU resources only): the same ranked table. Then cancelling a Ray
+"""The batch executors' acceptance test on the CPU path: 6 candidates of vector_add (at CI sizes) through the
+cascade, two right ones, one wrong on every size (fails verify_small), one wrong only past 1000 elements (fails
+verify), one hanging (its stage times out), one slow; first on the local pool through the MCP tool, then on the
+Ray executor against a local Ray instance (CPU resources only): the same ranked table. Then cancelling a Ray
 batch stops the stages running inside the actors."""
 
 from __future__ import annotations
@@ -24,9 +24,6 @@ TASK = str(Path(__file__).resolve().parent / "vector_add_tiny")  # vector_add at
 SOURCES = {
     "plus": "def run(x, y):\n    return x + y\n",
     "torch_add": "import torch\n\ndef run(x, y):\n    return torch.add(x, y)\n",
-    "add_out": "import torch\n\ndef run(x, y):\n    out = torch.empty_like(x)\n    torch.add(x, y, out=out)\n"
-               "    return out\n",
-    "flipped": "def run(x, y):\n    return y + x\n",
     "slow": "import time\n\ndef run(x, y):\n    time.sleep(0.02)\n    return x + y\n",
     "minus": "def run(x, y):\n    return x - y\n",
     "short": "def run(x, y):\n    out = x + y\n    out[1000:] = 0\n    return out\n",  # right only up to 1000
@@ -46,13 +43,13 @@ def _table(rows) -> list[tuple]:
 
 def _check(rows) -> None:
     table = _table(rows)
-    assert table[5:] == EXPECTED_FAILED, table
-    assert sorted(table[:5]) == sorted((n, True, None) for n in ("plus", "torch_add", "add_out", "flipped", "slow"))
-    assert table[4][0] == "slow", table  # 20 ms of sleep per call ranks last of the valid ones
+    assert table[3:] == EXPECTED_FAILED, table
+    assert sorted(table[:3]) == sorted((n, True, None) for n in ("plus", "torch_add", "slow"))
+    assert table[2][0] == "slow", table  # 20 ms of sleep per call ranks last of the valid ones
     by = {r["name"]: r for r in rows}
     assert by["hang"]["reason"].startswith("timeout")
     assert by["minus"]["reason"].startswith("wrong_output") and by["short"]["reason"].startswith("wrong_output")
-    assert all(r["speedup"] > 0 and r["median_ms"] > 0 for r in rows[:5])
+    assert all(r["speedup"] > 0 and r["median_ms"] > 0 for r in rows[:3])
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +112,7 @@ def test_ray_executor_gives_the_same_table_as_the_local_pool(ray_executor, local
     assert res.slots == 2 and res.executor.startswith("ray") and "cpu@" in res.executor
     rows = [r.model_dump() for r in res.ranked]
     _check(rows)
-    assert _table(rows)[4:] == _table(local_rows)[4:]
+    assert _table(rows)[2:] == _table(local_rows)[2:]
     assert sorted(_table(rows)) == sorted(_table(local_rows))
     assert {r["device"].split("@")[0] for r in rows} == {"cpu"}
     infos = ray_executor.actor_infos()
