@@ -31,6 +31,7 @@ def _scratch_bytes(root: Path) -> int:
 
 
 def test_every_cpu_exploit_is_held(_isolated_state):
+    from evokernel_mcp import settings
     from evokernel_mcp.app import close_app
     from evokernel_mcp.integrity.cli import table
     from evokernel_mcp.integrity.replay import run_integrity
@@ -42,6 +43,7 @@ def test_every_cpu_exploit_is_held(_isolated_state):
     # a job's host-memory limit below the default (half the host's RAM): the memory grab meets it after 2 GiB of
     # writes instead of 12 (37 s of this test on the 2-core VM); that a grab over the limit is `oom` is the same
     os.environ["EVOKERNEL_CHILD_MEMORY"] = "2G"
+    settings.reset()  # read again: the state dir above read the settings before the limit was set
     anyio.run(close_app)  # a fresh runner that sees the planted secret and the limit
     try:
         report = anyio.run(lambda: run_integrity(inproc=True))
@@ -55,3 +57,4 @@ def test_every_cpu_exploit_is_held(_isolated_state):
     finally:
         anyio.run(close_app)
         os.environ.pop("EVOKERNEL_CHILD_MEMORY", None)
+        settings.reset()
