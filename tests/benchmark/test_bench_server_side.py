@@ -210,3 +210,43 @@ def test_driver_version_is_read_once_per_process_replay_nvidia_smi(tmp_path, mon
     monkeypatch.setattr(clocks, "_DRIVER", {})
     assert [clocks.driver_version("cuda") for _ in range(3)] == ["580.159.04"] * 3
     assert (tmp_path / "runs").read_text().count("run") == 1
+
+
+def test_nothing_runs_in_the_candidates_process_before_its_timing_and_the_settled_check_comes_after(monkeypatch):
+    """The order of what one shape asks of the candidate's child: its timing first (a call of the candidate before
+    it changed that arm's times on an H100), then the post-timing checks, the settled-output check among them."""
+    import torch
+
+    from evokernel_mcp.benchmark import runner_side
+
+    asked: list[tuple[str, str]] = []
+    x = [torch.ones(8), torch.ones(8)]
+
+    class Child:
+        def __init__(self, name: str):
+            self.name = name
+
+        def request(self, req, **_kw):
+            asked.append((self.name, req["op"]))
+            if req["op"] == "case":
+                return {"inputs": x, "native": torch.ones(8), "init_inputs": [], "state": {}}
+            if req["op"] == "bench_checks":
+                return {k: torch.ones(8) for k in ("refill", "fresh") if k in req}
+            if req["op"] == "settled":
+                return {"plain_tensor": True, "pending": False}
+            return {"outputs": torch.ones(8)}
+
+    def timed(arms, *_a, **_kw):
+        asked.append(("cand", "TIMING"))
+        return {"rounds": {}, "runner_bound": None, "samples": []}
+
+    monkeypatch.setattr(runner_side, "_interleave", timed)
+    monkeypatch.setattr(runner_side, "_probe_bar", lambda *a, **kw: None)
+    monkeypatch.setattr(runner_side, "_check", lambda *a, **kw: {"passed": True})
+    monkeypatch.setattr(runner_side, "_probe_check", lambda *a, **kw: {"passed": True})
+    task = load_task("vector_add")
+    arms = runner_side._Arms(Child("cand"), Child("base"), task, 1e12)
+    out = runner_side._bench_shape(arms, Child("ref"), "small", 0, {}, lambda *a: None, False)
+    mine = [op for who, op in asked if who == "cand"]
+    assert mine[0] == "TIMING", mine
+    assert mine.index("settled") > mine.index("TIMING") and out["settled"]["plain_tensor"] is True
