@@ -291,6 +291,7 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
                                         max_bytes=1 << 42)}
         out[key] = _check(arms.task, got.pop(name), exp, arms.dev)
         exp = got = None
+        trim_between_cases()
         if name == "fresh":  # is the output a plain tensor, its work done at return? Asked only now: a call
             # before timing gives the candidate's process a history the baseline's have not (on an H100, with this
             # check before timing, a strided sum of 64 MB timed 2-4 % slower in the candidate's arm in every call,

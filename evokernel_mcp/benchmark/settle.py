@@ -46,11 +46,23 @@ def _snapshot(out: Any) -> list[Any]:
         return [t.detach().clone() for t in as_list(out)]
 
 
-def _same(a: Any, b: Any) -> bool:
-    import torch
+SAME_CHUNK_BYTES = 256 << 20  # _same compares this much at a time: its temporaries stay small beside a big output
 
+
+def _same(a: Any, b: Any) -> bool:
+    """Bit-for-bit the same values (NaN where NaN), compared a chunk at a time when both are contiguous."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
+    if a.is_contiguous() and b.is_contiguous() and a.device == b.device:
+        fa, fb = a.reshape(-1), b.reshape(-1)
+        step = max(1, SAME_CHUNK_BYTES // max(1, a.element_size()))
+        return all(_same_whole(fa[s:s + step], fb[s:s + step]) for s in range(0, fa.numel(), step))
+    return _same_whole(a, b)
+
+
+def _same_whole(a: Any, b: Any) -> bool:
+    import torch
+
     if a.is_floating_point() or a.is_complex():
         return bool(torch.equal(torch.nan_to_num(a, nan=0.0), torch.nan_to_num(b, nan=0.0))
                     and torch.equal(torch.isnan(a), torch.isnan(b)))
@@ -101,11 +113,10 @@ class OutputSampler:
         slot = len(self.samples) if len(self.samples) < self.size else self.rng.randrange(self.seen)
         if slot >= self.size:
             return False
+        if slot < len(self.samples):  # the sample it replaces goes first: one sample's copies at a time, not two
+            self.samples.pop(slot)
         item = {"rep": rep, "input_set": input_set, "inputs": _snapshot_any(inputs), "outputs": _snapshot(out)}
-        if slot == len(self.samples):
-            self.samples.append(item)
-        else:
-            self.samples[slot] = item
+        self.samples.insert(slot, item)
         return True
 
 

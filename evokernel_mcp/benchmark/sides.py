@@ -116,10 +116,18 @@ def _plain_list(outs: Any) -> Any:
 
 
 def arm_close(loaded, req: dict[str, Any]) -> dict[str, Any]:
+    """The arm's input sets, pool and outputs go now: a timer refers to itself through its calls (a cycle that
+    only the collector frees), and the checks that follow need the device memory."""
+    import gc
+
     arms = loaded.__dict__.get("arms", {})
-    arms.pop(req["name"], None)
+    timer = arms.pop(req["name"], None)
+    if timer is not None:
+        timer.calls, timer.arg_sets, timer.pool, timer.contents, timer.last = [], [], [], [], None
     if not arms:
         loaded.__dict__.pop("bench_pool", None)
+    timer = None
+    gc.collect()
     return {}
 
 

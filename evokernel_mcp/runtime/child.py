@@ -300,7 +300,7 @@ def main() -> None:
         from evokernel_mcp.runtime.courier import Courier
 
         os.set_inheritable(args.fd_sock, False)  # nothing the candidate starts gets it
-        courier = Courier(socket.socket(fileno=args.fd_sock))
+        courier = Courier(socket.socket(fileno=args.fd_sock), adopt=True)  # its peer is the runner
     serve(args.device, proto, courier, warm=args.warm_profiler, gated=args.gpu_gate)
 
 

@@ -2,8 +2,10 @@
 one sandboxed child carries one fd per big tensor (SCM_RIGHTS).
 
 - A CUDA tensor travels as a VMM allocation (cuda_vmm.py): device to device, no host copy, whatever the
-  PID namespaces. The receiver copies it into memory it owns and releases the mapping; the sender keeps
-  its allocation until the peer's next message (by then the peer has copied it), then frees it.
+  PID namespaces. The sender exports a copy, sends its fd and lets go of its own mapping at once. The runner
+  copies what it receives into memory it owns (or into host memory, when it asks for the host) and releases
+  the mapping; a sandboxed child (adopt=True) keeps the runner's allocation as its own tensor: one device copy
+  of a big input per child, not two at once.
 - A host tensor (or a CUDA tensor where VMM is not available, or where the device has no room for the second
   copy an export makes) travels as a memfd: one copy in, one out.
   A sandboxed sender whose file-size limit is below the tensor's size uses the pipe instead.
@@ -45,8 +47,9 @@ class CourierError(Exception):
 
 
 class Courier:
-    def __init__(self, sock: socket.socket):
+    def __init__(self, sock: socket.socket, adopt: bool = False):
         self.sock = sock
+        self.adopt = adopt  # a child's courier: what the runner sends by VMM becomes its own (cuda_vmm.import_adopt)
         self._out = 0  # sequence numbers: every fd carries its own, checked against the order of the specs
         self._out_at_plan = 0
         self._in = 0
@@ -255,12 +258,12 @@ class Courier:
                 alloc = spec.get("alloc")
                 if not isinstance(alloc, int) or isinstance(alloc, bool):
                     raise CourierError(f"bad allocation size {alloc!r}")
+                take = (cuda_vmm.import_to_host if device == "cpu" else
+                        cuda_vmm.import_adopt if self.adopt else cuda_vmm.import_copy)
                 try:
-                    out = cuda_vmm.import_copy(fd, alloc, nbytes)
+                    out = take(fd, alloc, nbytes)
                 except cuda_vmm.VmmError as e:
                     raise CourierError(str(e)) from e
-                if device == "cpu":
-                    out = out.cpu()
             elif via == "memfd":
                 st = os.fstat(fd)
                 if not stat.S_ISREG(st.st_mode) or st.st_size < nbytes:

@@ -7,9 +7,10 @@ allocation exported as a file descriptor is a plain fd: it crosses a unix socket
 the namespaces and uids, and the importer maps the memory in its own address space.
 
 Only used on CUDA devices; anything missing (no libcuda, an old driver, ROCm) makes `available()` False
-and the caller falls back to host transfer. The caller copies out of an imported allocation at once (and
-releases it, or keeps it mapped as the peer's arena: courier.py): no process ever computes on memory another
-process can still write.
+and the caller falls back to host transfer. The runner copies out of an imported allocation at once (and
+releases it, or keeps it mapped as the peer's arena: courier.py). A sandboxed child adopts an allocation the
+runner exported (import_adopt: no second copy on the device): the runner dropped its own mapping and fd when it
+sent it, so no process computes on memory an untrusted process can still write.
 """
 
 from __future__ import annotations
@@ -218,6 +219,60 @@ def import_copy(fd: int, size: int, nbytes: int) -> Any:
     m = import_map(fd, size)
     try:
         out = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+        if nbytes:
+            out.copy_(m.tensor(nbytes))
+        torch.cuda.synchronize()
+    finally:
+        m.release()
+    return out
+
+
+class _Owned:
+    """A mapped allocation seen as a CUDA array: torch.as_tensor keeps this object alive for as long as the
+    tensor's storage lives, and its end unmaps and releases the allocation (after the device is idle: a
+    kernel still reading it would fault)."""
+
+    def __init__(self, m: Mapping, nbytes: int):
+        self.m = m
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (m.ptr, False),
+                                         "version": 3, "strides": None}
+
+    def __del__(self) -> None:
+        try:
+            import torch
+
+            torch.cuda.synchronize()
+        except Exception:  # noqa: BLE001 - a broken context, or the interpreter's end: the release still goes
+            pass
+        self.m.release()
+
+
+def import_adopt(fd: int, size: int, nbytes: int) -> Any:
+    """Map the allocation behind fd and return its first nbytes as a uint8 tensor on the device that owns the
+    mapping (released when the tensor's storage goes): one copy on the device where import_copy makes two.
+    Only for what the runner sends a child: the runner has let go of its own mapping and fd once sent."""
+    import torch
+
+    if isinstance(size, int) and size < nbytes:
+        raise VmmError(f"allocation size {size} does not fit {nbytes} bytes")
+    m = import_map(fd, size)
+    try:
+        return torch.as_tensor(_Owned(m, nbytes), device="cuda")
+    except BaseException:
+        m.release()
+        raise
+
+
+def import_to_host(fd: int, size: int, nbytes: int) -> Any:
+    """Map the allocation behind fd, copy its first nbytes into host memory, release the mapping: the uint8
+    tensor on the host (no second copy on the device)."""
+    import torch
+
+    if isinstance(size, int) and size < nbytes:
+        raise VmmError(f"allocation size {size} does not fit {nbytes} bytes")
+    m = import_map(fd, size)
+    try:
+        out = torch.empty(nbytes, dtype=torch.uint8)
         if nbytes:
             out.copy_(m.tensor(nbytes))
         torch.cuda.synchronize()

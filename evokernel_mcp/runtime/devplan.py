@@ -149,7 +149,8 @@ class BenchPlan(BaseModel):
       per arm      copies x inputs + refill sets x inputs + two calls' outputs + per_rep_check_bytes
       candidate    + sample_size x (inputs + outputs): the sampled repetitions it keeps
       runner       + refill sets x inputs (the pool it sends on)
-      transfer     one input set (an export is a second allocation until the peer has copied it)
+    No transfer share: what the runner exports to an arm is that arm's copy (the child adopts the allocation,
+    courier.py), and an arm's own copy is counted above.
     """
 
     parts: dict[str, int]
@@ -182,7 +183,7 @@ def _bench_parts(i: int, o: int, n_arms: int, copies: int, refill: int, sample: 
                  runner_keeps: bool) -> dict[str, int]:
     arm = copies * i + refill * i + 2 * o + per_rep
     return {"arms": n_arms * arm, "sampled repetitions": sample * (i + o), "refill pool": refill * i,
-            "transfer": i, "runner's outputs freed": 0 if runner_keeps else -o}
+            "runner's outputs freed": 0 if runner_keeps else -o}
 
 
 def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | None, control: bool,

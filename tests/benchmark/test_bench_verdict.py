@@ -234,6 +234,63 @@ def test_sampler_is_a_bounded_seeded_reservoir():
     assert any(x["rep"] >= 2 for x in a.samples)  # later repetitions get in, not only the first ones
 
 
+def test_a_replaced_sample_goes_before_its_successor_is_copied(monkeypatch):
+    """A reservoir of one keeps one sample's copies at a time: the one it replaces is gone before the new
+    inputs and outputs are cloned (two at once would double a big problem's sampled bytes on the device)."""
+    s = settle.OutputSampler(1, seed=0)
+    held = []
+    real = settle._snapshot_any
+
+    def counting(xs):
+        held.append(len(s.samples))
+        return real(xs)
+    monkeypatch.setattr(settle, "_snapshot_any", counting)
+    for i in range(40):
+        s.offer(i, 0, [torch.tensor([i])], torch.tensor([float(i)]))
+    assert len(s.samples) == 1 and max(held) == 0 and len(held) > 1
+
+
+def test_the_settled_comparison_goes_chunk_by_chunk_and_still_sees_any_change(monkeypatch):
+    monkeypatch.setattr(settle, "SAME_CHUNK_BYTES", 64)
+    a = torch.arange(1000, dtype=torch.float32)
+    a[10] = float("nan")
+    assert settle._same(a, a.clone())
+    for where in (0, 500, 999):
+        b = a.clone()
+        b[where] += 1
+        assert not settle._same(a, b), where
+    b = a.clone()
+    b[10] = 0.0  # NaN against a number
+    assert not settle._same(a, b)
+    assert settle._same(a.reshape(10, 100).t(), a.clone().reshape(10, 100).t())  # not contiguous: whole
+    assert not settle._same(a, a[:-1])
+
+
+def test_a_closed_arm_lets_its_input_sets_go_at_once():
+    """A timer refers to itself through its calls: closing the arm must free its inputs now (the checks after
+    timing need that memory), not whenever the collector next runs."""
+    import gc
+    import types
+    import weakref
+
+    from evokernel_mcp.benchmark import sides
+
+    x = torch.randn(1000)
+    timer = BlockTimer(lambda a: a * 2, [(x,)], timing.TimingOptions(), gpu=False)
+    timer.warm_up()
+    timer.time_block(2)
+    gone = weakref.ref(x)
+    loaded = types.SimpleNamespace(arms={"candidate": timer})
+    x = timer = None
+    gc.disable()
+    try:
+        assert gone() is not None, "the timer holds its input set"
+        sides.arm_close(loaded, {"name": "candidate"})
+        assert gone() is None and loaded.arms == {}
+    finally:
+        gc.enable()
+
+
 def test_warm_up_by_time_is_bounded_by_time_not_count():
     n = {"c": 0}
 

@@ -216,6 +216,59 @@ def test_gpu_vmm_roundtrip_in_process_and_hostile_handles_are_frame_errors(monke
     mapping.release()
 
 
+_ADOPTER = """
+import json, socket, sys, torch
+from evokernel_mcp.runtime import courier, frames
+c = courier.Courier(socket.socket(fileno=int(sys.argv[1])), adopt=True)
+free = lambda: torch.cuda.mem_get_info()[0]
+torch.cuda.init()
+print(json.dumps({"ready": free()}), flush=True)
+got = frames.read(sys.stdin.buffer, max_bytes=1 << 40, courier=c)
+x = got["x"]
+held, first = free(), int(x[:4096].sum().item())
+got = x = None
+print(json.dumps({"held": held, "after": free(), "first": first}), flush=True)
+"""
+
+
+@pytest.mark.gpu
+def test_gpu_a_child_adopts_what_the_runner_sends_and_the_runner_can_take_it_on_the_host(monkeypatch):
+    """A child's courier (adopt=True) keeps the runner's exported allocation as its tensor: one copy on the
+    device, not two, given back when the tensor goes; the runner asking for the host gets host memory."""
+    import json
+    import subprocess
+    import sys
+
+    from evokernel_mcp.runtime import cuda_vmm
+
+    if not cuda_vmm.available():
+        pytest.skip("no CUDA VMM on this device")
+    monkeypatch.setattr(courier, "ARENA_BYTES", 0)
+    a, b = courier.pair()
+    proc = subprocess.Popen([sys.executable, "-c", _ADOPTER, str(b.fileno())], pass_fds=(b.fileno(),),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    b.close()
+    runner = courier.Courier(a)
+    n = 1 << 30
+    x = torch.randint(0, 255, (n,), dtype=torch.uint8, device="cuda")
+    torch.cuda.synchronize()
+    ready = json.loads(proc.stdout.readline())["ready"]
+    frames.write(proc.stdin, {"x": x}, runner)
+    proc.stdin.flush()
+    rep = json.loads(proc.stdout.readline())
+    proc.wait(timeout=60)
+    assert rep["first"] == int(x[:4096].sum().item())
+    assert ready - rep["held"] < 1.5 * n, "the child's tensor is the runner's export, not a copy of it"
+    assert rep["after"] - rep["held"] > 0.9 * n, "the adopted allocation goes with its tensor"
+    rx, tx = _pair()
+    buf = io.BytesIO()
+    frames.write(buf, {"y": x}, tx)
+    buf.seek(0)
+    host = frames.read(buf, max_bytes=1 << 40, device="cpu", courier=rx)
+    assert host["y"].device.type == "cpu" and torch.equal(host["y"], x.cpu())
+    runner.close()
+
+
 @pytest.mark.gpu
 def test_gpu_verify_with_gigabyte_tensors_moves_them_device_to_device(caplog):
     moved = _verify_same_and_wrong_and_routes(caplog, GPU_REF, GPU_REF.replace("+ 1.0", "+ 1.01"), 300)
