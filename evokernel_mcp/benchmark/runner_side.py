@@ -157,7 +157,9 @@ def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progr
                "sample_size": sample if name == "candidate" else 0,
                "refill_pool": pool, "probe_table": table,
                "probe_chunks": bar.chunks if bar is not None else None}
-        inits[name] = arms.ask(child, req, max_bytes=1 << 20)
+        c = getattr(child, "courier", None)
+        with c.handing_over() if c is not None else contextlib.nullcontext():
+            inits[name] = arms.ask(child, req, max_bytes=1 << 20)  # its inputs are its own (one device copy)
     if release_inputs:  # every arm has its own copy: the runner's goes (sizes kept for the limits below)
         case["inputs"] = meta(case["inputs"])
         trim_between_cases()

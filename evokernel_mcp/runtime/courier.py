@@ -4,8 +4,9 @@ one sandboxed child carries one fd per big tensor (SCM_RIGHTS).
 - A CUDA tensor travels as a VMM allocation (cuda_vmm.py): device to device, no host copy, whatever the
   PID namespaces. The sender exports a copy, sends its fd and lets go of its own mapping at once. The runner
   copies what it receives into memory it owns (or into host memory, when it asks for the host) and releases
-  the mapping; a sandboxed child (adopt=True) keeps the runner's allocation as its own tensor: one device copy
-  of a big input per child, not two at once.
+  the mapping. A sandboxed child (adopt=True) keeps an allocation the runner hands over (sent while
+  `handing_over()`: a benchmark arm's timed inputs) as its own tensor: one device copy of a big input, not two
+  at once; everything else it copies, as the runner does.
 - A host tensor (or a CUDA tensor where VMM is not available, or where the device has no room for the second
   copy an export makes) travels as a memfd: one copy in, one out.
   A sandboxed sender whose file-size limit is below the tensor's size uses the pipe instead.
@@ -28,6 +29,7 @@ mmap: a file shrunk under us gives a short read, never SIGBUS).
 from __future__ import annotations
 
 import array
+import contextlib
 import os
 import resource
 import socket
@@ -49,7 +51,8 @@ class CourierError(Exception):
 class Courier:
     def __init__(self, sock: socket.socket, adopt: bool = False):
         self.sock = sock
-        self.adopt = adopt  # a child's courier: what the runner sends by VMM becomes its own (cuda_vmm.import_adopt)
+        self.adopt = adopt  # a child's courier: what the runner hands over by VMM becomes its own (import_adopt)
+        self._hand_over = False  # the runner's side: the VMM exports of the messages sent now are handed over
         self._out = 0  # sequence numbers: every fd carries its own, checked against the order of the specs
         self._out_at_plan = 0
         self._in = 0
@@ -65,6 +68,16 @@ class Courier:
         self._exported: Any = None  # (fd, size, mapping) of the export send() is about to send
 
     # ---------------------------------------------------------------- sending
+    @contextlib.contextmanager
+    def handing_over(self):
+        """Messages sent inside: their VMM exports are the peer's to keep (a child that adopts maps them as its
+        own tensors instead of copying them); we drop ours once sent, as always."""
+        self._hand_over = True
+        try:
+            yield self
+        finally:
+            self._hand_over = False
+
     def _use_vmm(self) -> bool:
         if self.vmm is None:
             from evokernel_mcp.runtime import cuda_vmm
@@ -155,7 +168,7 @@ class Courier:
                 # every handle, its shareable fd included, is gone. Holding our mapping until the peer
                 # answers would pin a second copy of every big tensor meanwhile.
                 mapping.release()
-            extra = {"via": "vmm", "alloc": size}
+            extra = {"via": "vmm", "alloc": size, **({"adopt": True} if self._hand_over else {})}
         else:
             if via == "memfd_fallback":
                 self.count("vmm_fallback", t.numel() * t.element_size(), 0.0)
@@ -259,7 +272,7 @@ class Courier:
                 if not isinstance(alloc, int) or isinstance(alloc, bool):
                     raise CourierError(f"bad allocation size {alloc!r}")
                 take = (cuda_vmm.import_to_host if device == "cpu" else
-                        cuda_vmm.import_adopt if self.adopt else cuda_vmm.import_copy)
+                        cuda_vmm.import_adopt if self.adopt and spec.get("adopt") is True else cuda_vmm.import_copy)
                 try:
                     out = take(fd, alloc, nbytes)
                 except cuda_vmm.VmmError as e:

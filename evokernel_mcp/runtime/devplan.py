@@ -214,7 +214,7 @@ def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | 
                      "this size)")
     steps = [(c, r, s, w, True) for c, r, s, w in steps]
     steps.append((False, 0, 0, "no transfer margin (device memory): the leanest plan, the arms adopting the "
-                  "runner's copies of the inputs", False))
+                  "runner's copies of their inputs", False))
     parts: dict[str, int] = {}
     for ctrl, refill, sample, why, margin in steps:
         if why:

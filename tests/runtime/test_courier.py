@@ -253,7 +253,8 @@ def test_gpu_a_child_adopts_what_the_runner_sends_and_the_runner_can_take_it_on_
     x = torch.randint(0, 255, (n,), dtype=torch.uint8, device="cuda")
     torch.cuda.synchronize()
     ready = json.loads(proc.stdout.readline())["ready"]
-    frames.write(proc.stdin, {"x": x}, runner)
+    with runner.handing_over():
+        frames.write(proc.stdin, {"x": x}, runner)
     proc.stdin.flush()
     rep = json.loads(proc.stdout.readline())
     proc.wait(timeout=60)

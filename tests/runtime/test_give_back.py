@@ -188,4 +188,4 @@ def test_a_7_5_gb_norm_benchmark_on_an_80_gb_card_runs_lean_and_lets_the_runners
     big = {"inputs": [torch.empty(10 * 10**9, device="meta")], "native": torch.empty(10, device="meta")}
     with pytest.raises(ChildFailed) as ei:  # 40 GB of inputs: no cut makes it fit
         _room_for_arms(ctx, _Arms(), None, big, {})
-    assert ei.value.kind == "too_big" and "it needs 120.0 GB" in ei.value.message and "overrides={" in ei.value.message
+    assert ei.value.kind == "too_big" and "it needs 80.0 GB" in ei.value.message and "overrides={" in ei.value.message
