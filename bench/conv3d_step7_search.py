@@ -40,7 +40,7 @@ KERNEL = "conv3d_dw_mma_tiles"
 # name -> #define overrides of kernel.cu (the file's own values are v1)
 VARIANTS = {  # v1..v6 as in the first H100 round (commit c31f27b), v7..v12 added for the second, v13.. after it
     "v1": {},                                                            # 4 warps x 5 tiles, 8 planes, 4 stages: 12 warps/SM
-    "v2": {"STAGES": 6},                                                 # deeper ring (slower in round 1)
+    "v2": {"STAGES": 6},                                                 # deeper ring (slower in the c31f27b run)
     "v3": {"WARPS": 2, "NPB": 4, "NPN": 4, "NT": 5, "MINB": 6},          # 64-thread blocks: 4 planes, N = 4 planes x 2 segments
     "v4": {"WARPS": 2, "NPB": 4, "NPN": 4, "NT": 5, "MINB": 6, "STAGES": 6},   # v3 with the deeper ring
     "v5": {"NPN": 4},                                                    # v1 with N = 4 planes x 2 segments
@@ -52,7 +52,7 @@ VARIANTS = {  # v1..v6 as in the first H100 round (commit c31f27b), v7..v12 adde
     "v11": {"PPS": 2, "STAGES": 6},                                      # v1, 2 row pairs per barrier (half the barriers)
     "v12": {"WARPS": 10, "NT": 2, "MINB": 2, "PPS": 2, "STAGES": 6},     # v7, 2 row pairs per barrier
     "v13": {"WARPS": 20, "NPB": 16, "NT": 2, "MINB": 1},                 # 16 planes a block at 20 warps/SM: L2 reads 18/16
-    "v14": {"WARPS": 2, "NPB": 4, "NPN": 4, "NT": 5, "MINB": 6, "STAGES": 5},   # v3 (round 2's best), 5-stage ring
+    "v14": {"WARPS": 2, "NPB": 4, "NPN": 4, "NT": 5, "MINB": 6, "STAGES": 5},   # v3 (the 666bc43 run's best), 5-stage ring
 }
 DEFAULT = ["v3", "v13", "v14", "v1"]
 
