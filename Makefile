@@ -14,9 +14,14 @@ $(STAMP): pyproject.toml tools/setup.sh
 
 install: $(STAMP)
 
+# Two pytest workers where there are two CPUs or more, each keeping to CPUs of its own (tests/conftest.py); the
+# tests that need two CPUs in one process run after them.
+TEST_WORKERS ?= $(shell [ "$$(nproc 2>/dev/null || echo 1)" -ge 2 ] && echo 2 || echo 0)
+
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VPY) -m pytest -q -p no:cacheprovider --durations=15
+	$(VPY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --durations=15 -m "not two_cpus"
+	$(VPY) -m pytest -q -p no:cacheprovider -m two_cpus
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

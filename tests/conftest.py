@@ -13,6 +13,17 @@ FIXTURES = REPO / "tests" / "fixtures"
 ROCM_FIXTURES = FIXTURES / "rocm"  # verbatim copy of shared/fixtures/rocm (see its SOURCES.md)
 
 
+def pytest_configure(config):
+    """Under pytest-xdist, each worker keeps to CPUs of its own (and so do the processes its tests start): a
+    CPU benchmark's arms then share their CPU with nothing of another worker, as on a machine of that size."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    cpus = sorted(os.sched_getaffinity(0))
+    n = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    if worker.startswith("gw") and n > 1 and len(cpus) >= n:
+        i = int(worker[2:])
+        os.sched_setaffinity(0, cpus[i::n])
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_state(tmp_path_factory):
     home = tmp_path_factory.mktemp("evokernel_home")

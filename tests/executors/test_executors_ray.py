@@ -27,7 +27,7 @@ SOURCES = {
     "slow": "import time\n\ndef run(x, y):\n    time.sleep(0.02)\n    return x + y\n",
     "minus": "def run(x, y):\n    return x - y\n",
     "short": "def run(x, y):\n    out = x + y\n    out[1000:] = 0\n    return out\n",  # right only up to 1000
-    "hang": "def run(x, y):\n    while True:\n        pass\n",
+    "hang": "import time\n\ndef run(x, y):\n    while True:\n        time.sleep(1)\n",  # (a busy loop: the integrity corpus)
 }
 ARGS = {"shapes": None, "timeout_s": 12.0, "max_time_s": 0.2}
 EXPECTED_FAILED = [("short", False, "verify"), ("hang", False, "verify_small"), ("minus", False, "verify_small")]

@@ -24,6 +24,7 @@ def _affinity(pid: int) -> list[frozenset[int]]:
     return [frozenset(os.sched_getaffinity(int(t))) for t in os.listdir(f"/proc/{pid}/task")]
 
 
+@pytest.mark.two_cpus
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
 def test_release_tree_reaches_threads_started_before_it():
     import subprocess
@@ -77,6 +78,7 @@ def test_pool_gives_each_gpu_runner_its_share_on_a_big_host_or_when_asked(monkey
     assert RunnerPool(["cpu"])._cpu_share("cpu") is None
 
 
+@pytest.mark.two_cpus
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
 def test_a_runner_keeps_to_its_share_and_its_children_inherit_it():
     import subprocess
@@ -118,6 +120,7 @@ def test_jobs_timing_at_once_claim_different_cpus_across_processes(monkeypatch, 
         assert again == 7  # released with the job
 
 
+@pytest.mark.two_cpus
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
 def test_pin_tree_reaches_every_thread_of_a_sandboxed_child():
     cpu = max(os.sched_getaffinity(0))
