@@ -65,7 +65,8 @@ def run(x, y):
 def test_cpu_harness_catches_a_candidate_that_caches_results_by_input_address():
     res = anyio.run(lambda: benchmark(candidate=ADDRESS_CACHE, task="vector_add", min_reps=4, **FAST))
     r = res.results[0]
-    assert r.checks.fresh.passed is True  # new tensors: it computes, so only the refill check can see it
+    # the refill check sees it whatever the allocator does; the fresh check too when the fresh inputs land where
+    # the closed arm's input sets were (freed at once), so its result is not asserted here
     assert r.checks.timed.passed is False and r.correct_after_timing is False
     assert "timed call's output (input storage refilled): did NOT match" in r.check_detail
     assert any("input storage refilled" in f for f in r.flags)
