@@ -271,10 +271,10 @@ class Courier:
                 alloc = spec.get("alloc")
                 if not isinstance(alloc, int) or isinstance(alloc, bool):
                     raise CourierError(f"bad allocation size {alloc!r}")
-                take = (cuda_vmm.import_to_host if device == "cpu" else
-                        cuda_vmm.import_adopt if self.adopt and spec.get("adopt") is True else cuda_vmm.import_copy)
+                adopt = device != "cpu" and self.adopt and spec.get("adopt") is True
                 try:
-                    out = take(fd, alloc, nbytes)
+                    out = (cuda_vmm.import_adopt(fd, alloc, nbytes) if adopt else
+                           cuda_vmm.import_copy(fd, alloc, nbytes, "cpu" if device == "cpu" else "cuda"))
                 except cuda_vmm.VmmError as e:
                     raise CourierError(str(e)) from e
             elif via == "memfd":

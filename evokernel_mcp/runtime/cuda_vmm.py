@@ -209,16 +209,21 @@ def export(src) -> tuple[int, int, Mapping]:
     return fd, m.size, m
 
 
-def import_copy(fd: int, size: int, nbytes: int) -> Any:
-    """Map the allocation behind fd (an untrusted peer's), copy its first nbytes into memory this process
-    owns, release the mapping; the uint8 tensor on the device. VmmError when anything does not fit."""
-    import torch
-
+def _import_checked(fd: int, size: int, nbytes: int) -> Mapping:
     if isinstance(size, int) and size < nbytes:
         raise VmmError(f"allocation size {size} does not fit {nbytes} bytes")
-    m = import_map(fd, size)
+    return import_map(fd, size)
+
+
+def import_copy(fd: int, size: int, nbytes: int, device: str = "cuda") -> Any:
+    """Map the allocation behind fd (an untrusted peer's), copy its first nbytes into memory this process
+    owns, release the mapping; the uint8 tensor on `device` ("cpu": host memory, with no second copy on the
+    device). VmmError when anything does not fit."""
+    import torch
+
+    m = _import_checked(fd, size, nbytes)
     try:
-        out = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+        out = torch.empty(nbytes, dtype=torch.uint8, device=device)
         if nbytes:
             out.copy_(m.tensor(nbytes))
         torch.cuda.synchronize()
@@ -253,32 +258,12 @@ def import_adopt(fd: int, size: int, nbytes: int) -> Any:
     Only for what the runner sends a child: the runner has let go of its own mapping and fd once sent."""
     import torch
 
-    if isinstance(size, int) and size < nbytes:
-        raise VmmError(f"allocation size {size} does not fit {nbytes} bytes")
-    m = import_map(fd, size)
+    m = _import_checked(fd, size, nbytes)
     try:
         return torch.as_tensor(_Owned(m, nbytes), device="cuda")
     except BaseException:
         m.release()
         raise
-
-
-def import_to_host(fd: int, size: int, nbytes: int) -> Any:
-    """Map the allocation behind fd, copy its first nbytes into host memory, release the mapping: the uint8
-    tensor on the host (no second copy on the device)."""
-    import torch
-
-    if isinstance(size, int) and size < nbytes:
-        raise VmmError(f"allocation size {size} does not fit {nbytes} bytes")
-    m = import_map(fd, size)
-    try:
-        out = torch.empty(nbytes, dtype=torch.uint8)
-        if nbytes:
-            out.copy_(m.tensor(nbytes))
-        torch.cuda.synchronize()
-    finally:
-        m.release()
-    return out
 
 
 def create(nbytes: int) -> Mapping:

@@ -197,26 +197,26 @@ def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | 
     too_big with the bytes of the leanest plan, the device's and the overrides."""
     i, o = max(0, input_bytes), max(0, output_bytes)
     keeps = i + o <= BIG_BENCH_BYTES
-    steps: list[tuple[bool, int, int, str | None]] = [(control, refill_sets, sample_size, None)]
+    # (control arm, refill sets, sampled repetitions, transfer margin, the note saying what this step cut)
+    steps: list[tuple[bool, int, int, bool, str | None]] = [(control, refill_sets, sample_size, True, None)]
     if refill_sets:
-        steps.append((control, 0, sample_size, "no refill pool (device memory): the timed inputs keep their "
+        steps.append((control, 0, sample_size, True, "no refill pool (device memory): the timed inputs keep their "
                       "content between blocks; the post-timing refill check still catches caching by address"))
     if control:
-        steps.append((False, 0, sample_size, "control arm left out (device memory): the noise floor comes from the "
-                      "rounds (the speedup's own interval), not from a byte-identical third arm"))
+        steps.append((False, 0, sample_size, True, "control arm left out (device memory): the noise floor comes "
+                      "from the rounds (the speedup's own interval), not from a byte-identical third arm"))
     if sample_size:
-        steps.append((False, 0, 0, "no sampled timed repetitions kept (device memory): the candidate's outputs "
-                      "are judged by the post-timing refill and fresh-input checks"))
+        steps.append((False, 0, 0, True, "no sampled timed repetitions kept (device memory): the candidate's "
+                      "outputs are judged by the post-timing refill and fresh-input checks"))
+    steps.append((False, 0, 0, False, "no transfer margin (device memory): the leanest plan, the arms adopting "
+                  "the runner's copies of their inputs"))
     notes: list[str] = []
     if not keeps:
         notes.append(f"the runner let its device copy of the reference's outputs ({_gb(o)}) go before timing; "
                      "one timed input set per arm (no rotation: address effects matter little for kernels of "
                      "this size)")
-    steps = [(c, r, s, w, True) for c, r, s, w in steps]
-    steps.append((False, 0, 0, "no transfer margin (device memory): the leanest plan, the arms adopting the "
-                  "runner's copies of their inputs", False))
     parts: dict[str, int] = {}
-    for ctrl, refill, sample, why, margin in steps:
+    for ctrl, refill, sample, margin, why in steps:
         if why:
             notes.append(why)
         parts = _bench_parts(i, o, 3 if ctrl else 2, 1, refill, sample, per_rep_check_bytes, keeps, margin)
