@@ -25,11 +25,13 @@ def room_for_arms(ctx, arms, ref, case: dict, room: dict, refill_sets: int = 1, 
 
     i, o = _nbytes(case["inputs"]), _nbytes(case["native"])
     per_rep = devplan.per_rep_check_bytes(i, o)  # a per-repetition output check's device bytes per arm
+    work = case.get("workspace_bytes")
+    work = work if isinstance(work, int) and not isinstance(work, bool) and work > 0 else 0
 
     def plan(freed: int = 0, hint: dict | None = None) -> devplan.BenchPlan:
         free, total = torch.cuda.mem_get_info()
         return devplan.plan_benchmark(i, o, free, total, arms.ctrl is not None, refill_sets, sample_size,
-                                      per_rep, overrides=hint, reclaimed=freed)
+                                      per_rep, overrides=hint, reclaimed=freed, workspace_bytes=min(work, total))
 
     p = plan()
     full = (p.control == (arms.ctrl is not None) and p.refill_sets == refill_sets and p.sample_size == sample_size)

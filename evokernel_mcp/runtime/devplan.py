@@ -146,7 +146,10 @@ class BenchPlan(BaseModel):
 
     Counted against the device's free memory read while the runner holds the case (its inputs and the
     reference's outputs), with the runner's device copy of the outputs let go before the arms get theirs:
-      per arm      copies x inputs + refill sets x inputs + two calls' outputs + per_rep_check_bytes
+      per arm      copies x inputs + refill sets x inputs + two calls' outputs + per_rep_check_bytes + the
+                   forward's working memory (what its allocator keeps cached after a call: the reference's
+                   native forward measured it in the reference process, an estimate for every arm; it only
+                   sizes the plan, so a wrong figure costs that job an `oom` or a leaner plan, never a verdict)
       candidate    + sample_size x (inputs + outputs): the sampled repetitions it keeps
       runner       + refill sets x inputs (the pool it sends on)
       transfer     one input set, in every plan but the leanest: the margin the fuller plans were measured
@@ -182,15 +185,16 @@ BIG_BENCH_BYTES = 1 << 30  # inputs + outputs above this: the runner lets its de
 
 
 def _bench_parts(i: int, o: int, n_arms: int, copies: int, refill: int, sample: int, per_rep: int,
-                 runner_keeps: bool, margin: bool = True) -> dict[str, int]:
+                 runner_keeps: bool, margin: bool = True, work: int = 0) -> dict[str, int]:
     arm = copies * i + refill * i + 2 * o + per_rep
-    return {"arms": n_arms * arm, "sampled repetitions": sample * (i + o), "refill pool": refill * i,
+    return {"arms": n_arms * arm, "arms' working memory": n_arms * work, "sampled repetitions": sample * (i + o),
+            "refill pool": refill * i,
             "transfer": i if margin else 0, "runner's outputs freed": 0 if runner_keeps else -o}
 
 
 def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | None, control: bool,
                    refill_sets: int, sample_size: int, per_rep_check_bytes: int = 0,
-                   overrides: dict | None = None, reclaimed: int = 0) -> BenchPlan:
+                   overrides: dict | None = None, reclaimed: int = 0, workspace_bytes: int = 0) -> BenchPlan:
     """The fullest benchmark that fits in what is free: as asked; else, one cut at a time, no refill pool
     (the post-timing refill check still catches caching by address), no control arm (the noise floor then
     comes from the rounds), no sampled repetitions (the refill and fresh checks still judge the outputs); else
@@ -219,7 +223,8 @@ def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | 
     for ctrl, refill, sample, margin, why in steps:
         if why:
             notes.append(why)
-        parts = _bench_parts(i, o, 3 if ctrl else 2, 1, refill, sample, per_rep_check_bytes, keeps, margin)
+        parts = _bench_parts(i, o, 3 if ctrl else 2, 1, refill, sample, per_rep_check_bytes, keeps, margin,
+                             max(0, workspace_bytes))
         need = sum(parts.values())
         if need <= _usable(free):
             return BenchPlan(parts=parts, needed_bytes=need, free_bytes=free, total_bytes=total, control=ctrl,

@@ -39,6 +39,27 @@ def _native_forward(model, inputs: list[Any]) -> Any:
         return model(*_clone(inputs))
 
 
+def _measured_forward(model, inputs: list[Any], device: str) -> tuple[Any, int | None]:
+    """The native forward, and on a GPU its working memory: the allocator's peak during the call beyond the
+    copies of the inputs and the outputs (what each timed arm's allocator keeps cached after its first call).
+    None on the CPU."""
+    import torch
+
+    from evokernel_mcp.verify.outputs import flatten_outputs
+
+    if device == "cpu" or not torch.cuda.is_available():
+        return _native_forward(model, inputs), None
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    native = _native_forward(model, inputs)
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - before
+    held = sum(leaf.tensor.numel() * leaf.tensor.element_size() for leaf in flatten_outputs(native))
+    given = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
+    return native, max(0, peak - held - given)
+
+
 class _DefaultFloat64:
     """torch's default dtype float64 while the float64 copy runs: tensors a forward makes itself
     (torch.zeros(n), torch.randn(...) without a dtype) then match its float64 inputs."""
@@ -90,17 +111,18 @@ OUT_OF_DEVICE_MEMORY = "float64 forward ran out of device memory"
 OUT_OF_HOST_MEMORY = "float64 forward ran out of host memory"
 
 
-def _outputs_why(model, inputs: list[Any], hi: bool, device: str) -> tuple[Any, Any, str | None]:
-    """(native, float64 or None, why the float64 reference is missing or None). The native forward's own
+def _outputs_why(model, inputs: list[Any], hi: bool, device: str) -> tuple[Any, Any, str | None, int | None]:
+    """(native, float64 or None, why the float64 reference is missing or None, the native forward's working
+    memory on a GPU: _measured_forward). The native forward's own
     failure propagates; the float64 copy's (out of memory, or a forward that does not run in float64:
     dtype mixing the copy could not lift) leaves it out."""
     import torch
 
-    native = _native_forward(model, inputs)
+    native, work = _measured_forward(model, inputs, device)
     if not hi:
-        return native, None, None
+        return native, None, None, work
     try:
-        return native, _float64_forward(model, inputs), None
+        return native, _float64_forward(model, inputs), None, work
     except torch.OutOfMemoryError:
         why = OUT_OF_DEVICE_MEMORY
     except MemoryError:
@@ -110,7 +132,7 @@ def _outputs_why(model, inputs: list[Any], hi: bool, device: str) -> tuple[Any, 
         why = OUT_OF_HOST_MEMORY if host_oom else f"float64 forward failed: {type(e).__name__}: {_cut(e, 120)}"
     if device != "cpu":
         torch.cuda.empty_cache()
-    return native, None, why
+    return native, None, why, work
 
 
 def _rng_state(device: str):
@@ -246,7 +268,7 @@ def _native_spread(model, inputs: list[Any], native: Any, rng, device: str, path
 
 def reference_outputs(model, inputs: list[Any], hi: bool, device: str, why_not_hi: str | None = None, *,
                       room_bytes: int | None = None, hi_bytes: int = 0) -> dict:
-    """The reference's outputs for one case: {native, hi, precision, spread, sampled}.
+    """The reference's outputs for one case: {native, hi, precision, spread, sampled, workspace_bytes}.
 
     precision: "float64"; "float64 and native run twice (...)" where the native output is ill-conditioned
     (then spread holds the native run-to-run spread of those outputs, and the candidate is held to both);
@@ -256,7 +278,12 @@ def reference_outputs(model, inputs: list[Any], hi: bool, device: str, why_not_h
     where the model allows (sampled: {output path: error}; room_bytes: free bytes left by the plan,
     hi_bytes: the whole float64 copy's)."""
     rng = _rng_state(device)
-    native, ref_hi, why = _outputs_why(model, inputs, hi, device)
+    native, ref_hi, why, work = _outputs_why(model, inputs, hi, device)
+    out = _reference_outputs(model, inputs, device, rng, native, ref_hi, why, why_not_hi, room_bytes, hi_bytes)
+    return out | {"workspace_bytes": work}
+
+
+def _reference_outputs(model, inputs, device, rng, native, ref_hi, why, why_not_hi, room_bytes, hi_bytes) -> dict:
     if ref_hi is None and not (why or why_not_hi):  # no float64 asked for (benchmark's cases): native alone
         return {"native": native, "hi": None, "precision": "native", "spread": {}, "sampled": {}}
     if ref_hi is None:

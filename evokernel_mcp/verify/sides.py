@@ -268,7 +268,8 @@ def ref_case(loaded, req: dict[str, Any]) -> dict[str, Any]:
     Reply: inputs, native, hi, init_inputs, state, arg_reductions, plan {where, ref_hi, chunk_elems,
     needed_bytes, budget_bytes}, notes[], reference_precision (what the outputs are judged against, and why),
     native_spread {output path: max |native - native run again|}, sampled_torch_err {output path: PyTorch's
-    error on a float64 sample of the batch} (reference_outputs)."""
+    error on a float64 sample of the batch}, workspace_bytes (the native forward's working memory on a GPU, for
+    the benchmark's memory plan) (reference_outputs)."""
     import torch
 
     seed, shape = int(req["seed"]), req["shape"]
@@ -320,7 +321,8 @@ def ref_case(loaded, req: dict[str, Any]) -> dict[str, Any]:
     out = {"inputs": inputs, "native": _wire(native), "hi": _wire(ref_hi) if ref_hi is not None else None,
            "init_inputs": init, "state": state, "arg_reductions": arg_reductions(native, inputs), "notes": notes,
            "plan": plan.model_dump() if plan is not None else None, "reference_precision": ref["precision"],
-           "native_spread": ref["spread"], "sampled_torch_err": ref["sampled"]}
+           "native_spread": ref["spread"], "sampled_torch_err": ref["sampled"],
+           "workspace_bytes": ref["workspace_bytes"]}
     if req.get("work"):  # benchmark: the FLOPs of one forward, counted on meta tensors (benchmark/work.py)
         from evokernel_mcp.benchmark.work import count_flops
 

@@ -4,6 +4,8 @@ job that needs the room, too_big naming the bytes and the overrides, fewer timed
 
 from __future__ import annotations
 
+import pytest
+
 from evokernel_mcp.runtime.devplan import Holding, VerifyNeeds, plan_verify
 from evokernel_mcp.verify.memory import TensorSpec, plan_device_case, verify_needs
 
@@ -122,3 +124,37 @@ def test_a_40_gb_input_benchmark_is_too_big_on_an_80_gb_card_naming_bytes_and_ov
     assert "70.0 GB free of 85.0 GB" in p.too_big
     assert "after giving back 2.0 GB" in p.too_big and "overrides={'batch_size': 8}" in p.too_big
     assert p.too_big.startswith("the benchmark's arms do not fit")
+
+
+def test_the_forwards_working_memory_counts_in_every_arm():
+    """A 1-D max pool of 3.2 GB in and out whose forward makes 6.4 GB of int64 indices: every arm's allocator keeps
+    them after its first call, so the plan that fits without them does not fit with them and cuts aids."""
+    from evokernel_mcp.runtime.devplan import plan_benchmark
+
+    i = o = int(3.22e9)
+    work = int(6.44e9)
+    blind = plan_benchmark(i, o, 60 * GB, 85 * GB, control=True, refill_sets=1, sample_size=1)
+    assert blind.control and blind.refill_sets == 1 and blind.parts["arms' working memory"] == 0
+    p = plan_benchmark(i, o, 60 * GB, 85 * GB, control=True, refill_sets=1, sample_size=1, workspace_bytes=work)
+    assert p.too_big is None and p.needed_bytes <= 0.9 * 60 * GB
+    n_arms = 3 if p.control else 2
+    assert p.parts["arms' working memory"] == n_arms * work and not (p.control and p.refill_sets), p.parts
+
+
+@pytest.mark.gpu
+def test_the_reference_measures_its_forwards_working_memory_on_the_gpu():
+    """A forward that makes a 256 MiB temporary beside its 64 MiB output: the reference's native forward reports
+    at least the temporary as its working memory (what the benchmark plan counts in every arm)."""
+    import torch
+
+    from evokernel_mcp.verify.refout import reference_outputs
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            big = x.repeat(4, 1)  # 256 MiB
+            return big[: x.shape[0]] * 2
+
+    x = torch.randn(4096, 4096, device="cuda")  # 64 MiB
+    out = reference_outputs(Model(), [x], False, "cuda")
+    assert out["workspace_bytes"] >= 256 << 20, out["workspace_bytes"]
+    assert reference_outputs(Model(), [x.cpu()], False, "cpu")["workspace_bytes"] is None
