@@ -35,10 +35,17 @@ from evokernel_mcp.runtime.child_proc import (  # noqa: F401 - re-exported: the 
 )
 
 log = logging.getLogger(__name__)
-# Spares per device: a verify takes one, a benchmark two or three (candidate, baseline, control), and a
-# replacement needs seconds to start (interpreter, torch, device context, CUPTI), so back-to-back jobs need
-# several; more on a host with cores to spare.
-N_SPARES = max(2, min(8, (os.cpu_count() or 2) // 2))
+
+
+def default_spares() -> int:
+    """Spares per device: a verify takes one, a benchmark two or three (candidate, baseline, control), and a
+    replacement needs seconds to start (interpreter, torch, device context, CUPTI), so back-to-back jobs need
+    several; more with cores to spare. Counted on the CPUs this process may run on (a runner keeps to its
+    share): on one CPU a spare starts only in the gaps between jobs, and one more is CPU taken from the next job."""
+    cpus = len(os.sched_getaffinity(0))
+    return max(1 if cpus < 2 else 2, min(8, cpus // 2))
+
+
 REF_CACHE = 2
 TIGHT_FREE_FRACTION = 0.5  # below this free fraction of the device, other sources' reference processes go
 Purpose = Literal["verify", "bench", "any"]
@@ -105,8 +112,8 @@ def spawn(fn):
 class Spares:
     """Spare children for one device, and the cache of reference children."""
 
-    def __init__(self, device: str, n: int = N_SPARES):
-        self.device, self.n = device, max(0, n)
+    def __init__(self, device: str, n: int | None = None):
+        self.device, self.n = device, max(0, default_spares() if n is None else n)
         self.levels = sandbox.level_candidates()
         self.level = self.levels[0]
         self.level_notes: list[str] = []
