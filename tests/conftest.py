@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
+
+# pytest keeps its rewritten test modules as bytecode only where bytecode may be written; with
+# PYTHONDONTWRITEBYTECODE set (it is on the 2-core VM) every worker and every pass rewrote all of them (7 s each)
+sys.dont_write_bytecode = False
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
@@ -86,6 +91,9 @@ def _have_rocm() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+    # the tests that run for minutes start first: pytest-xdist hands tests out in this order, and a long one
+    # handed out last would keep one worker busy while the other has nothing left
+    items.sort(key=lambda item: "long" not in item.keywords)
     cuda, rocm = _have_cuda(), _have_rocm()
     for item in items:
         if "gpu" in item.keywords and not (cuda or rocm):

@@ -96,4 +96,8 @@ VPY="$VENV/bin/python"
 install_torch "$VPY"
 log "installing evokernel-mcp with test extras"
 "$VPY" -m pip install -q -e '.[test]'
+# an editable install leaves our own modules without bytecode (pip compiles only what it copies), and where
+# PYTHONDONTWRITEBYTECODE is set no process ever writes it: every sandboxed child, which never writes bytecode
+# (runtime/pycache.py), would compile the package again at its start
+"$VPY" -m compileall -q evokernel_mcp >/dev/null
 log "done"

@@ -1,16 +1,12 @@
-"""The batch executors' acceptance test on the CPU path: 6 candidates of vector_add (at CI sizes) through the
-cascade, two right ones, one wrong on every size (fails verify_small), one wrong only past 1000 elements (fails
-verify), one hanging (its stage times out), one slow; first on the local pool through the MCP tool, then on the
-Ray executor against a local Ray instance (CPU resources only): the same ranked table. Then cancelling a Ray
-batch stops the stages running inside the actors."""
+"""The batch executors' acceptance cases (batch_cases.py) on the Ray executor against a local Ray instance (CPU
+resources only): the same ranked table as the local pool (test_executors_local.py). Then cancelling a Ray batch
+stops the stages running inside the actors."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import anyio
 import pytest
-from mcp import Client
+from batch_cases import ARGS, SOURCES, TASK, cands, check
 
 from evokernel_mcp.batch import api, cascade
 from evokernel_mcp.batch.models import BatchCandidate
@@ -19,55 +15,6 @@ from evokernel_mcp.tasks import load_task
 
 ray = pytest.importorskip("ray")
 pytestmark = [pytest.mark.slow, pytest.mark.two_cpus]  # a Ray instance of 2 CPUs, two stages at once
-
-TASK = str(Path(__file__).resolve().parent / "vector_add_tiny")  # vector_add at N = 256 (tiny) and 4096 (small)
-SOURCES = {
-    "plus": "def run(x, y):\n    return x + y\n",
-    "torch_add": "import torch\n\ndef run(x, y):\n    return torch.add(x, y)\n",
-    "slow": "import time\n\ndef run(x, y):\n    time.sleep(0.02)\n    return x + y\n",
-    "minus": "def run(x, y):\n    return x - y\n",
-    "short": "def run(x, y):\n    out = x + y\n    out[1000:] = 0\n    return out\n",  # right only up to 1000
-    "hang": "def run(x, y):\n    while True:\n        pass\n",
-}
-ARGS = {"shapes": None, "timeout_s": 12.0, "max_time_s": 0.2}
-EXPECTED_FAILED = [("short", False, "verify"), ("hang", False, "verify_small"), ("minus", False, "verify_small")]
-
-
-def _cands() -> list[BatchCandidate]:
-    return [BatchCandidate(name=k, source=v) for k, v in SOURCES.items()]
-
-
-def _table(rows) -> list[tuple]:
-    return [(r["name"], r["valid"], r.get("failed_stage")) for r in rows]
-
-
-def _check(rows) -> None:
-    table = _table(rows)
-    assert table[3:] == EXPECTED_FAILED, table
-    assert sorted(table[:3]) == sorted((n, True, None) for n in ("plus", "torch_add", "slow"))
-    assert table[2][0] == "slow", table  # 20 ms of sleep per call ranks last of the valid ones
-    by = {r["name"]: r for r in rows}
-    assert by["hang"]["reason"].startswith("timeout")
-    assert by["minus"]["reason"].startswith("wrong_output") and by["short"]["reason"].startswith("wrong_output")
-    assert all(r["speedup"] > 0 and r["median_ms"] > 0 for r in rows[:3])
-
-
-@pytest.fixture(scope="module")
-def local_rows():
-    from evokernel_mcp.server import build_server
-
-    async def main():
-        async with Client(build_server()) as c:
-            res = await c.call_tool("evaluate_batch", {"task": TASK, "wait_s": 600, **{
-                k: v for k, v in ARGS.items() if v is not None}, "candidates": [c.model_dump() for c in _cands()]})
-            return res
-
-    res = anyio.run(main)
-    assert not res.is_error, res.content
-    sc = res.structured_content
-    assert sc["state"] == "done" and sc["stages"] == ["verify_small", "verify", "benchmark"], sc
-    assert sc["executor"].startswith("local") and sc["slots"] == 1
-    return sc["ranked"]
 
 
 @pytest.fixture(scope="module")
@@ -83,13 +30,13 @@ def ray_executor():
         ray.shutdown()
 
 
-def _run_on(ex, cands, *, cancel_when=None, timeout_s=ARGS["timeout_s"]):
+def _run_on(ex, candidates, *, cancel_when=None, timeout_s=ARGS["timeout_s"]):
     mgr = JobManager(devices=["cpu"])
     plan = cascade.make_plan(load_task(TASK), stages=None, overrides=None, compile=None,
                              **{**ARGS, "timeout_s": timeout_s})
 
     async def main():
-        job = await api.submit_batch(plan, cands, jobs=mgr, executor=ex)
+        job = await api.submit_batch(plan, candidates, jobs=mgr, executor=ex)
         if cancel_when is not None:
             await cancel_when()
             return await mgr.cancel(job)
@@ -101,19 +48,13 @@ def _run_on(ex, cands, *, cancel_when=None, timeout_s=ARGS["timeout_s"]):
         anyio.run(mgr.aclose)
 
 
-def test_local_pool_ranks_the_batch(local_rows):
-    _check(local_rows)
-
-
-def test_ray_executor_gives_the_same_table_as_the_local_pool(ray_executor, local_rows):
-    out = _run_on(ray_executor, _cands())
+def test_ray_executor_gives_the_same_table_as_the_local_pool(ray_executor):
+    out = _run_on(ray_executor, cands())
     assert out.state == "done", out.error
     res = out.result
     assert res.slots == 2 and res.executor.startswith("ray") and "cpu@" in res.executor
     rows = [r.model_dump() for r in res.ranked]
-    _check(rows)
-    assert _table(rows)[2:] == _table(local_rows)[2:]
-    assert sorted(_table(rows)) == sorted(_table(local_rows))
+    check(rows)  # the table test_executors_local.py asserts for the local pool
     assert {r["device"].split("@")[0] for r in rows} == {"cpu"}
     infos = ray_executor.actor_infos()
     assert len({i["pid"] for i in infos.values()}) == 2  # two actors, two runners: the batch ran on both

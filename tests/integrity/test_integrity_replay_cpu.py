@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
 from faultkit import stray_processes, zombies_of_runner  # noqa: E402
 
 # the whole CPU corpus in one test: about 4 minutes on an idle 2-core VM, 5 under load; a hang guard, not a bound
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.slow, pytest.mark.long, pytest.mark.timeout(1800)]
 
 
 def _scratch_bytes(root: Path) -> int:
