@@ -8,7 +8,7 @@ import pytest
 from batch_cases import ARGS, TASK, cands, check
 from mcp import Client
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 
 def test_local_pool_ranks_the_batch():

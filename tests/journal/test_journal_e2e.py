@@ -8,6 +8,7 @@ import base64
 from pathlib import Path
 
 import anyio
+import pytest
 from mcp import Client
 
 from evokernel_mcp.journal import record_call
@@ -47,6 +48,7 @@ async def run_variant(c: Client, schemas: dict, label: str, source: str) -> None
             assert record_call(tool, experiment=label, task="vector_add", source=source, arguments=args, result=res)
 
 
+@pytest.mark.long
 def test_scripted_session_journal(journal):
     async def main():
         async with Client(build_server()) as c:
