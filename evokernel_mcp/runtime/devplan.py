@@ -147,9 +147,10 @@ class BenchPlan(BaseModel):
     Counted against the device's free memory read while the runner holds the case (its inputs and the
     reference's outputs), with the runner's device copy of the outputs let go before the arms get theirs:
       per arm      copies x inputs + refill sets x inputs + two calls' outputs + per_rep_check_bytes + the
-                   forward's working memory (what its allocator keeps cached after a call: the reference's
-                   native forward measured it in the reference process, an estimate for every arm; it only
-                   sizes the plan, so a wrong figure costs that job an `oom` or a leaner plan, never a verdict)
+                   forward's working memory (what its allocator keeps cached after a call), as the reference's
+                   native forward measured it in the reference's own process: an estimate for every arm, out
+                   of the candidate's reach; it only sizes the plan, so a wrong figure costs that job an `oom`
+                   or a leaner plan (whose notes say what it cut)
       candidate    + sample_size x (inputs + outputs): the sampled repetitions it keeps
       runner       + refill sets x inputs (the pool it sends on)
       transfer     one input set, in every plan but the leanest: the margin the fuller plans were measured

@@ -56,7 +56,7 @@ def _measured_forward(model, inputs: list[Any], device: str) -> tuple[Any, int |
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated() - before
     held = sum(leaf.tensor.numel() * leaf.tensor.element_size() for leaf in flatten_outputs(native))
-    given = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
+    given = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor) and x.is_cuda)
     return native, max(0, peak - held - given)
 
 
@@ -284,6 +284,7 @@ def reference_outputs(model, inputs: list[Any], hi: bool, device: str, why_not_h
 
 
 def _reference_outputs(model, inputs, device, rng, native, ref_hi, why, why_not_hi, room_bytes, hi_bytes) -> dict:
+    """reference_outputs' answer but for the working memory, from the forwards already run."""
     if ref_hi is None and not (why or why_not_hi):  # no float64 asked for (benchmark's cases): native alone
         return {"native": native, "hi": None, "precision": "native", "spread": {}, "sampled": {}}
     if ref_hi is None:
