@@ -39,6 +39,17 @@ def test_the_variables_the_package_names_are_the_documented_ones():
     assert len(user) <= 15
 
 
+def test_the_readme_and_docs_name_only_documented_variables():
+    """A variable the prose tells a user to set, but nothing reads, is a setting that silently does nothing."""
+    user, internal = _documented()
+    pages = [REPO_DIR / "README.md", *sorted((REPO_DIR / "docs").rglob("*.md"))]
+    named = {(p.relative_to(REPO_DIR).as_posix(), m) for p in pages
+             for m in USER_VAR.findall(p.read_text(encoding="utf-8"))}
+    named_internal = {m for p in pages for m in INTERNAL_VAR.findall(p.read_text(encoding="utf-8"))}
+    assert {(page, m) for page, m in named if m not in user and f"_{m}" not in internal} == set()
+    assert named_internal <= internal
+
+
 def test_only_settings_py_reads_evokernel_variables():
     reads = re.compile(r"(environ(\.get|\.pop)?\s*[\[(]|getenv\()\s*[\"']EVOKERNEL_")
     readers = {p.relative_to(PACKAGE_DIR).as_posix() for p, text in _sources().items() if reads.search(text)}
