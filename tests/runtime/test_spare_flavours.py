@@ -265,3 +265,11 @@ def test_spares_device_phases_are_not_limited_outside_timed_sections(monkeypatch
     for end in ends:
         end()
     assert pool._gpu_busy == 0
+
+
+@pytest.mark.parametrize(("cpus", "want"), [(1, 1), (2, 2), (5, 2), (16, 8), (64, 8)])
+def test_spares_are_counted_on_the_cpus_the_runner_may_run_on(monkeypatch, cpus, want):
+    """Half the CPUs of the runner's share, 2 to 8; one on a single CPU, where a second spare's start would take
+    the CPU from the next job."""
+    monkeypatch.setattr(spares.os, "sched_getaffinity", lambda pid: set(range(cpus)))
+    assert spares.default_spares() == want
