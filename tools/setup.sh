@@ -38,18 +38,18 @@ install_torch() {
   [ -e /dev/kfd ] && gpu=amd
   if [ -n "$gpu" ]; then
     log "GPU host ($gpu): installing ${TORCH_SPEC:-torch} from pip's configured indexes"
-    "$vpy" -m pip install -q "${TORCH_SPEC:-torch}"
+    "$vpy" -m pip install -q --no-compile "${TORCH_SPEC:-torch}"
   else
     local spec=${TORCH_SPEC:-torch==2.13.0}
     if index_reachable "$TORCH_CPU_INDEX"; then
       log "no GPU: installing the CPU build of $spec from $TORCH_CPU_INDEX"
-      "$vpy" -m pip install -q "$spec" --index-url "$TORCH_CPU_INDEX" \
+      "$vpy" -m pip install -q --no-compile "$spec" --index-url "$TORCH_CPU_INDEX" \
         || { log "that failed; installing $spec from pip's configured indexes instead"
-             "$vpy" -m pip install -q "$spec"; }
+             "$vpy" -m pip install -q --no-compile "$spec"; }
     else
       log "no GPU, but $TORCH_CPU_INDEX is not reachable from here (5 s probe): installing $spec from pip's" \
           "configured indexes (on plain PyPI that is the CUDA build; set TORCH_CPU_INDEX to a reachable CPU index to avoid it)"
-      "$vpy" -m pip install -q "$spec"
+      "$vpy" -m pip install -q --no-compile "$spec"
     fi
   fi
   log "installed torch $(torch_build "$vpy")"
@@ -59,8 +59,18 @@ install_torch() {
   fi
 }
 
+# The installed packages' bytecode, written on every core at once (pip compiles one file at a time: 20 of the 29 s
+# a CPU torch took on the 2-core VM). Sandboxed children never write bytecode (runtime/pycache.py), and our own
+# package, installed editable, gets none from pip at all.
+compile_all() {
+  "$1" -m compileall -q -j 0 "$("$1" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+    >/dev/null 2>&1 || true  # (a package's stray file that does not compile stays as pip would leave it)
+  "$1" -m compileall -q evokernel_mcp >/dev/null
+}
+
 if [ "${1:-}" = --torch-only ]; then
   install_torch "$VENV/bin/python"
+  compile_all "$VENV/bin/python"
   exit 0
 fi
 
@@ -95,9 +105,6 @@ VPY="$VENV/bin/python"
 "$VPY" -m pip install -q --upgrade pip >/dev/null
 install_torch "$VPY"
 log "installing evokernel-mcp with test extras"
-"$VPY" -m pip install -q -e '.[test]'
-# an editable install leaves our own modules without bytecode (pip compiles only what it copies), and where
-# PYTHONDONTWRITEBYTECODE is set no process ever writes it: every sandboxed child, which never writes bytecode
-# (runtime/pycache.py), would compile the package again at its start
-"$VPY" -m compileall -q evokernel_mcp >/dev/null
+"$VPY" -m pip install -q --no-compile -e '.[test]'
+compile_all "$VPY"
 log "done"
