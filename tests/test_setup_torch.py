@@ -1,6 +1,7 @@
 """tools/setup.sh's torch step on a host without a GPU: the CPU wheel index when it answers, pip's configured
-indexes when it does not, and the build it installed said either way. The venv's python is a stand-in that
-records the pip calls (no download); the index is a real HTTP server on loopback, or a closed port."""
+indexes when it does not, the build it installed said either way, and its bytecode compiled after it. The venv's
+python is a stand-in that records the pip calls (no download); the index is a real HTTP server on loopback, or a
+closed port."""
 
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ STAND_IN = """#!/usr/bin/env bash
 echo "$*" >> "$(dirname "$0")/calls"
 case "$*" in
   "-m pip install"*) touch "$(dirname "$0")/installed"; exit 0 ;;
+  "-m compileall"*) exit 0 ;;
+  "-c import sysconfig"*) echo "$(dirname "$0")/site"; exit 0 ;;
   "-W ignore -c"*) echo "2.13.0+cpu (CPU only: no CUDA, no HIP)"; exit 0 ;;
   "-c import torch"*) [ -e "$(dirname "$0")/installed" ]; exit $? ;;
 esac
@@ -70,7 +73,8 @@ def _closed_port() -> int:
 
 def test_cpu_index_used_when_it_answers(tmp_path, cpu_index):
     stderr, calls = _run(_venv(tmp_path), cpu_index)
-    assert f"-m pip install -q torch==2.13.0 --index-url {cpu_index}" in calls, calls
+    assert f"-m pip install -q --no-compile torch==2.13.0 --index-url {cpu_index}" in calls, calls
+    assert calls[-1].startswith("-m compileall -q -j 0 "), "pip writes no bytecode: the step compiles it after"
     assert "installing the CPU build of torch==2.13.0" in stderr
     assert "installed torch 2.13.0+cpu (CPU only: no CUDA, no HIP)" in stderr
 
@@ -79,7 +83,7 @@ def test_configured_indexes_when_the_cpu_index_is_unreachable(tmp_path):
     index = f"http://127.0.0.1:{_closed_port()}/whl/cpu"
     stderr, calls = _run(_venv(tmp_path), index)
     pip = [c for c in calls if c.startswith("-m pip install")]
-    assert pip == ["-m pip install -q torch==2.13.0"], calls
+    assert pip == ["-m pip install -q --no-compile torch==2.13.0"], calls
     assert f"{index} is not reachable" in stderr and "CUDA build" in stderr
     assert "installed torch 2.13.0+cpu" in stderr
 

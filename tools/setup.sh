@@ -61,16 +61,16 @@ install_torch() {
 
 # The installed packages' bytecode, written on every core at once (pip compiles one file at a time: 20 of the 29 s
 # a CPU torch took on the 2-core VM). Sandboxed children never write bytecode (runtime/pycache.py), and our own
-# package, installed editable, gets none from pip at all.
-compile_all() {
-  "$1" -m compileall -q -j 0 "$("$1" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
-    >/dev/null 2>&1 || true  # (a package's stray file that does not compile stays as pip would leave it)
-  "$1" -m compileall -q evokernel_mcp >/dev/null
+# package, installed editable, gets none from pip at all (compiled at the end).
+compile_packages() {
+  local site
+  site=$("$1" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  "$1" -m compileall -q -j 0 "$site" >/dev/null 2>&1 || true  # (a stray file that does not compile stays as pip leaves it)
 }
 
 if [ "${1:-}" = --torch-only ]; then
   install_torch "$VENV/bin/python"
-  compile_all "$VENV/bin/python"
+  compile_packages "$VENV/bin/python"
   exit 0
 fi
 
@@ -106,5 +106,6 @@ VPY="$VENV/bin/python"
 install_torch "$VPY"
 log "installing evokernel-mcp with test extras"
 "$VPY" -m pip install -q --no-compile -e '.[test]'
-compile_all "$VPY"
+compile_packages "$VPY"
+"$VPY" -m compileall -q evokernel_mcp >/dev/null
 log "done"
