@@ -20,7 +20,7 @@ TEST_WORKERS ?= $(shell [ "$$(nproc 2>/dev/null || echo 1)" -ge 2 ] && echo 2 ||
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VPY) -m compileall -q evokernel_mcp tests >/dev/null
+	$(VPY) -m compileall -q evokernel_mcp >/dev/null  # after edits (setup compiled the install)
 	$(VPY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --durations=15 -m "not two_cpus"
 	$(VPY) -m pytest -q -p no:cacheprovider -m two_cpus
 
