@@ -109,18 +109,22 @@ def _cut(text: str, n: int = 160) -> str:
 
 OUT_OF_DEVICE_MEMORY = "float64 forward ran out of device memory"
 OUT_OF_HOST_MEMORY = "float64 forward ran out of host memory"
+DOES_NOT_FIT = "the float64 copy does not fit"  # (a late plan: verify/sides.py _outputs_check)
 
 
-def _outputs_why(model, inputs: list[Any], hi: bool, device: str) -> tuple[Any, Any, str | None, int | None]:
+def _outputs_why(model, inputs: list[Any], hi: bool, device: str, hi_check=None) -> tuple[Any, Any, str | None, int | None]:
     """(native, float64 or None, why the float64 reference is missing or None, the native forward's working
     memory on a GPU: _measured_forward). The native forward's own
     failure propagates; the float64 copy's (out of memory, or a forward that does not run in float64:
-    dtype mixing the copy could not lift) leaves it out."""
+    dtype mixing the copy could not lift) leaves it out. hi_check(native): the reason the float64 copy does not
+    fit after all (a case planned before its outputs' sizes were known), or None."""
     import torch
 
     native, work = _measured_forward(model, inputs, device)
     if not hi:
         return native, None, None, work
+    if hi_check is not None and (late := hi_check(native)) is not None:
+        return native, None, late, work
     try:
         return native, _float64_forward(model, inputs), None, work
     except torch.OutOfMemoryError:
@@ -267,7 +271,7 @@ def _native_spread(model, inputs: list[Any], native: Any, rng, device: str, path
 
 
 def reference_outputs(model, inputs: list[Any], hi: bool, device: str, why_not_hi: str | None = None, *,
-                      room_bytes: int | None = None, hi_bytes: int = 0) -> dict:
+                      room_bytes: int | None = None, hi_bytes: int = 0, hi_check=None) -> dict:
     """The reference's outputs for one case: {native, hi, precision, spread, sampled, workspace_bytes}.
 
     precision: "float64"; "float64 and native run twice (...)" where the native output is ill-conditioned
@@ -276,9 +280,9 @@ def reference_outputs(model, inputs: list[Any], hi: bool, device: str, why_not_h
     `why_not_hi`: the memory plan's reason when it left the float64 copy out (hi is then False); then, or when
     the float64 forward ran out of memory, PyTorch's own error is measured on a float64 sample of the batch
     where the model allows (sampled: {output path: error}; room_bytes: free bytes left by the plan,
-    hi_bytes: the whole float64 copy's)."""
+    hi_bytes: the whole float64 copy's; hi_check: _outputs_why's)."""
     rng = _rng_state(device)
-    native, ref_hi, why, work = _outputs_why(model, inputs, hi, device)
+    native, ref_hi, why, work = _outputs_why(model, inputs, hi, device, hi_check)
     out = _reference_outputs(model, inputs, device, rng, native, ref_hi, why, why_not_hi, room_bytes, hi_bytes)
     return out | {"workspace_bytes": work}
 
@@ -291,7 +295,7 @@ def _reference_outputs(model, inputs, device, rng, native, ref_hi, why, why_not_
         reason = why or why_not_hi
         spread = _native_spread(model, inputs, native, rng, device, None)
         sample = None
-        if why_not_hi or why in (OUT_OF_DEVICE_MEMORY, OUT_OF_HOST_MEMORY):
+        if why_not_hi or why in (OUT_OF_DEVICE_MEMORY, OUT_OF_HOST_MEMORY) or why.startswith(DOES_NOT_FIT):
             sample = _sample_error(model, inputs, native, rng, device, None if why else room_bytes, hi_bytes)
         if sample is not None:
             reason += f"; PyTorch's own error measured in float64 on the first {sample[1]} of {sample[2]} samples"

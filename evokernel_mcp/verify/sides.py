@@ -132,26 +132,55 @@ def _meta_inputs(loaded, shape: str) -> list[Any] | None:
 
 def _plan(loaded, model, shape: str, inputs: list[Any] | None, want_hi: bool):
     """The memory plan of one case (memory.plan_case); `inputs` None: from meta shapes. None when the
-    shapes cannot be known before the inputs exist."""
+    shapes cannot be known before the inputs exist. Returns (plan, note, bound): bound is the output bytes the
+    plan assumed without knowing them (None: known), to hold the real outputs to before the float64 forward."""
     from evokernel_mcp.verify import memory
 
     meta = _meta_inputs(loaded, shape) if inputs is None else inputs
     if meta is None:
-        return None, None
+        return None, None, None
     in_specs = memory.specs_of(list(meta))
-    if inputs is None and cand.is_spec_task(loaded.task):
-        # a process's first forward on meta tensors imports torch._dynamo (1-4 s): a small declared-shape case
-        # plans from a generous bound on its outputs instead, and only a case where the bound's slack could
-        # matter runs the meta forward
-        bound = memory.bounded_output_specs(in_specs, loaded.task.shape_set(shape).bytes)
+    spec = cand.is_spec_task(loaded.task)
+    if inputs is None and (spec or loaded.device == "cpu"):
+        # a process's first forward on meta tensors imports torch._dynamo (1-4 s; on the host about as much as
+        # importing torch): a small case plans from a generous bound on its outputs instead (a declared-shape
+        # task's from its declared bytes, else from its inputs'), and only a case where the bound's slack could
+        # matter runs the meta forward. Without a declared size the real outputs are checked against the bound
+        # once the native forward has made them (check_outputs), before any float64 copy
+        bound = memory.bounded_output_specs(in_specs, loaded.task.shape_set(shape).bytes if spec else None)
         plan = _plan_specs(loaded, in_specs, bound, want_hi)
         if memory.small_bound_plan(plan, in_specs, bound, want_hi):
-            return plan, None
+            return plan, None, None if spec else sum(s.nbytes() for s in bound)
     out_specs = memory.meta_output_specs(model, list(meta))
     note = None
     if out_specs is None:
         out_specs, note = in_specs, "output sizes unknown (no meta forward): assumed the inputs' size"
-    return _plan_specs(loaded, in_specs, out_specs, want_hi), note
+    return _plan_specs(loaded, in_specs, out_specs, want_hi), note, None
+
+
+def _outputs_check(loaded, inputs: list[Any], want_hi: bool, bound: int):
+    """For reference_outputs(hi_check=): the case planned from a bound on its outputs; once the native forward
+    made them, outputs over the bound are planned again from their real sizes (too_big when even the native
+    reference does not fit; the reason the float64 copy is left out when only it does not)."""
+    from evokernel_mcp.verify import memory
+
+    def check(native) -> str | None:
+        from evokernel_mcp.verify.outputs import OutputError, flatten_outputs
+
+        try:
+            out_specs = [memory.spec_of(leaf.tensor, leaf.path) for leaf in flatten_outputs(native)]
+        except OutputError:  # not comparable: the judge says so; nothing here to size
+            return None
+        if sum(s.nbytes() for s in out_specs) <= bound:
+            return None
+        plan = _plan_specs(loaded, memory.specs_of(list(inputs)), out_specs, want_hi)
+        if plan.refuse:
+            raise TooBig(plan.refuse)
+        if want_hi and not plan.ref_hi:
+            return (f"the float64 copy does not fit: {plan.needed_bytes / 1e9:.2f} GB planned without it, "
+                    f"{plan.budget_bytes / 1e9:.2f} GB usable on the {plan.where}")
+        return None
+    return check
 
 
 def _plan_specs(loaded, in_specs: list[Any], out_specs: list[Any], want_hi: bool):
@@ -281,18 +310,18 @@ def ref_case(loaded, req: dict[str, Any]) -> dict[str, Any]:
         model = _model(loaded, seed)
     except Exception as e:  # noqa: BLE001
         raise HarnessError(f"building the reference Model(*get_init_inputs()) failed: {type(e).__name__}: {e}") from e
-    plan, note = _plan(loaded, model, shape, None, want_hi)
+    plan, note, bound = _plan(loaded, model, shape, None, want_hi)
     if plan is not None and plan.refuse and draws.CACHE.bytes:  # kept draws of other cases go first
         from evokernel_mcp.runtime.devmem import release_cached
 
         draws.CACHE.clear()
         release_cached()
-        plan, note = _plan(loaded, model, shape, None, want_hi)
+        plan, note, bound = _plan(loaded, model, shape, None, want_hi)
     if plan is not None and plan.refuse:
         raise TooBig(plan.refuse)
     inputs = _make_inputs(loaded, shape, seed, bool(req.get("probe")))
     if plan is None:  # shapes were not known on meta: plan from the real inputs, before any forward
-        plan, note = _plan(loaded, model, shape, inputs, want_hi)
+        plan, note, bound = _plan(loaded, model, shape, inputs, want_hi)
         if plan is not None and plan.refuse:
             raise TooBig(plan.refuse)
     notes += [note] if note else []
@@ -306,7 +335,10 @@ def ref_case(loaded, req: dict[str, Any]) -> dict[str, Any]:
     state = {k: v.detach().clone() for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
     try:
         room = {"room_bytes": plan.budget_bytes - plan.needed_bytes, "hi_bytes": plan.ref_hi_bytes} if why_not else {}
-        ref = reference_outputs(model, inputs, hi, loaded.device, why_not, **room)
+        check = _outputs_check(loaded, inputs, want_hi, bound) if hi and bound is not None else None
+        ref = reference_outputs(model, inputs, hi, loaded.device, why_not, hi_check=check, **room)
+    except TooBig:
+        raise
     except Exception as e:  # noqa: BLE001
         raise HarnessError(f"the reference failed on these inputs: {type(e).__name__}: {e}") from e
     native, ref_hi = ref["native"], ref["hi"]
