@@ -75,7 +75,7 @@ def test_a_case_that_does_not_fit_empties_the_cache_first(tmp_path, monkeypatch)
     def plan(*a, **k):
         calls.append(draws.CACHE.bytes)
         refuse = "no room" if draws.CACHE.bytes else None
-        return type("P", (), {"refuse": refuse, "ref_hi": True, "model_dump": lambda self: {}})(), None
+        return type("P", (), {"refuse": refuse, "ref_hi": True, "model_dump": lambda self: {}})(), None, None
 
     monkeypatch.setattr(sides, "_plan", plan)
     sides.ref_case(loaded, {"shape": "small", "seed": 2, "hi": True})
