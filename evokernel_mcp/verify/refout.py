@@ -109,7 +109,7 @@ def _cut(text: str, n: int = 160) -> str:
 
 OUT_OF_DEVICE_MEMORY = "float64 forward ran out of device memory"
 OUT_OF_HOST_MEMORY = "float64 forward ran out of host memory"
-DOES_NOT_FIT = "the float64 copy does not fit"  # (a late plan: verify/sides.py _outputs_check)
+DOES_NOT_FIT = "the float64 copy does not fit"  # the memory plan left it out (verify/sides.py)
 
 
 def _outputs_why(model, inputs: list[Any], hi: bool, device: str, hi_check=None) -> tuple[Any, Any, str | None, int | None]:

@@ -146,7 +146,7 @@ def _plan(loaded, model, shape: str, inputs: list[Any] | None, want_hi: bool):
         # importing torch): a small case plans from a generous bound on its outputs instead (a declared-shape
         # task's from its declared bytes, else from its inputs'), and only a case where the bound's slack could
         # matter runs the meta forward. Without a declared size the real outputs are checked against the bound
-        # once the native forward has made them (check_outputs), before any float64 copy
+        # once the native forward has made them (_outputs_check), before any float64 copy
         bound = memory.bounded_output_specs(in_specs, loaded.task.shape_set(shape).bytes if spec else None)
         plan = _plan_specs(loaded, in_specs, bound, want_hi)
         if memory.small_bound_plan(plan, in_specs, bound, want_hi):
@@ -176,11 +176,16 @@ def _outputs_check(loaded, inputs: list[Any], want_hi: bool, bound: int):
         plan = _plan_specs(loaded, memory.specs_of(list(inputs)), out_specs, want_hi)
         if plan.refuse:
             raise TooBig(plan.refuse)
-        if want_hi and not plan.ref_hi:
-            return (f"the float64 copy does not fit: {plan.needed_bytes / 1e9:.2f} GB planned without it, "
-                    f"{plan.budget_bytes / 1e9:.2f} GB usable on the {plan.where}")
-        return None
+        return _no_room_for_hi(plan) if want_hi and not plan.ref_hi else None
     return check
+
+
+def _no_room_for_hi(plan) -> str:
+    """Why a plan left the float64 copy out (refout.DOES_NOT_FIT and the sizes)."""
+    from evokernel_mcp.verify.refout import DOES_NOT_FIT
+
+    return (f"{DOES_NOT_FIT}: {plan.needed_bytes / 1e9:.2f} GB planned without it, "
+            f"{plan.budget_bytes / 1e9:.2f} GB usable on the {plan.where}")
 
 
 def _plan_specs(loaded, in_specs: list[Any], out_specs: list[Any], want_hi: bool):
@@ -328,8 +333,7 @@ def ref_case(loaded, req: dict[str, Any]) -> dict[str, Any]:
     hi = want_hi and (plan is None or plan.ref_hi)
     why_not = None
     if want_hi and not hi:
-        why_not = (f"the float64 copy does not fit: {plan.needed_bytes / 1e9:.2f} GB planned without it, "
-                   f"{plan.budget_bytes / 1e9:.2f} GB usable on the {plan.where}")
+        why_not = _no_room_for_hi(plan)
         notes.append(f"float64 reference left out: {why_not.removeprefix('the float64 copy ')}; judged against "
                      "the native-dtype reference with a doubled tolerance")
     state = {k: v.detach().clone() for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
