@@ -45,7 +45,7 @@ def _measured_forward(model, inputs: list[Any], device: str) -> tuple[Any, int |
     None on the CPU."""
     import torch
 
-    from evokernel_mcp.verify.outputs import flatten_outputs
+    from evokernel_mcp.verify.memory import specs_of
 
     if device == "cpu" or not torch.cuda.is_available():
         return _native_forward(model, inputs), None
@@ -55,8 +55,8 @@ def _measured_forward(model, inputs: list[Any], device: str) -> tuple[Any, int |
     native = _native_forward(model, inputs)
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated() - before
-    held = sum(leaf.tensor.numel() * leaf.tensor.element_size() for leaf in flatten_outputs(native))
-    given = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor) and x.is_cuda)
+    held = sum(s.nbytes() for s in specs_of(native, "out"))  # (any structure: what is not a tensor counts 0)
+    given = sum(s.nbytes() for s in specs_of([x for x in inputs if isinstance(x, torch.Tensor) and x.is_cuda]))
     return native, max(0, peak - held - given)
 
 
