@@ -20,7 +20,7 @@ from evokernel_mcp.profile.models import PmcResult, TraceResult
 from evokernel_mcp.profile.rocprof_parsers import parse_rocprofv3_list_avail
 from evokernel_mcp.subproc import run_sync
 
-Preset = Literal["overview", "memory", "compute", "lds", "occupancy"]
+Preset = Literal["overview", "memory", "compute", "lds", "occupancy", "stalls"]
 
 
 def _backend(device: str | None) -> str:

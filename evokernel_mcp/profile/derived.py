@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from evokernel_mcp.profile import stalls
 from evokernel_mcp.profile.models import DerivedValue
 
 MFMA_FLOPS_PER_MOP = 512  # rocprofiler-compute: one SQ_INSTS_VALU_MFMA_MOPS_* unit = 512 FLOPs
@@ -268,6 +269,7 @@ def derive_with_notes(counters: dict[str, float], duration_ns: float | None, spe
         _amd(counters, duration_ns, spec, out, compile_waves_per_cu)
     else:
         _nvidia(counters, duration_ns, spec, out)
+    stalls.derive(counters, spec.vendor, out)
     gap = _uncounted_matrix_work(counters, out, spec.vendor)
     if gap:
         notes.append(gap)

@@ -9,6 +9,7 @@ Bottleneck classification (per dispatch, on percentages of peak):
 
 from __future__ import annotations
 
+from evokernel_mcp.profile import stalls
 from evokernel_mcp.profile.derived import BUSY_PCT
 from evokernel_mcp.profile.models import Bound, DerivedValue, Finding, PmcDispatch
 
@@ -149,7 +150,8 @@ def findings_for(dispatches: list[PmcDispatch]) -> tuple[Bound, list[Finding]]:
         b, f = classify(d.derived)
         if i == 0:
             bound = b
-        fs = ([f] if f else []) + _rules(d.derived, d.duration_ns) + [
+        st = stalls.finding(d.derived) if i == 0 else None  # where the heaviest kernel's warps wait
+        fs = ([f] if f else []) + ([st] if st else []) + _rules(d.derived, d.duration_ns) + [
             Finding(kind="compute", evidence={}, text=n) for n in d.notes]
         if not fs and i == 0:
             fs.append(Finding(kind="note", evidence={}, text=(

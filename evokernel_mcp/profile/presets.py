@@ -18,9 +18,10 @@ import difflib
 import re
 
 from evokernel_mcp.errors import BadInput
+from evokernel_mcp.profile import stalls
 from evokernel_mcp.profile.models import AvailList
 
-PRESET_NAMES = ("overview", "memory", "compute", "lds", "occupancy")
+PRESET_NAMES = ("overview", "memory", "compute", "lds", "occupancy", "stalls")
 AMD_ARCHES = ("gfx90a", "gfx942", "gfx950")
 
 # ---------------------------------------------------------------- AMD presets (hardware counters)
@@ -40,6 +41,7 @@ _COMMON = {
             "SQ_ACTIVE_INST_LDS", "SQ_WAIT_INST_LDS"],
     "occupancy": ["GRBM_GUI_ACTIVE", "SQ_WAVES", "SQ_LEVEL_WAVES", "SQ_ACCUM_PREV_HIRES", "SQ_WAVE_CYCLES",
                   "SQ_BUSY_CYCLES"],
+    "stalls": stalls.AMD_COUNTERS,
 }
 
 # Offline name table: every counter our presets use, the common core set of FORMATS.md §2.8, and the
@@ -206,6 +208,7 @@ NCU_PRESETS: dict[str, list[str]] = {
                              "sm__maximum_warps_per_active_cycle_pct", "launch__occupancy_limit_registers",
                              "launch__occupancy_limit_shared_mem", "launch__occupancy_limit_blocks",
                              "launch__registers_per_thread", "launch__block_size", "launch__grid_size"],
+    "stalls": NCU_BASE + ["sm__warps_active.avg.pct_of_peak_sustained_active"] + stalls.NV_METRICS,
 }
 _NCU_NAME_RE = re.compile(r"^[a-z0-9_]+__[a-z0-9_]+(\.[a-z0-9_]+)*$")
 
