@@ -53,8 +53,16 @@ VARIANTS = {  # v1..v6 as in the first H100 round (commit c31f27b), v7..v12 adde
     "v12": {"WARPS": 10, "NT": 2, "MINB": 2, "PPS": 2, "STAGES": 6},     # v7, 2 row pairs per barrier
     "v13": {"WARPS": 20, "NPB": 16, "NT": 2, "MINB": 1},                 # 16 planes a block at 20 warps/SM: L2 reads 18/16
     "v14": {"WARPS": 2, "NPB": 4, "NPN": 4, "NT": 5, "MINB": 6, "STAGES": 5},   # v3 (the 666bc43 run's best), 5-stage ring
+    # the stalls profile of v3: a warp issues every 5.6 cycles, 52 % issue slots used, the copies' and the stores'
+    # address math ~3/4 of the instructions: the tensor-memory accelerator moves pairs in and tiles out instead
+    "v15": {"WARPS": 2, "NPB": 4, "NPN": 4, "NT": 5, "MINB": 6, "TMA": 1},    # v3 with TMA (134 registers: 14 warps/SM)
+    "v16": {"WARPS": 2, "NPB": 4, "NPN": 4, "NT": 5, "MINB": 8, "STAGES": 6, "TMA": 1},   # 128 registers: 16 warps/SM
+    "v17": {"WARPS": 2, "NPB": 4, "NPN": 4, "NT": 5, "MINB": 6, "STAGES": 6, "TMA": 1},   # v15, 6-stage ring
+    # v15's profile: 41 % of the stall samples wait at the pairs' mbarriers (TMA loads late); the stores were cheap
+    "v18": {"WARPS": 2, "NPB": 4, "NPN": 4, "NT": 5, "MINB": 6, "TMA": 2},    # v3, output tiles out by TMA only
+    "v19": {"WARPS": 2, "NPB": 4, "NPN": 4, "NT": 5, "MINB": 7, "TMA": 2},    # v18 at 14 warps/SM
 }
-DEFAULT = ["v3", "v13", "v14", "v1"]
+DEFAULT = ["v3", "v18", "v19"]
 
 
 def variant_source(overrides: dict) -> str:
@@ -182,13 +190,34 @@ async def search(args, rep_cpu: dict) -> dict:
                 v["verified"] = bool(v["verify"].get("passed"))
                 print(f"  {name} verify passed={v['verified']} {_verify_brief(v['verify'])}", flush=True)
                 if v["verified"]:
+                    base = step6
+                    if args.baseline_dir:  # the same defines on another kernel.cu/kernel.py (an earlier source)
+                        bsrc = (Path(args.baseline_dir) / "kernel.cu").read_text()
+                        for k, val in VARIANTS[name].items():
+                            bsrc = re.sub(rf"#define {k} \d+", f"#define {k} {val}", bsrc)
+                        base = candidate(bsrc, Path(args.baseline_dir))
                     v["bench_vs_step6"] = await call(client, "benchmark", {"task": "conv3d_depthwise", "candidate": cand,
-                                                                           "baseline": step6, "wait_s": 50,
+                                                                           "baseline": base, "wait_s": 50,
                                                                            "timeout_s": 600, "experiment": label})
                     b = full_row(v["bench_vs_step6"])
                     why = b.get("invalid_reason") or str(v["bench_vs_step6"].get("error") or "")[:300]
                     print(f"  {name} vs step6: {(b.get('candidate') or {}).get('median_ms')} ms vs "
                           f"{(b.get('baseline') or {}).get('median_ms')} ms, speedup {b.get('speedup')} {why}", flush=True)
+                for preset in args.profile_each:  # the counters of every variant, to decide the next one
+                    v.setdefault("profiles", {})[preset] = pr = await call(client, "profile_pmc", {
+                        "task": "conv3d_depthwise", "candidate": cand, "preset": preset, "shapes": ["full"],
+                        "wait_s": 50, "experiment": label})
+                    d0 = (pr.get("dispatches") or [{}])[0]
+                    print(f"  {name} {preset}: " + ", ".join(f"{k} {x.get('value')}" for k, x in
+                                                            (d0.get("derived") or {}).items()), flush=True)
+                    for f in (pr.get("findings") or [])[:4]:
+                        print(f"    finding: {f.get('text')}", flush=True)
+                if args.trace_each:  # where in the code the warps wait (per-instruction samples)
+                    v["trace"] = tr = await call(client, "thread_trace", {
+                        "task": "conv3d_depthwise", "candidate": cand, "shapes": ["full"], "top_n": 25,
+                        "wait_s": 50, "experiment": label})
+                    for f in (tr.get("findings") or [])[:8]:
+                        print(f"    trace: {f.get('text')}", flush=True)
             v["wall_s"] = round(time.time() - t0, 1)
             rep["variants"][name] = v
             write(rep, final=False)
@@ -306,6 +335,10 @@ def main() -> int:
     ap.add_argument("--amd", action="store_true", help="also gfx942/gfx950 compiles on a GPU host (needs clang-19)")
     ap.add_argument("--profile", action="store_true", help="profile_pmc on the best variant")
     ap.add_argument("--profile-preset", default="memory")
+    ap.add_argument("--profile-each", nargs="*", default=[], help="profile_pmc presets run on every verified variant")
+    ap.add_argument("--trace-each", action="store_true", help="thread_trace on every verified variant")
+    ap.add_argument("--baseline-dir", help="benchmark each variant against the same defines of DIR/kernel.cu "
+                    "(with DIR/kernel.py) instead of step 6: an A/B of two sources in one call")
     ap.add_argument("--no-export", action="store_true", help="skip export_trajectory")
     ap.add_argument("--skip-cpu-checks", action="store_true")
     ap.add_argument("--budget-s", type=float, default=200.0,

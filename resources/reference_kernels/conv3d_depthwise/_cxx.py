@@ -70,7 +70,9 @@ class _Kernel:
             raise RuntimeError(f"{what} failed with driver error {rc}")
 
     def __call__(self, grid, block, smem, *args):
-        vals = [ctypes.c_void_p(a.data_ptr()) if isinstance(a, torch.Tensor) else ctypes.c_int(a) for a in args]
+        # a tensor: its device pointer; bytes: a by-value struct (e.g. a CUtensorMap); else an int
+        vals = [ctypes.c_void_p(a.data_ptr()) if isinstance(a, torch.Tensor)
+                else ctypes.create_string_buffer(a, len(a)) if isinstance(a, bytes) else ctypes.c_int(a) for a in args]
         params = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in vals])
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
         self._check(self._launch(self.fn, *[ctypes.c_uint(g) for g in grid], *[ctypes.c_uint(b) for b in block],

@@ -225,7 +225,9 @@ def _step7_variant(src, defines):
 @pytest.mark.parametrize("target", ["nvidia", "amd"])
 @pytest.mark.parametrize("defines", [{}, {"STAGES": 6}, {"WARPS": 2, "NPB": 4, "NPN": 4, "NT": 5, "MINB": 6},
                                      {"WARPS": 8, "NPB": 16, "MINB": 1}, {"WARPS": 10, "NT": 2, "MINB": 2},
-                                     {"PPS": 2, "STAGES": 4}, {"PPS": 2, "STAGES": 6, "NPN": 4}])
+                                     {"PPS": 2, "STAGES": 4}, {"PPS": 2, "STAGES": 6, "NPN": 4},
+                                     {"WARPS": 2, "NPB": 4, "NPN": 4, "NT": 5, "MINB": 6, "TMA": 1},
+                                     {"WARPS": 2, "NPB": 4, "NPN": 4, "NT": 5, "MINB": 6, "TMA": 2}])
 def test_step7_emulated_kernel_matches_conv3d(target, defines):
     emu, src = _step7()
     src = _step7_variant(src, defines)

@@ -26,14 +26,25 @@ def config(src: str, target: str = "nvidia") -> dict:
     spn = nb // v["NPN"]
     tilew = 4 * spn
     wmax = v["WARPS"] * v["NT"] * tilew * v["NPN"] // v["NPB"]
-    rowe = wmax + 16
-    planee = 2 * (rowe + ((32 // v["NPN"] - rowe) % 32 + 32) % 32)  # C's % of a negative: same result here
-    slote = (v["NPB"] + 2) * planee
+    m = re.search(r"#define TMA (\d+)", src)
+    v["TMA"] = int(m.group(1)) if m and target == "nvidia" else 0  # 1: loads and stores, 2: stores only
+    if v["TMA"] == 1:  # the load's box, dense, ring slots on 128 bytes
+        rowe = wmax + 24
+        planee = 2 * rowe
+        slote = -(-2 * (v["NPB"] + 2) * planee // 128) * 64
+    else:
+        rowe = wmax + 16
+        planee = 2 * (rowe + ((32 // v["NPN"] - rowe) % 32 + 32) % 32)  # C's % of a negative: same result here
+        slote = (v["NPB"] + 2) * planee
     orowe = wmax + 8
-    oplanee = 4 * orowe + (16 if v["NPN"] == 4 else 8)
-    v.update(LANES=lanes, NB=nb, NSTAGE=nstage, SPN=spn, TILEW=tilew, WMAX=wmax, ROWE=rowe, PLANEE=planee,
+    if v["TMA"]:  # the store's box, dense, on 128 bytes
+        otile_at, oplanee = -(-2 * nstage * slote // 128) * 64, 4 * orowe
+    else:
+        otile_at, oplanee = nstage * slote, 4 * orowe + (16 if v["NPN"] == 4 else 8)
+    smem = 2 * (otile_at + v["NPPS"] * v["NPB"] * oplanee) + (8 * nstage if v["TMA"] == 1 else 0)
+    v.update(LANES=lanes, NB=nb, NSTAGE=nstage, SPN=spn, TILEW=tilew, WMAX=wmax, ROWE=rowe, PLANEE=planee, OTILE_AT=otile_at,
              SLOTE=slote, OROWE=orowe, OPLANEE=oplanee, THREADS=v["WARPS"] * lanes, WCH=wmax // 8,
-             SMEM_BYTES=2 * (nstage * slote + v["NPPS"] * v["NPB"] * oplanee))
+             SMEM_BYTES=smem)
     v["NCHUNK"] = (v["NPB"] + 2) * 2 * v["WCH"]
     v["CPT"] = -(-v["NCHUNK"] // v["THREADS"])
     v["NOUT"] = v["NPB"] * 4 * v["WCH"]
@@ -138,9 +149,10 @@ def emulate(x, w, src: str, target: str = "nvidia") -> np.ndarray:
                 assert (seen == 1).all(), "A fragment map does not cover 16 x 16 exactly once"
         for bx in range(-(-Dout // NPB)):
             d0 = bx * NPB
-            smem = np.full(NSTAGE * SLOTE + cf["NPPS"] * NPB * OPLANEE, np.nan)
-            smem[:NSTAGE * SLOTE] = 0.0
-            otile = NSTAGE * SLOTE
+            smem = np.full(cf["OTILE_AT"] + cf["NPPS"] * NPB * OPLANEE, np.nan)
+            if cf["TMA"] != 1:  # the cp.async kernel zeroes its ring once; a TMA load writes its whole box
+                smem[:NSTAGE * SLOTE] = 0.0
+            otile = cf["OTILE_AT"]
 
             def chunks():
                 for tid in range(THREADS):
@@ -152,6 +164,14 @@ def emulate(x, w, src: str, target: str = "nvidia") -> np.ndarray:
 
             def load(i):
                 slot, out = i % NSTAGE, []
+                if cf["TMA"] == 1:  # the box: NPB + 2 planes x 2 rows x ROWE columns from column -8, zeros outside
+                    for p in range(NPB + 2):
+                        for e in range(2):
+                            ih, row = 2 * i - 2 + e, np.zeros(ROWE)
+                            if d0 + p < D and 0 <= ih < H:
+                                row[8:8 + W] = x[c, d0 + p, ih]
+                            out.append((slot * SLOTE + p * PLANEE + e * ROWE, row))
+                    return out
                 for p, e, ch, dst in chunks():
                     ih = 2 * i - 2 + e
                     ok = d0 + p < D and 0 <= ih < H
@@ -161,7 +181,7 @@ def emulate(x, w, src: str, target: str = "nvidia") -> np.ndarray:
 
             def land(writes):
                 for a, v in writes:
-                    smem[a:a + 8] = v
+                    smem[a:a + len(v)] = v
 
             acc = np.zeros((WARPS, 2, NT, 16, NB))
             bofs, oofs = {}, {}

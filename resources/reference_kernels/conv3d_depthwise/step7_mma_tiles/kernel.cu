@@ -33,6 +33,10 @@
 #define STAGES 4   // NVIDIA: input row pairs in the shared ring (STAGES - 1 in flight); AMD uses 2
 #define MINB 3     // __launch_bounds__ min blocks per SM (3 x 128 threads: <= 168 registers)
 #define PPS 1      // NVIDIA: input row pairs per barrier (1, or 2 with STAGES >= 4 and a second output tile)
+#define WSPEC 0    // 1: at W = WMAX the launcher runs conv3d_dw_mma_tiles_wmax, the body compiled for that W
+#define TMA 0      // NVIDIA: the Hopper tensor-memory accelerator (one instruction of one thread; zero fill and edge
+                   // clipping in hardware) moves 1 = the input pairs in and the output tiles out, 2 = only the
+                   // output tiles out (the pairs by cp.async), 0 = neither
 
 #if !defined(__HIP_PLATFORM_AMD__)
 #define LANES 32
@@ -40,12 +44,16 @@
 #define NSTAGE STAGES
 #define NTW NT
 #define NPPS PPS
+#define TMA_LD (TMA == 1)
+#define TMA_ST (TMA >= 1)
 #else
 #define LANES 64
 #define NB 16
 #define NSTAGE 2
 #define NTW ((NT + 1) / 2)
 #define NPPS 1
+#define TMA_LD 0
+#define TMA_ST 0
 #endif
 #define SPN (NB / NPN)
 #define THREADS (WARPS * LANES)
@@ -128,6 +136,35 @@ __device__ __forceinline__ void cp_async16(uint32_t saddr, const void* g, bool o
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // before a barrier interval: this thread's copies of the interval's NPPS pairs have landed
 __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(NSTAGE - 2 * NPPS)); }
+#if TMA_ST
+#define TMA_READ_DONE tma_store_read_done
+// ---------------------------------------------------------------- NVIDIA sm_90: tensor-memory accelerator
+struct alignas(64) TmaDesc { unsigned long long v[16]; };   // a CUtensorMap (cuTensorMapEncodeTiled on the host)
+__device__ __forceinline__ void mbar_init(uint32_t bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar) : "memory");
+}
+// the pair's bytes will arrive on this barrier (the thread that issues the copy arrives once)
+__device__ __forceinline__ void mbar_expect(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile("{\n .reg .pred p;\n WAIT_%=:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra WAIT_%=;\n}\n"
+               ::"r"(bar), "r"(parity) : "memory");
+}
+__device__ __forceinline__ void tma_load(uint32_t dst, const TmaDesc* map, uint32_t bar, int x, int y, int z, int w) {
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], [%2];\n"
+               ::"r"(dst), "l"(map), "r"(bar), "r"(x), "r"(y), "r"(z), "r"(w) : "memory");
+}
+__device__ __forceinline__ void tma_store(const TmaDesc* map, uint32_t src, int x, int y, int z, int w) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n"
+               ::"l"(map), "r"(src), "r"(x), "r"(y), "r"(z), "r"(w) : "memory");
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+// this thread's shared-memory writes become visible to the copy engine (before the barrier that precedes the store)
+__device__ __forceinline__ void tma_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void tma_store_read_done() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void tma_store_done() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+#endif
 
 #else
 // ---------------------------------------------------------------- AMD: v_mfma_f32_16x16x16bf16_1k (wave64)
@@ -164,6 +201,9 @@ __device__ __forceinline__ float c_get(const CFrag& c, int i) { return c.v[i]; }
 __device__ __forceinline__ void zero_c(CFrag& c) { c.v = f32x4_t{0.f, 0.f, 0.f, 0.f}; }
 __device__ __forceinline__ void cp_wait() {}
 #endif
+#ifndef TMA_READ_DONE
+#define TMA_READ_DONE() ((void)0)
+#endif
 static_assert(NB % NPN == 0 && NPB % NPN == 0 && NPN <= 8, "NPN divides NB and NPB; at most 8 (16-byte plane strides)");
 static_assert(WMAX % 8 == 0 && NSTAGE >= 2, "16-byte rows; a ring of at least 2 pairs");
 static_assert(NPPS == 1 || (NPPS == 2 && NSTAGE >= 4), "2 pairs a barrier need a ring of at least 4");
@@ -173,26 +213,63 @@ static_assert(NPPS == 1 || (NPPS == 2 && NSTAGE >= 4), "2 pairs a barrier need a
 // -2, -1, W, W + 1; columns past W are never written). A staged plane: 2 rows + padding so that the plane
 // stride in 4-byte words is 32 / NPN modulo 32 (the NPN planes of one B read fall in distinct banks). A
 // ring slot: NPB + 2 planes. The output tile: NPB planes x 4 rows of WMAX + 8, plane stride padded by 8 (16 at NPN 4).
+#if !TMA_LD
 #define ROWE (WMAX + 16)
 #define PLANEE (2 * (ROWE + ((32 / NPN - ROWE) % 32 + 32) % 32))
 #define SLOTE ((NPB + 2) * PLANEE)
+#else
+// TMA loads: a staged pair is the load's box, dense: NPB + 2 planes x 2 rows x ROWE columns from column -8 (the
+// box's columns outside 0..W-1 and rows outside the tensor arrive as zeros). ROWE = WMAX + 24 makes the plane
+// stride 2 ROWE elements = ROWE words = 8 modulo 32 at WMAX 80 (NPN 4: the 4 planes of a B read in distinct banks).
+#define ROWE (WMAX + 24)
+#define PLANEE (2 * ROWE)
+#define BOXB (2 * (NPB + 2) * PLANEE)                     // bytes of one staged pair (the load's byte count)
+#define SLOTE (((BOXB + 127) / 128) * 64)                 // elements a ring slot takes (slots on 128 bytes)
+static_assert(ROWE <= 256, "a box is at most 256 wide");
+#endif
+#if !TMA_ST
+#define OTILE_AT (NSTAGE * SLOTE)
 #define OROWE (WMAX + 8)
 #define OPLANEE (4 * OROWE + (NPN == 4 ? 16 : 8))   // padding: C-fragment writes at most 2-way (emulate.bank_conflicts)
-#define SMEM_BYTES (2 * (NSTAGE * SLOTE + NPPS * NPB * OPLANEE))   // NPPS output tiles (flush and fill overlap at 2)
-static_assert(2 * NPB * OPLANEE >= 4 * TABN, "the A table fits in the output tile");
+#else
+// TMA stores: the output tile is the store's box, dense, on 128 bytes: NPB planes x 4 rows x WMAX + 8 columns (the
+// store clips what lies past W, H or the planes); a plane stride of 16 words modulo 32 keeps the C-fragment
+// writes at most 2-way.
+#define OTILE_AT (((2 * NSTAGE * SLOTE + 127) / 128) * 64)
+#define OROWE (WMAX + 8)
+#define OPLANEE (4 * OROWE)
+static_assert(NPPS == 1 && OROWE <= 256, "TMA: one output tile; a box is at most 256 wide");
+#endif
+// NPPS output tiles (flush and fill overlap at 2); with TMA loads, one mbarrier a ring slot after them
+#define SMEM_BYTES (2 * (OTILE_AT + NPPS * NPB * OPLANEE) + (TMA_LD ? 8 * NSTAGE : 0))
+static_assert(2 * NPB * OPLANEE >= 4 * TABN + 2 * 75, "the A table and the taps fit in the output tile");
 
-extern "C" __global__ void __launch_bounds__(THREADS, MINB)
-conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__ wt, uint16_t* __restrict__ y,
-                    int D, int H, int W) {
-  extern __shared__ uint4 smem_dyn[];
+#if TMA_ST
+#define TMA_PARAMS , const __grid_constant__ TmaDesc tin, const __grid_constant__ TmaDesc tout
+#define TMA_BODY_PARAMS , const TmaDesc* tin, const TmaDesc* tout
+#define TMA_ARGS , &tin, &tout
+#else
+#define TMA_PARAMS
+#define TMA_BODY_PARAMS
+#define TMA_ARGS
+#endif
+
+// The kernel's body for any W (WFIX 0, W from the launch) or for W = WFIX known at compile time (every offset
+// and bound that depends on W folds into immediates and predicates the compiler drops).
+template <int WFIX>
+__device__ __forceinline__ void conv_body(const uint16_t* __restrict__ x, const uint16_t* __restrict__ wt,
+                                          uint16_t* __restrict__ y, int D, int H, int Wrt TMA_BODY_PARAMS) {
+  const int W = WFIX ? WFIX : Wrt;
+  extern __shared__ __align__(128) uint4 smem_dyn[];
   uint16_t* ring = reinterpret_cast<uint16_t*>(smem_dyn);
-  uint16_t* otile = ring + NSTAGE * SLOTE;
+  uint16_t* otile = ring + OTILE_AT;
   const int tid = threadIdx.x, lane = tid % LANES, warp = tid / LANES;
   const int c = blockIdx.y, d0 = blockIdx.x * NPB, Dout = D - 2;
   const int nb = (H + 3) / 4, npairs = 2 * nb + 2;
   const size_t plane = (size_t)H * W;
   const int wch = W / 8;                                   // 16-byte chunks per row
 
+#if !TMA_LD
   // zero the ring once: the halo columns stay zero
   for (int i = tid; i < NSTAGE * SLOTE / 8; i += THREADS) smem_dyn[i] = make_uint4(0u, 0u, 0u, 0u);
 
@@ -208,17 +285,41 @@ conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__
     csrc[k] = cok[k] ? p * (int)plane + e * W + 8 * ch : 0;
     cdst[k] = p * PLANEE + e * ROWE + 8 + 8 * ch;
   }
-  const uint16_t* xc = x + ((size_t)c * D + d0) * plane;
+  const long long xoff = ((long long)c * D + d0) * (long long)plane;   // the block's first plane, in elements of x
+#if defined(__HIP_PLATFORM_AMD__)
+  const uint16_t* xc = x + xoff;
+#endif
+#endif
 
-#if !defined(__HIP_PLATFORM_AMD__)
+#if TMA_ST
+  const uint32_t sotile = (uint32_t)__cvta_generic_to_shared(otile);
+#endif
+#if TMA_LD
+  const uint32_t sring = (uint32_t)__cvta_generic_to_shared(ring);
+  const uint32_t sbar = (uint32_t)__cvta_generic_to_shared(otile + NPB * OPLANEE);   // NSTAGE mbarriers
+  if (tid == 0) {
+    for (int s = 0; s < NSTAGE; ++s) mbar_init(sbar + 8 * s);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  auto issue = [&](int i) {   // pair i (input rows 2i - 2, 2i - 1; columns -8 ..) into slot i % NSTAGE, by one thread
+    if (tid == 0 && i < npairs) {
+      const int slot = i % NSTAGE;
+      mbar_expect(sbar + 8 * slot, BOXB);
+      tma_load(sring + 2 * slot * SLOTE, tin, sbar + 8 * slot, -8, 2 * i - 2, d0, c);
+    }
+  };
+  auto land = [&]() {};
+#elif !defined(__HIP_PLATFORM_AMD__)
   const uint32_t sring = (uint32_t)__cvta_generic_to_shared(ring);
   auto issue = [&](int i) {   // pair i (input rows 2i - 2, 2i - 1) into slot i % NSTAGE
     const int slot = i % NSTAGE;
 #pragma unroll
+    const long long row = xoff + (long long)(2 * i - 2) * W;   // the pair's first row, from x
     for (int k = 0; k < CPT; ++k) {
-      const int ih = 2 * i - 2 + crow[k];
-      const bool ok = cok[k] && ih >= 0 && ih < H;
-      if (cin[k]) cp_async16(sring + 2 * (slot * SLOTE + cdst[k]), ok ? xc + csrc[k] + (ptrdiff_t)(2 * i - 2) * W : x, ok);
+      // no branch: a chunk outside the tensor is a zero fill from x itself; a thread without a chunk k zero-fills
+      // the slot's first 8 columns, which are halo zeros anyway
+      const bool ok = cok[k] && (unsigned)(2 * i - 2 + crow[k]) < (unsigned)H;
+      cp_async16(sring + 2 * (slot * SLOTE + (cin[k] ? cdst[k] : 0)), x + (ok ? row + csrc[k] : 0), ok);
     }
     cp_commit();
   };
@@ -247,7 +348,10 @@ conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__
   // the A operands: 3 planes x 4 row pairs, from the pair table (in the output tile's space, unused until the
   // first completed block, several barriers later)
   uint32_t* tab = reinterpret_cast<uint32_t*>(otile);
-  for (int i = tid; i < TABN; i += THREADS) tab[i] = tab_entry(wt + c * 75, i);
+  uint16_t* wsm = reinterpret_cast<uint16_t*>(tab + TABN);   // the channel's 75 taps, one global load each
+  for (int i = tid; i < 75; i += THREADS) wsm[i] = wt[c * 75 + i];
+  __syncthreads();
+  for (int i = tid; i < TABN; i += THREADS) tab[i] = tab_entry(wsm, i);
   __syncthreads();
   AFrag a[3][4];
 #pragma unroll
@@ -291,7 +395,20 @@ conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__
       }
       zero_c(acc[s][q]);
     }
+#if TMA_ST
+    tma_fence();
+#endif
   };
+#if TMA_LD
+  auto pair_ready = [&](int i) { mbar_wait(sbar + 8 * (i % NSTAGE), (i / NSTAGE) & 1); };
+#else
+  auto pair_ready = [&](int i) { (void)i; cp_wait(); };
+#endif
+#if TMA_ST
+  auto flush = [&](int b) {   // output tile -> y rows 4b .. 4b + 3 (rows, planes past the tensor clipped)
+    if (tid == 0) tma_store(tout, sotile, 0, 4 * b, d0, c);
+  };
+#else
   uint16_t* yc = y + (size_t)c * Dout * plane;
   const int planeI = H * W;
   auto flush = [&](int b) {   // output tile -> y rows 4b .. 4b + 3, 16 bytes a thread
@@ -303,6 +420,7 @@ conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__
             *reinterpret_cast<const uint4*>(otile + (b % NPPS) * NPB * OPLANEE + p * OPLANEE + r * OROWE + 8 * ch);
     }
   };
+#endif
 
   // pair i = 4u + P: P even starts block 2u + P/2 (j = 0) and continues block 2u + P/2 - 1 (j = 2);
   // P odd continues the block it started (j = 1) and completes the other (j = 3).
@@ -315,7 +433,9 @@ conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__
     {                                                                                              \
       const int i = base + P;                                                                      \
       if (i < npairs) {                                                                            \
-        cp_wait();                                                                                 \
+        pair_ready(i);                                                                             \
+        /* TMA: the last store has read the output tile before an odd pair refills it */          \
+        if (TMA_ST && (P & 1) && tid == 0) TMA_READ_DONE();                                         \
         __syncthreads();                                                                           \
         _Pragma("unroll") for (int u = 0; u < NPPS; ++u)                                           \
           issue(i + NSTAGE - NPPS + u);   /* the copies first: they have the longest way to go */  \
@@ -359,7 +479,23 @@ conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__
   }
   __syncthreads();
   if (pend >= 0) flush(pend);
-#if !defined(__HIP_PLATFORM_AMD__)
+#if TMA_ST
+  if (tid == 0) tma_store_done();   // the last store has left shared memory before the block ends
+#endif
+#if !TMA_LD && !defined(__HIP_PLATFORM_AMD__)
   asm volatile("cp.async.wait_all;\n" ::);   // the zero-filled copies of pairs past the end
 #endif
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, MINB)
+conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__ wt, uint16_t* __restrict__ y,
+                    int D, int H, int W TMA_PARAMS) {
+  conv_body<0>(x, wt, y, D, H, W TMA_ARGS);
+}
+
+// the same for W = WMAX (kernel.py launches it there when WSPEC is 1)
+extern "C" __global__ void __launch_bounds__(THREADS, MINB)
+conv3d_dw_mma_tiles_wmax(const uint16_t* __restrict__ x, const uint16_t* __restrict__ wt, uint16_t* __restrict__ y,
+                         int D, int H, int W TMA_PARAMS) {
+  conv_body<WMAX>(x, wt, y, D, H, W TMA_ARGS);
 }

@@ -4,6 +4,7 @@ Imported from the repo, it takes the launcher (../_cxx.py) and kernel.cu from be
 candidate, _cxx.candidate_source() inlines both above this text. A variant is the same source with other
 #define values (bench/conv3d_step7_search.py).
 """
+import ctypes
 import re
 from pathlib import Path
 
@@ -19,6 +20,12 @@ KERNEL = "conv3d_dw_mma_tiles"
 _CFG = {}
 
 
+def _tma(src, hip):
+    """kernel.cu's TMA: 0 none, 1 loads and stores, 2 stores only (NVIDIA; AMD has none)."""
+    m = re.search(r"#define TMA (\d+)", src)
+    return 0 if hip or not m else int(m.group(1))
+
+
 def _config(src, hip):
     """(threads, NPB, WMAX, TILEW, shared bytes) of the C++ source, derived as kernel.cu derives them."""
     if (src, hip) not in _CFG:
@@ -29,11 +36,37 @@ def _config(src, hip):
         nt = (v["NT"] + 1) // 2 if hip else v["NT"]   # AMD tiles are twice as wide
         tilew = 4 * (nb // v["NPN"])
         wmax = v["WARPS"] * nt * tilew * v["NPN"] // v["NPB"]
-        rowe = wmax + 16
-        planee = 2 * (rowe + (32 // v["NPN"] - rowe) % 32)
-        smem = 2 * (nstage * (v["NPB"] + 2) * planee + npps * v["NPB"] * (4 * (wmax + 8) + (16 if v["NPN"] == 4 else 8)))
+        tma = _tma(src, hip)
+        if tma == 1:   # the load's box, dense, ring slots on 128 bytes
+            slote = -(-2 * (v["NPB"] + 2) * 2 * (wmax + 24) // 128) * 64
+        else:
+            rowe = wmax + 16
+            slote = (v["NPB"] + 2) * 2 * (rowe + (32 // v["NPN"] - rowe) % 32)
+        if tma:   # the store's box, dense, on 128 bytes
+            at, oplanee = -(-2 * nstage * slote // 128) * 64, 4 * (wmax + 8)
+        else:
+            at, oplanee = nstage * slote, 4 * (wmax + 8) + (16 if v["NPN"] == 4 else 8)
+        smem = 2 * (at + npps * v["NPB"] * oplanee) + (8 * nstage if tma == 1 else 0)
         _CFG[(src, hip)] = (v["WARPS"] * lanes, v["NPB"], wmax, tilew, smem)
     return _CFG[(src, hip)]
+
+
+def _tensor_map(t, box):
+    """A CUtensorMap (128 bytes) of the contiguous 4-D bf16 tensor t ([C, D, H, W], W innermost) with this box
+    (W, H, D, C extents): zeros where a box reaches past the tensor, writes clipped there (cuTensorMapEncodeTiled)."""
+    C, D, H, W = t.shape
+    lib = ctypes.CDLL("libcuda.so.1")
+    u64, u32 = ctypes.c_uint64, ctypes.c_uint32
+    buf = (ctypes.c_ubyte * 192)()
+    off = -ctypes.addressof(buf) % 64   # the map must sit on 64 bytes
+    rc = lib.cuTensorMapEncodeTiled(
+        ctypes.c_void_p(ctypes.addressof(buf) + off), ctypes.c_int(1),   # CU_TENSOR_MAP_DATA_TYPE_UINT16: bf16 bits
+        u32(4), ctypes.c_void_p(t.data_ptr()), (u64 * 4)(W, H, D, C), (u64 * 3)(2 * W, 2 * H * W, 2 * D * H * W),
+        (u32 * 4)(*box), (u32 * 4)(1, 1, 1, 1), ctypes.c_int(0), ctypes.c_int(0),   # no interleave, no swizzle
+        ctypes.c_int(2), ctypes.c_int(0))   # L2 promotion 128 B; out-of-bounds elements read as zeros
+    if rc != 0:
+        raise RuntimeError(f"cuTensorMapEncodeTiled failed with driver error {rc}")
+    return bytes(buf[off:off + 128])
 
 
 def run(x, weight):
@@ -48,5 +81,10 @@ def run(x, weight):
     x, weight = x.contiguous(), weight.contiguous()
     y = torch.empty((N, C, D - 2, H, W), dtype=x.dtype, device=x.device)
     grid = ((D - 2 + npb - 1) // npb, C, 1)
-    build_kernel(CUDA_SRC, KERNEL)(grid, (threads, 1, 1), smem, x, weight, y, D, H, W)
+    maps = ()
+    if _tma(CUDA_SRC, torch.version.hip is not None):   # load box: NPB + 2 planes x 2 rows x WMAX + 24 columns
+        maps = (_tensor_map(x[0], (wmax + 24, 2, npb + 2, 1)), _tensor_map(y[0], (wmax + 8, 4, npb, 1)))
+    spec = re.search(r"#define WSPEC (\d+)", CUDA_SRC)
+    name = KERNEL + "_wmax" if spec and int(spec.group(1)) and W == wmax else KERNEL
+    build_kernel(CUDA_SRC, name)(grid, (threads, 1, 1), smem, x, weight, y, D, H, W, *maps)
     return y
