@@ -187,7 +187,7 @@ def emulate(x, w, src: str, target: str = "nvidia") -> np.ndarray:
             bofs, oofs = {}, {}
             for warp in range(WARPS):
                 for q in range(NT):
-                    T = min(warp + WARPS * q, ntiles - 1)
+                    T = warp + WARPS * q  # past ntiles: columns past W, inside the row, never stored
                     pg, ct = T % NPG, T // NPG
                     oofs[warp, q] = pg * NPN * OPLANEE + ct * cf["TILEW"]
                     for lane in range(LANES):
@@ -217,7 +217,7 @@ def emulate(x, w, src: str, target: str = "nvidia") -> np.ndarray:
                 so, jo, bn = sn ^ 1, jn + 2, i >> 1
                 sl = (i % NSTAGE) * SLOTE
                 for warp in range(WARPS):
-                    for q in range(NT):  # every tile, also past ntiles (a copy of the last one, never stored)
+                    for q in range(NT):  # every tile, also past ntiles (columns past W, never stored)
                         for kd in range(3):
                             B = np.full((16, NB), np.nan)
                             for lane in range(LANES):

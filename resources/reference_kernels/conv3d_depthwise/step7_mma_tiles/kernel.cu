@@ -313,8 +313,8 @@ __device__ __forceinline__ void conv_body(const uint16_t* __restrict__ x, const 
   const uint32_t sring = (uint32_t)__cvta_generic_to_shared(ring);
   auto issue = [&](int i) {   // pair i (input rows 2i - 2, 2i - 1) into slot i % NSTAGE
     const int slot = i % NSTAGE;
-#pragma unroll
     const long long row = xoff + (long long)(2 * i - 2) * W;   // the pair's first row, from x
+#pragma unroll
     for (int k = 0; k < CPT; ++k) {
       // no branch: a chunk outside the tensor is a zero fill from x itself; a thread without a chunk k zero-fills
       // the slot's first 8 columns, which are halo zeros anyway
@@ -365,7 +365,9 @@ __device__ __forceinline__ void conv_body(const uint16_t* __restrict__ x, const 
   int bofs[NTW], oofs[NTW];
 #pragma unroll
   for (int q = 0; q < NTW; ++q) {
-    const int T = min(warp + WARPS * q, ntiles - 1), pg = T % NPG, ct = T / NPG;
+    // tiles past W (T >= ntiles) read staged columns past W, still inside the row, and are never stored: no
+    // clamp, so that a tile's offsets are the first tile's plus a constant (immediates in the shared accesses)
+    const int T = warp + WARPS * q, pg = T % NPG, ct = T / NPG;
     const int n = b_col(lane), pl = pg * NPN + n / SPN, col = ct * TILEW + 4 * (n % SPN);
     bofs[q] = pl * PLANEE + b_e(lane) * ROWE + 8 + col - 2 + b_k0(lane);   // staged (e0, col - 2 + k0) of plane pl
     oofs[q] = pg * NPN * OPLANEE + ct * TILEW;            // output tile: this tile's first plane and column
@@ -449,7 +451,7 @@ __device__ __forceinline__ void conv_body(const uint16_t* __restrict__ x, const 
         constexpr int sn = (P >> 1) & 1, so = sn ^ 1, jn = P & 1, jo = jn + 2;                     \
         const int bn = i >> 1;   /* the block this pair starts/continues (slot sn) */              \
         const uint16_t* sl = ring + (i % NSTAGE) * SLOTE;                                          \
-        /* every tile of the warp, also past ntiles (a copy of the last tile; never stored): no branch */ \
+        /* every tile of the warp, also past ntiles (columns past W; never stored): no branch */         \
         /* between the MMAs; the pairs past the last block feed a block that is never stored */            \
         BFrag b[NTW][3];                                                                           \
         _Pragma("unroll") for (int q = 0; q < NTW; ++q)                                            \
