@@ -134,7 +134,6 @@ def emulate(x, w, src: str, target: str = "nvidia") -> np.ndarray:
     npairs, wch = 2 * nb + 2, W // 8
     y = np.full((C, Dout, H, W), np.nan)
     NPG = NPB // NPN
-    ntiles = NPG * (W // cf["TILEW"])
     for c in range(C):
         A = np.zeros((3, 4, 16, 16))
         for kd in range(3):
@@ -187,7 +186,7 @@ def emulate(x, w, src: str, target: str = "nvidia") -> np.ndarray:
             bofs, oofs = {}, {}
             for warp in range(WARPS):
                 for q in range(NT):
-                    T = warp + WARPS * q  # past ntiles: columns past W, inside the row, never stored
+                    T = warp + WARPS * q  # tiles past W: columns past W, inside the row, never flushed
                     pg, ct = T % NPG, T // NPG
                     oofs[warp, q] = pg * NPN * OPLANEE + ct * cf["TILEW"]
                     for lane in range(LANES):
@@ -217,7 +216,7 @@ def emulate(x, w, src: str, target: str = "nvidia") -> np.ndarray:
                 so, jo, bn = sn ^ 1, jn + 2, i >> 1
                 sl = (i % NSTAGE) * SLOTE
                 for warp in range(WARPS):
-                    for q in range(NT):  # every tile, also past ntiles (columns past W, never stored)
+                    for q in range(NT):  # every tile, also past W (columns past W, never flushed)
                         for kd in range(3):
                             B = np.full((16, NB), np.nan)
                             for lane in range(LANES):
@@ -231,9 +230,7 @@ def emulate(x, w, src: str, target: str = "nvidia") -> np.ndarray:
                 if P & 1:
                     if bn >= 1:  # to_tile: the completed block -> its output tile
                         for warp in range(WARPS):
-                            for q in range(NT):
-                                if warp + WARPS * q >= ntiles:
-                                    continue
+                            for q in range(NT):  # tiles past W too: columns past W, never flushed
                                 for lane in range(LANES):
                                     for m, n in c_cells(target, lane):
                                         a = otile + _tile(bn - 1, cf) * cf["NPB"] * OPLANEE + oofs[warp, q] \

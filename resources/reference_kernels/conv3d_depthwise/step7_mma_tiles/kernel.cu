@@ -269,6 +269,11 @@ __device__ __forceinline__ void conv_body(const uint16_t* __restrict__ x, const 
   const size_t plane = (size_t)H * W;
   const int wch = W / 8;                                   // 16-byte chunks per row
 
+  // the channel's 75 taps: their loads first (their latency overlaps the ring's zeroing), into shared memory below
+  constexpr int NTAP = (75 + THREADS - 1) / THREADS;
+  uint16_t taps[NTAP];
+#pragma unroll
+  for (int k = 0; k < NTAP; ++k) taps[k] = tid + THREADS * k < 75 ? wt[c * 75 + tid + THREADS * k] : 0;
 #if !TMA_LD
   // zero the ring once: the halo columns stay zero
   for (int i = tid; i < NSTAGE * SLOTE / 8; i += THREADS) smem_dyn[i] = make_uint4(0u, 0u, 0u, 0u);
@@ -348,9 +353,17 @@ __device__ __forceinline__ void conv_body(const uint16_t* __restrict__ x, const 
   // the A operands: 3 planes x 4 row pairs, from the pair table (in the output tile's space, unused until the
   // first completed block, several barriers later)
   uint32_t* tab = reinterpret_cast<uint32_t*>(otile);
-  uint16_t* wsm = reinterpret_cast<uint16_t*>(tab + TABN);   // the channel's 75 taps, one global load each
-  for (int i = tid; i < 75; i += THREADS) wsm[i] = wt[c * 75 + i];
-  __syncthreads();
+  uint16_t* wsm = reinterpret_cast<uint16_t*>(tab + TABN);   // the taps, after the table
+#pragma unroll
+  for (int k = 0; k < NTAP; ++k)
+    if (tid + THREADS * k < 75) wsm[tid + THREADS * k] = taps[k];
+  __syncthreads();   // the taps are in, the ring is zero (and its mbarriers made)
+  // the first pairs on their way before the table and the A operands are built (their latency overlaps that work)
+#pragma unroll
+  for (int i = 0; i < NSTAGE - NPPS; ++i) {
+    issue(i);
+    land();
+  }
   for (int i = tid; i < TABN; i += THREADS) tab[i] = tab_entry(wsm, i);
   __syncthreads();
   AFrag a[3][4];
@@ -361,11 +374,10 @@ __device__ __forceinline__ void conv_body(const uint16_t* __restrict__ x, const 
 
   // this warp's tiles: tile T = warp + WARPS q -> plane group T % (NPB / NPN), column tile T / (NPB / NPN)
   constexpr int NPG = NPB / NPN;
-  const int ntiles = NPG * (W / TILEW);
   int bofs[NTW], oofs[NTW];
 #pragma unroll
   for (int q = 0; q < NTW; ++q) {
-    // tiles past W (T >= ntiles) read staged columns past W, still inside the row, and are never stored: no
+    // tiles past W read staged columns past W, still inside the row, and are never flushed: no
     // clamp, so that a tile's offsets are the first tile's plus a constant (immediates in the shared accesses)
     const int T = warp + WARPS * q, pg = T % NPG, ct = T / NPG;
     const int n = b_col(lane), pl = pg * NPN + n / SPN, col = ct * TILEW + 4 * (n % SPN);
@@ -378,17 +390,11 @@ __device__ __forceinline__ void conv_body(const uint16_t* __restrict__ x, const 
 #pragma unroll
     for (int q = 0; q < NTW; ++q) zero_c(acc[s][q]);
 
-#pragma unroll
-  for (int i = 0; i < NSTAGE - NPPS; ++i) {   // (the barrier after the table also ordered the ring's zeroing first)
-    issue(i);
-    land();
-  }
 
   // completed block b: accumulator slot -> output tile (bf16); flushed to y after the next barrier
   auto to_tile = [&](int s, int b) {   // block b into output tile b % NPPS
 #pragma unroll
-    for (int q = 0; q < NTW; ++q) {
-      if (warp + WARPS * q >= ntiles) continue;
+    for (int q = 0; q < NTW; ++q) {   // tiles past W too: their columns past W are never flushed (no branch)
 #pragma unroll
       for (int i = 0; i < CN; ++i) {
         const int m = c_m(lane, i), n = c_n(lane, i);
@@ -411,15 +417,15 @@ __device__ __forceinline__ void conv_body(const uint16_t* __restrict__ x, const 
     if (tid == 0) tma_store(tout, sotile, 0, 4 * b, d0, c);
   };
 #else
-  uint16_t* yc = y + (size_t)c * Dout * plane;
-  const int planeI = H * W;
+  const long long yoff = ((long long)c * Dout + d0) * (long long)plane;   // the block's first output plane
   auto flush = [&](int b) {   // output tile -> y rows 4b .. 4b + 3, 16 bytes a thread
 #pragma unroll
-    for (int k = 0; k < (NOUT + THREADS - 1) / THREADS; ++k) {
-      const int id = tid + THREADS * k, p = id / (4 * WCH), r = (id / WCH) & 3, ch = id % WCH, oh = 4 * b + r;
-      if (id < NOUT && ch < wch && d0 + p < Dout && oh < H)
-        *reinterpret_cast<uint4*>(yc + (d0 + p) * planeI + oh * W + 8 * ch) =
-            *reinterpret_cast<const uint4*>(otile + (b % NPPS) * NPB * OPLANEE + p * OPLANEE + r * OROWE + 8 * ch);
+    for (int k = 0; k < (NOUT + THREADS - 1) / THREADS; ++k) {   // the read unconditional, the store predicated
+      const int id0 = tid + THREADS * k, id = min(id0, NOUT - 1);
+      const int p = id / (4 * WCH), r = (id / WCH) & 3, ch = id % WCH, oh = 4 * b + r;
+      const uint4 v = *reinterpret_cast<const uint4*>(otile + (b % NPPS) * NPB * OPLANEE + p * OPLANEE + r * OROWE + 8 * ch);
+      if (id0 < NOUT && ch < wch && d0 + p < Dout && oh < H)
+        *reinterpret_cast<uint4*>(y + yoff + (p * H + oh) * W + 8 * ch) = v;
     }
   };
 #endif
@@ -451,7 +457,7 @@ __device__ __forceinline__ void conv_body(const uint16_t* __restrict__ x, const 
         constexpr int sn = (P >> 1) & 1, so = sn ^ 1, jn = P & 1, jo = jn + 2;                     \
         const int bn = i >> 1;   /* the block this pair starts/continues (slot sn) */              \
         const uint16_t* sl = ring + (i % NSTAGE) * SLOTE;                                          \
-        /* every tile of the warp, also past ntiles (columns past W; never stored): no branch */         \
+        /* every tile of the warp, also past W (columns past W; never flushed): no branch */             \
         /* between the MMAs; the pairs past the last block feed a block that is never stored */            \
         BFrag b[NTW][3];                                                                           \
         _Pragma("unroll") for (int q = 0; q < NTW; ++q)                                            \
