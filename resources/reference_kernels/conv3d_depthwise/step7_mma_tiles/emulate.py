@@ -64,7 +64,7 @@ def m_row(m):
 
 
 def m_col(m):
-    return (m & 1) + 2 * (m >> 3)
+    return 2 * (m & 1) + (m >> 3)
 
 
 def a_elem(wq, kd, j, m, k):

@@ -75,9 +75,18 @@ __device__ __forceinline__ uint16_t to_bf16(float f) {   // round to nearest eve
   return r;
 #endif
 }
+#if !defined(__HIP_PLATFORM_AMD__)
+__device__ __forceinline__ uint32_t to_bf16x2(float lo, float hi) {   // lo in the low half (the lower address)
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+#endif
 // output patch coordinates of A/C row m
 __device__ __forceinline__ int m_row(int m) { return (m >> 1) & 3; }
-__device__ __forceinline__ int m_col(int m) { return (m & 1) + 2 * (m >> 3); }
+// (rows m and m + 8 are columns 2s and 2s + 1 of one row: NVIDIA's C registers (g, n) and (g + 8, n) leave as one
+// 4-byte store)
+__device__ __forceinline__ int m_col(int m) { return 2 * (m & 1) + (m >> 3); }
 // The A operands are built from a table of bf16 pairs in shared memory, one 4-byte read per A register:
 // tab[kd][kh + 3][kw + 3] = (wt[kd, kh, kw], wt[kd, kh, kw + 1]), zero outside the filter, kh and kw in -3..7
 // (the range of 2j + e - r and c - s). Reading the taps straight from global memory kept all 96 loads and
@@ -395,12 +404,22 @@ __device__ __forceinline__ void conv_body(const uint16_t* __restrict__ x, const 
   auto to_tile = [&](int s, int b) {   // block b into output tile b % NPPS
 #pragma unroll
     for (int q = 0; q < NTW; ++q) {   // tiles past W too: their columns past W are never flushed (no branch)
+#if !defined(__HIP_PLATFORM_AMD__)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {   // C (g, n) and (g + 8, n): adjacent columns (m_col), one bf16x2 store
+        const int m = c_m(lane, i), n = c_n(lane, i);
+        *reinterpret_cast<uint32_t*>(otile + (b % NPPS) * NPB * OPLANEE + oofs[q] + (n / SPN) * OPLANEE +
+                                     m_row(m) * OROWE + 4 * (n % SPN) + m_col(m)) =
+            to_bf16x2(c_get(acc[s][q], i), c_get(acc[s][q], i + 2));
+      }
+#else
 #pragma unroll
       for (int i = 0; i < CN; ++i) {
         const int m = c_m(lane, i), n = c_n(lane, i);
         otile[(b % NPPS) * NPB * OPLANEE + oofs[q] + (n / SPN) * OPLANEE + m_row(m) * OROWE + 4 * (n % SPN) + m_col(m)] =
             to_bf16(c_get(acc[s][q], i));
       }
+#endif
       zero_c(acc[s][q]);
     }
 #if TMA_ST
