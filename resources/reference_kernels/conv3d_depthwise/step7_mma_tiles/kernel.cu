@@ -116,6 +116,13 @@ __device__ __forceinline__ void mma(CFrag& c, const AFrag& a, const BFrag& b) {
       : "+f"(c.r[0]), "+f"(c.r[1]), "+f"(c.r[2]), "+f"(c.r[3])
       : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b.r[0]), "r"(b.r[1]));
 }
+// the first MMA of a block: c = a b (no zeroing of the accumulators beforehand)
+__device__ __forceinline__ void mma0(CFrag& c, const AFrag& a, const BFrag& b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+      : "=f"(c.r[0]), "=f"(c.r[1]), "=f"(c.r[2]), "=f"(c.r[3])
+      : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b.r[0]), "r"(b.r[1]), "f"(0.f));
+}
 __device__ __forceinline__ void build_a(AFrag& a, const uint32_t* tab, int kd, int j, int lane) {
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -185,6 +192,9 @@ struct CFrag { f32x4_t v; };    // C 16x16: lane (n, kq) holds (4kq..4kq+3, n)
 
 __device__ __forceinline__ void mma(CFrag& c, const AFrag& a, const BFrag& b) {
   c.v = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(a.v, b.v, c.v, 0, 0, 0);
+}
+__device__ __forceinline__ void mma0(CFrag& c, const AFrag& a, const BFrag& b) {
+  c.v = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(a.v, b.v, f32x4_t{0.f, 0.f, 0.f, 0.f}, 0, 0, 0);
 }
 __device__ __forceinline__ void build_a(AFrag& a, const uint32_t* tab, int kd, int j, int lane) {
 #pragma unroll
@@ -420,7 +430,6 @@ __device__ __forceinline__ void conv_body(const uint16_t* __restrict__ x, const 
             to_bf16(c_get(acc[s][q], i));
       }
 #endif
-      zero_c(acc[s][q]);
     }
 #if TMA_ST
     tma_fence();
@@ -484,13 +493,12 @@ __device__ __forceinline__ void conv_body(const uint16_t* __restrict__ x, const 
             load_b(b[q][kd], sl + bofs[q] + kd * PLANEE, ROWE);                                    \
         _Pragma("unroll") for (int kd = 0; kd < 3; ++kd)                                           \
           _Pragma("unroll") for (int q = 0; q < NTW; ++q) {                                        \
-            mma(acc[sn][q], a[kd][jn], b[q][kd]);                                                  \
+            /* an even pair starts its block: the first MMA writes the accumulators afresh */      \
+            if (!(P & 1) && kd == 0) mma0(acc[sn][q], a[kd][jn], b[q][kd]);                        \
+            else mma(acc[sn][q], a[kd][jn], b[q][kd]);                                             \
             mma(acc[so][q], a[kd][jo], b[q][kd]);                                                  \
           }                                                                                        \
-        if (P & 1) {                                                                               \
-          if (bn >= 1) { to_tile(so, bn - 1); pend = bn - 1; }                                     \
-          else { _Pragma("unroll") for (int q = 0; q < NTW; ++q) zero_c(acc[so][q]); }            \
-        }                                                                                          \
+        if ((P & 1) && bn >= 1) { to_tile(so, bn - 1); pend = bn - 1; }                           \
       }                                                                                            \
     }
 #if NPPS == 1
