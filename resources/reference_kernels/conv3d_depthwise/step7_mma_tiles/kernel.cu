@@ -30,9 +30,10 @@
 #define NPB 8      // output planes per block (NPN divides it)
 #define NPN 8      // output planes in one MMA's N (the rest of N is SPN = NB / NPN column segments of 4)
 #define NT 5       // NVIDIA (plane group, column tile) tiles per warp (AMD: (NT + 1) / 2, tiles twice as wide)
-#define STAGES 4   // NVIDIA: input row pairs in the shared ring (STAGES - 1 in flight); AMD uses 2
-#define MINB 3     // __launch_bounds__ min blocks per SM (3 x 128 threads: <= 168 registers)
-#define PPS 1      // NVIDIA: input row pairs per barrier (1, or 2 with STAGES >= 4 and a second output tile)
+#define STAGES 6   // NVIDIA: input row pairs in the shared ring (STAGES - 1 in flight); AMD uses 2
+#define MINB 4     // NVIDIA __launch_bounds__ min blocks per SM (4 x 128 threads: <= 128 registers, 16 warps/SM)
+#define MINB_AMD 3 // AMD's (3 x 256 lanes a CU: 4 waves a SIMD at MINB 4 would cap VGPR + AGPR at 128)
+#define PPS 2      // NVIDIA: input row pairs per barrier (1, or 2 with STAGES >= 4 and a second output tile)
 #define WSPEC 0    // 1: at W = WMAX the launcher runs conv3d_dw_mma_tiles_wmax, the body compiled for that W
 #define TMA 0      // NVIDIA: the Hopper tensor-memory accelerator (one instruction of one thread; zero fill and edge
                    // clipping in hardware) moves 1 = the input pairs in and the output tiles out, 2 = only the
@@ -40,6 +41,7 @@
 
 #if !defined(__HIP_PLATFORM_AMD__)
 #define LANES 32
+#define LB_MINB MINB
 #define NB 8
 #define NSTAGE STAGES
 #define NTW NT
@@ -48,6 +50,7 @@
 #define TMA_ST (TMA >= 1)
 #else
 #define LANES 64
+#define LB_MINB MINB_AMD
 #define NB 16
 #define NSTAGE 2
 #define NTW ((NT + 1) / 2)
@@ -522,14 +525,14 @@ __device__ __forceinline__ void conv_body(const uint16_t* __restrict__ x, const 
 #endif
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, MINB)
+extern "C" __global__ void __launch_bounds__(THREADS, LB_MINB)
 conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__ wt, uint16_t* __restrict__ y,
                     int D, int H, int W TMA_PARAMS) {
   conv_body<0>(x, wt, y, D, H, W TMA_ARGS);
 }
 
 // the same for W = WMAX (kernel.py launches it there when WSPEC is 1)
-extern "C" __global__ void __launch_bounds__(THREADS, MINB)
+extern "C" __global__ void __launch_bounds__(THREADS, LB_MINB)
 conv3d_dw_mma_tiles_wmax(const uint16_t* __restrict__ x, const uint16_t* __restrict__ wt, uint16_t* __restrict__ y,
                          int D, int H, int W TMA_PARAMS) {
   conv_body<WMAX>(x, wt, y, D, H, W TMA_ARGS);
