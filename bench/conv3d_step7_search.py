@@ -76,7 +76,7 @@ LESSONS = [
      "text": "stalls profile of v3 (0.2263 ms): a warp issues every 5.6 cycles, schedulers busy 52 %, 'wait' 38 % "
              "of the stall samples; thread_trace: 41 % of the samples on integer and 15 % on branch instructions "
              "(each copy's 64-bit address rebuilt every pair), MMAs 15 %: the loop is bound by its own overhead"},
-    {"variant": "v15", "ms": 0.2403, "source": _SRC,
+    {"variant": "v3", "ms": 0.2403, "source": _SRC,
      "text": "TMA loads of a 2.5 KB box a pair (v15) cut the loop's instructions by a third but ran slower (0.2403 "
              "against 0.2268 ms): 41 % of the stall samples wait at the pairs' mbarriers; TMA stores alone (v18, "
              "0.2385 ms) add barrier stalls. At this box size cp.async with lean addressing wins"},

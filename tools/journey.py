@@ -11,6 +11,7 @@ time bars + bandwidth line per step) and the table into the folder README betwee
   python3 tools/journey.py --compile-only      # CPU host: only the compile reports
   python3 tools/journey.py --from-bench <conv3d_steps json>  # chart only (bench/conv3d_steps.py output)
   python3 tools/journey.py --journal           # also label each call experiment="conv3d/<step>"
+  python3 tools/journey.py --from-json <GPU run json> --compile-from <compile-only json>   # AMD columns added
 The --journal flag is off by default: the tools accept `experiment` only once the journal is wired in.
 """
 from __future__ import annotations
@@ -234,9 +235,15 @@ def main() -> int:
     ap.add_argument("--from-bench", type=Path)
     ap.add_argument("--compile-from", type=Path, help="a journey JSON (e.g. from --compile-only on a host with "
                     "clang-19) whose compile reports fill the targets this host cannot compile")
+    ap.add_argument("--from-json", type=Path, help="a journey JSON of a GPU run: write its table and the README's "
+                    "block again (with --compile-from: the compile reports that run could not make), no GPU work")
     args = ap.parse_args()
     if args.from_bench:
         from_bench(args.from_bench)
+        return 0
+    if args.from_json:
+        rep = json.loads(args.from_json.read_text())
+        write(rep, args, final=True, chart_too=False)
         return 0
     args.on_step = lambda rep: write(rep, args, final=False)
     rep = anyio.run(replay, args)
@@ -253,7 +260,7 @@ def fill_compile(rep: dict, path: Path) -> None:
                 st["compile"][t] = {**row, "from": f"{path.name} ({other.get('date', '?')[:10]})"}
 
 
-def write(rep: dict, args, final: bool) -> None:
+def write(rep: dict, args, final: bool, chart_too: bool = True) -> None:
     if args.compile_from:
         fill_compile(rep, args.compile_from)
     md, rows = table(rep)
@@ -263,7 +270,8 @@ def write(rep: dict, args, final: bool) -> None:
     stem.with_suffix(".json").write_text(json.dumps(rep, indent=1, default=str))
     stem.with_suffix(".md").write_text(f"# conv3d_depthwise journey ({dev}, {rep['date']})\n\n{md}")
     if not args.compile_only and final:
-        chart(rows, stem.with_suffix(".png"), f"conv3d_depthwise journey, {dev}, {rep['date'][:10]} (benchmark tool)")
+        if chart_too:
+            chart(rows, stem.with_suffix(".png"), f"conv3d_depthwise journey, {dev}, {rep['date'][:10]} (benchmark tool)")
         if args.readme:
             update_readme(md, stem.with_suffix(".png"))
     if final:
