@@ -93,3 +93,19 @@ def test_thread_trace_triton_gemm_source_lines_and_findings():
                                              device="cuda:0", wait_s=600))
     assert res.source_lines and any(h.source_line for h in res.hot_instructions), res.notes
     assert res.findings and all(f.evidence for f in res.findings)
+
+
+def test_profile_pmc_stalls_preset_names_where_the_gemm_waits():
+    """ncu accepts every metric of the stalls preset on this GPU, and the heaviest kernel gets the breakdown."""
+    from evokernel_mcp.profile import api
+
+    res = anyio.run(lambda: api.profile_pmc(candidate=CAND, reference=REF, device="cuda:0", iters=1, preset="stalls",
+                                            max_dispatches=2, wait_s=600))
+    assert not res.degraded, res.degraded_reasons
+    gemm = res.dispatches[0]
+    assert gemm.kernel == "gemm_kernel"
+    per_issue = gemm.derived["cycles_per_issue"].value
+    reasons = {k: v.value for k, v in gemm.derived.items() if k.startswith("stall_")}
+    assert per_issue >= 1 and reasons and max(reasons.values()) <= per_issue
+    (f,) = [f for f in res.findings if f.kind == "stall"]
+    assert "stalled mostly on" in f.text and f.evidence["kernel"] == "gemm_kernel"
