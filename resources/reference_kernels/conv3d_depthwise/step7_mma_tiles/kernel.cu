@@ -34,7 +34,6 @@
 #define MINB 4     // NVIDIA __launch_bounds__ min blocks per SM (4 x 128 threads: <= 128 registers, 16 warps/SM)
 #define MINB_AMD 3 // AMD's (3 x 256 lanes a CU: 4 waves a SIMD at MINB 4 would cap VGPR + AGPR at 128)
 #define PPS 2      // NVIDIA: input row pairs per barrier (1, or 2 with STAGES >= 4 and a second output tile)
-#define WSPEC 0    // 1: at W = WMAX the launcher runs conv3d_dw_mma_tiles_wmax, the body compiled for that W
 #define TMA 0      // NVIDIA: the Hopper tensor-memory accelerator (one instruction of one thread; zero fill and edge
                    // clipping in hardware) moves 1 = the input pairs in and the output tiles out, 2 = only the
                    // output tiles out (the pairs by cp.async), 0 = neither
@@ -267,22 +266,19 @@ static_assert(NPPS == 1 && OROWE <= 256, "TMA: one output tile; a box is at most
 static_assert(2 * NPB * OPLANEE >= 4 * TABN + 2 * 75, "the A table and the taps fit in the output tile");
 
 #if TMA_ST
-#define TMA_PARAMS , const __grid_constant__ TmaDesc tin, const __grid_constant__ TmaDesc tout
-#define TMA_BODY_PARAMS , const TmaDesc* tin, const TmaDesc* tout
-#define TMA_ARGS , &tin, &tout
+#define TMA_PARAMS , const __grid_constant__ TmaDesc tin_, const __grid_constant__ TmaDesc tout_
 #else
 #define TMA_PARAMS
-#define TMA_BODY_PARAMS
-#define TMA_ARGS
 #endif
 
-// The kernel's body for any W (WFIX 0, W from the launch) or for W = WFIX known at compile time (every offset
-// and bound that depends on W folds into immediates and predicates the compiler drops).
-template <int WFIX>
-__device__ __forceinline__ void conv_body(const uint16_t* __restrict__ x, const uint16_t* __restrict__ wt,
-                                          uint16_t* __restrict__ y, int D, int H, int Wrt TMA_BODY_PARAMS) {
-  const int W = WFIX ? WFIX : Wrt;
+extern "C" __global__ void __launch_bounds__(THREADS, LB_MINB)
+conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__ wt, uint16_t* __restrict__ y,
+                    int D, int H, int W TMA_PARAMS) {
   extern __shared__ __align__(128) uint4 smem_dyn[];
+#if TMA_ST
+  const TmaDesc* tin = &tin_;   // the tensor maps, in the kernel's parameter space
+  const TmaDesc* tout = &tout_;
+#endif
   uint16_t* ring = reinterpret_cast<uint16_t*>(smem_dyn);
   uint16_t* otile = ring + OTILE_AT;
   const int tid = threadIdx.x, lane = tid % LANES, warp = tid / LANES;
@@ -523,17 +519,4 @@ __device__ __forceinline__ void conv_body(const uint16_t* __restrict__ x, const 
 #if !TMA_LD && !defined(__HIP_PLATFORM_AMD__)
   asm volatile("cp.async.wait_all;\n" ::);   // the zero-filled copies of pairs past the end
 #endif
-}
-
-extern "C" __global__ void __launch_bounds__(THREADS, LB_MINB)
-conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__ wt, uint16_t* __restrict__ y,
-                    int D, int H, int W TMA_PARAMS) {
-  conv_body<0>(x, wt, y, D, H, W TMA_ARGS);
-}
-
-// the same for W = WMAX (kernel.py launches it there when WSPEC is 1)
-extern "C" __global__ void __launch_bounds__(THREADS, LB_MINB)
-conv3d_dw_mma_tiles_wmax(const uint16_t* __restrict__ x, const uint16_t* __restrict__ wt, uint16_t* __restrict__ y,
-                         int D, int H, int W TMA_PARAMS) {
-  conv_body<WMAX>(x, wt, y, D, H, W TMA_ARGS);
 }

@@ -84,7 +84,5 @@ def run(x, weight):
     maps = ()
     if _tma(CUDA_SRC, torch.version.hip is not None):   # load box: NPB + 2 planes x 2 rows x WMAX + 24 columns
         maps = (_tensor_map(x[0], (wmax + 24, 2, npb + 2, 1)), _tensor_map(y[0], (wmax + 8, 4, npb, 1)))
-    spec = re.search(r"#define WSPEC (\d+)", CUDA_SRC)
-    name = KERNEL + "_wmax" if spec and int(spec.group(1)) and W == wmax else KERNEL
-    build_kernel(CUDA_SRC, name)(grid, (threads, 1, 1), smem, x, weight, y, D, H, W, *maps)
+    build_kernel(CUDA_SRC, KERNEL)(grid, (threads, 1, 1), smem, x, weight, y, D, H, W, *maps)
     return y
