@@ -65,6 +65,7 @@ VARIANTS = {  # v1..v6 as in the first H100 round (commit c31f27b), v7..v12 adde
     # after the lean copies, the bf16x2 stores and the fresh first MMA, v1 fits 128 registers without spills
     "v20": {"MINB": 4, "STAGES": 4, "PPS": 1},  # v1 at 16 warps/SM
     "v21": {"WARPS": 2, "NPB": 4, "NPN": 4, "NT": 5, "MINB": 8, "STAGES": 4, "PPS": 1},  # v3 at 16 warps/SM
+    "v23": {"STAGES": 8},  # v22 with an 8-stage ring (a slot index without a division): no faster (run 14)
     "v22": {},  # kernel.cu's defaults: v20 with 2 row pairs per barrier and a 6-stage ring (MINB 4, PPS 2, STAGES 6)
 }
 DEFAULT = ["v3", "v1", "v22"]
