@@ -82,6 +82,7 @@ def test_impossible_requests_refused_before_any_job():
 
 
 def test_mcp_client_benchmark_job_id_and_refusals():
+    from evokernel_mcp.benchmark.interleave import BUDGET_MIN_ROUNDS
     from evokernel_mcp.server import build_server
 
     async def main():
@@ -89,7 +90,11 @@ def test_mcp_client_benchmark_job_id_and_refusals():
             r = await client.call_tool("benchmark", {"candidate": GOOD, "task": "vector_add", "min_reps": 4, **FAST})
             assert not r.is_error, r.content
             sc = r.structured_content
-            assert sc["results"][0]["candidate"]["reps"] == 4 and sc["results"][0]["baseline"]["reps"] == 4
+            row = sc["results"][0]
+            assert row.get("candidate") and row.get("baseline"), {k: row.get(k) for k in ("valid", "invalid_reason")}
+            # a budget of 1 us: one repetition a round, the rounds every run makes past its budget
+            reps = max(4, BUDGET_MIN_ROUNDS)
+            assert row["candidate"]["reps"] == reps and row["baseline"]["reps"] == reps
             assert sc["results"][0]["correct_after_timing"] is True
             r = await client.call_tool("benchmark", {"candidate": GOOD, "task": "vector_add", "min_reps": 0})
             assert r.is_error and "min_reps" in r.content[0].text
