@@ -344,6 +344,8 @@ async def trace_cuda(launch: Launch, kernel_regex: str | None, top_n: int) -> Tr
 def _source_rows(sass_src: str, cuda_src: str | None) -> tuple[str, list[TraceInstruction], list[str]]:
     """The source page with line info (cuda,sass view: each SASS instruction with its file:line; Triton keeps
     line info in its cubins unless TRITON_DISABLE_LINE_INFO is set), else the SASS view."""
+    why = ("no source lines: the kernel's cubin has no line info (Triton: TRITON_DISABLE_LINE_INFO set; CUDA: "
+           "compile with -lineinfo); instructions are shown without file:line")
     if cuda_src:
         try:
             rows = parse_ncu_source_csv(cuda_src, "ncu_source_cuda_sass.csv")
@@ -351,6 +353,6 @@ def _source_rows(sass_src: str, cuda_src: str | None) -> tuple[str, list[TraceIn
                 return cuda_src, rows, []
         except ParseError as e:
             log.info("ncu cuda,sass source view unusable: %s", e)
-    return sass_src, parse_ncu_source_csv(sass_src, "ncu_source_sass.csv"), [
-        "no source lines: the kernel's cubin has no line info (Triton: TRITON_DISABLE_LINE_INFO set; CUDA: "
-        "compile with -lineinfo); instructions are shown without file:line"]
+            why = f"no source lines: ncu's source view (cuda,sass) could not be read ({e}); instructions are " \
+                  "shown without file:line"
+    return sass_src, parse_ncu_source_csv(sass_src, "ncu_source_sass.csv"), [why]

@@ -106,3 +106,26 @@ def test_pmc_result_from_recording_fits_budget():
     assert res.bound == "compute-bound"  # the longest dispatch is fma_loop_kernel
     assert res.findings[0].evidence["kernel"] == "fma_loop_kernel"
     assert len(json.dumps(res.model_dump(mode="json"))) / 4 < 4000
+
+
+def test_cuda_sass_view_with_unescaped_quotes_in_the_source_text():
+    """ncu's cuda,sass source view leaves the quotes inside a source line undoubled (recorded on an H100 from a
+    kernel with inline PTX); every instruction still gets its file:line, and the line's text is whole."""
+    from evokernel_mcp.profile.ncu_parsers import has_line_info, parse_ncu_source_csv
+
+    rows = parse_ncu_source_csv((CU / "ncu_source_cuda_sass_quotes_h100.csv").read_text(), "src.csv")
+    assert rows and has_line_info(rows) and all(r.source and r.source.startswith("quotes_lineinfo.cu:") for r in rows)
+    (fadd,) = [r for r in rows if r.instruction.startswith("FADD")]
+    assert fadd.source == "quotes_lineinfo.cu:6"
+    assert fadd.source_text.startswith('asm volatile("add.f32 %0, %0, %0;" : "+f"(v));') and '"a quoted comment"' \
+        in fadd.source_text
+
+
+def test_an_unreadable_source_view_is_named_as_such_not_as_missing_line_info():
+    from evokernel_mcp.profile.collect import _source_rows
+
+    sass = (CU / "ncu_source_sass_axpy_h200.csv").read_text()
+    _, rows, notes = _source_rows(sass, '"Line No","Source","Address"\n"2","oops\n')  # a field never closed
+    assert rows and len(notes) == 1 and "could not be read" in notes[0] and "-lineinfo" not in notes[0]
+    _, _, notes = _source_rows(sass, None)
+    assert "compile with -lineinfo" in notes[0]

@@ -35,8 +35,9 @@ def _binary(src):
         argv = [_tool(["hipcc"], "ROCM_PATH", ["/opt/rocm/bin"]), "--genco", f"--offload-arch={arch}", "-O3"]
     else:
         major, minor = torch.cuda.get_device_capability(0)
+        # -lineinfo: the profilers map instructions to kernel.cu's lines (thread_trace's source view); same SASS
         argv = [_tool(["nvcc"], "CUDA_HOME", ["/usr/local/cuda/bin"]), "-cubin", f"-arch=sm_{major}{minor}",
-                "-O3", "-std=c++17"]
+                "-O3", "-std=c++17", "-lineinfo"]
     key = hashlib.sha256((" ".join(argv[1:]) + src).encode()).hexdigest()[:16]
     out = os.path.join(tempfile.gettempdir(), f"conv3d_steps_{key}.bin")
     if not os.path.exists(out):
