@@ -64,6 +64,16 @@ def _tree(root: int) -> set[int]:
     return out
 
 
+def _comm(pid: int) -> str:
+    """The process's name: our runner and children name themselves after their role (evk-runner, evk-spare,
+    evk-reference, evk-candidate: runtime/proctree.name_self)."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
+
+
 def per_process_mib() -> dict[int, float] | None:
     """{pid: device MiB} of every compute process (pynvml where installed, else nvidia-smi); None without either."""
     try:
@@ -109,6 +119,8 @@ class GpuMemSampler:
     def __init__(self, period_s: float = 0.2, exclude: set[int] | None = None):
         self.period_s, self.peak_mib, self.peak_ours_mib, self._stop = period_s, None, None, threading.Event()
         self.exclude = exclude or set()
+        self.phase = "start"  # set by the sweep before each call: the peak of our processes is kept per phase
+        self.by_phase: dict[str, dict] = {}  # {phase: {"peak_mib", "processes": [[name, MiB] of ours at it]}}
         self.tool = "nvidia-smi" if shutil.which("nvidia-smi") else None
 
     def _read(self) -> float | None:
@@ -126,9 +138,15 @@ class GpuMemSampler:
             if v is not None:
                 self.peak_mib = v if self.peak_mib is None else max(self.peak_mib, v)
             per = per_process_mib()
-            o = ours_mib(per, _tree(me), self.exclude) if per else None
+            tree = _tree(me)
+            o = ours_mib(per, tree, self.exclude) if per else None
             if o is not None:
                 self.peak_ours_mib = o if self.peak_ours_mib is None else max(self.peak_ours_mib, o)
+                ph = self.by_phase.get(self.phase)
+                if ph is None or o > ph["peak_mib"]:
+                    mine = sorted(((_comm(pid), v) for pid, v in per.items() if pid in tree and pid not in self.exclude),
+                                  key=lambda x: -x[1])
+                    self.by_phase[self.phase] = {"peak_mib": o, "processes": mine}
             self._stop.wait(self.period_s)
 
     def __enter__(self) -> "GpuMemSampler":
@@ -297,13 +315,16 @@ async def sweep(files: list[Path], seeds: int, max_time_s: float, scale: int, be
             row: dict = {"problem": f.name, "overrides": ov, "own_bytes": own_bytes(src, ov)}
             t_all = time.perf_counter()
             with GpuMemSampler(exclude=exclude) as mem:
+                mem.phase = "verify"
                 b, t, e, x = await call_tool(c, "verify_vs_pytorch",
                                              {**base, "candidate": same_code(src), "seeds": seeds})
                 row["same"] = {**_verdict(b, e, x), "wall_s": round(t, 2)}
+                mem.phase = "perturbed"
                 b, t, e, x = await call_tool(c, "verify_vs_pytorch", {**base, "candidate": perturbed(src), "seeds": 1,
                                                                   "probe": False, "stop_on_first_failure": True})
                 row["perturbed"] = {**_verdict(b, e, x), "wall_s": round(t, 2)}
                 if bench:
+                    mem.phase = "benchmark"
                     b, t, e, x = await call_tool(c, "benchmark", {**base, "candidate": same_code(src),
                                                               "max_time_s": max_time_s})
                     res = (b.get("results") or [{}])[0]
@@ -315,6 +336,7 @@ async def sweep(files: list[Path], seeds: int, max_time_s: float, scale: int, be
                                         "error": (f"{err.get('kind')}: {err.get('message', '')[:300]}" if err else x)}
             row["peak_gpu_mem_mib"] = mem.peak_mib
             row["peak_ours_mib"] = mem.peak_ours_mib
+            row["peak_ours_by_phase"] = mem.by_phase  # each phase's peak and our processes' MiB at it
             if mem.peak_ours_mib is None and mem.peak_mib is not None and start_mib is not None:
                 # no per-process reading matched our tree (pids of another namespace): the device's used
                 # memory over what was used before the sweep began (the ballast's share and others' left out)

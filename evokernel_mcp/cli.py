@@ -226,6 +226,7 @@ def _configure(ns: argparse.Namespace) -> str | None:
         s = settings.configure(home=ns.home, devices=ns.devices, journal=ns.journal, task_roots=ns.task_root,
                                executor=ns.executor, ray_address=ns.ray_address, ray_slots=ns.ray_slots,
                                http_token_file=ns.token_file, sandbox=ns.sandbox, warm_start=ns.warm_start,
+                               memory_factor=ns.memory_factor,
                                secret_env=tuple(ns.secret_env) if ns.secret_env else None)
     except ValueError as e:
         return str(e)
@@ -292,6 +293,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--warm-start", choices=["auto", "on", "off"], default=None,
                    help="start the first device's runner and spare children when the server starts, so the first "
                    "verify does not wait for them: auto (where that device is a GPU; default), on, off")
+    s.add_argument("--memory-factor", type=float, default=None, metavar="X",
+                   help="a job with more than 1 GB of inputs + outputs keeps our processes' device memory within X "
+                   "times that where it can (float64 reference sampled, aids cut; default 3); 0: only the free "
+                   "memory limits it")
     s.add_argument("--executor", choices=["local", "ray"], default=None,
                    help="where evaluate_batch runs candidates: this host's GPUs (local, default) or a Ray cluster "
                    "(else $EVOKERNEL_EXECUTOR)")

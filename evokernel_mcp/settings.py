@@ -73,6 +73,10 @@ class Settings(BaseModel):
                                    "Ray actor")
     child_memory: str = Field("auto", description="memory of each process that runs agent code and of its job's "
                               "process tree: bytes, 512M, 8G, 'auto' (half the host's RAM, at least 2 GiB) or 'off'")
+    memory_factor: float = Field(3.0, ge=0, description="a job with more than 1 GB of its own (inputs + outputs) "
+                                 "plans the device memory of our processes within this many times that, where it "
+                                 "can, by giving up accuracy and robustness aids (runtime/devplan.py); 0: only the "
+                                 "free memory limits it (serve --memory-factor; no variable)")
     # knobs with a measured default and no variable (tests and the code set them; docs/configuration.md)
     cpu_split: Literal["auto", "even", "off"] = "auto"
     child_cpu_s: int | None = Field(14400, ge=1, description="CPU seconds of each process of agent code")

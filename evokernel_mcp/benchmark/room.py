@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from evokernel_mcp import settings
 from evokernel_mcp.runtime.devmem import trim_between_cases
 from evokernel_mcp.runtime.spares import ChildFailed
 from evokernel_mcp.verify.runner_side import _nbytes
@@ -16,7 +17,9 @@ def room_for_arms(ctx, arms, ref, case: dict, room: dict, refill_sets: int = 1, 
     counted part by part (devplan.plan_benchmark); when that is less than asked, our idle processes give theirs
     back first (once per shape) and it is planned again; then what the plan cut is applied (the control arm
     retired, the refill pool and the sampled repetitions fewer, the runner's device copy of the outputs let go)
-    and said in the notes; too_big, naming the bytes, the device's and the overrides, before anything runs.
+    and said in the notes; a shape of more than 1 GB of its own is planned within settings.memory_factor x it
+    (devplan.data_cap), which cuts the same aids and gives our idle processes' memory back the same way;
+    too_big, naming the bytes, the device's and the overrides, before anything runs.
     Returns the plan (also in room["plan"])."""
     import torch
 
@@ -28,10 +31,14 @@ def room_for_arms(ctx, arms, ref, case: dict, room: dict, refill_sets: int = 1, 
     work = case.get("workspace_bytes")
     work = work if isinstance(work, int) and not isinstance(work, bool) and work > 0 else 0
 
+    # the runner, the reference and each arm hold a context: counted against the job's memory cap
+    cap = devplan.data_cap(i + o, settings.get().memory_factor, 2 + 2 + (arms.ctrl is not None))
+
     def plan(freed: int = 0, hint: dict | None = None) -> devplan.BenchPlan:
         free, total = torch.cuda.mem_get_info()
         return devplan.plan_benchmark(i, o, free, total, arms.ctrl is not None, refill_sets, sample_size,
-                                      per_rep, overrides=hint, reclaimed=freed, workspace_bytes=min(work, total))
+                                      per_rep, overrides=hint, reclaimed=freed, workspace_bytes=min(work, total),
+                                      cap=cap)
 
     p = plan()
     full = (p.control == (arms.ctrl is not None) and p.refill_sets == refill_sets and p.sample_size == sample_size)

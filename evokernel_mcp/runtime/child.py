@@ -179,9 +179,11 @@ def _info(device: str, warm: bool = True, gate=None) -> dict[str, Any]:
 
 def _load(req: dict[str, Any], device: str) -> Loaded:
     from evokernel_mcp import candidate as cand
+    from evokernel_mcp.runtime.proctree import name_self
     from evokernel_mcp.tasks import Task
 
     role, task = req["role"], Task(**req["task"])
+    name_self(role)
     if role == "reference":
         mod = cand.load_module(task.reference_source, "reference", ".")
     elif role == "candidate":
@@ -281,9 +283,11 @@ def main() -> None:
                     "without it (a child under a profiler, which may not pass descriptors on) the files of those "
                     "names the runner made in the scratch dir, opened before any agent code runs")
     args = ap.parse_args()
+    from evokernel_mcp.runtime.proctree import name_self
     from evokernel_mcp.runtime.sandbox import not_dumpable
 
     not_dumpable()
+    name_self("spare")
     proto = os.fdopen(os.dup(1), "wb", buffering=1 << 20)
     if args.capture_fds:
         given = [int(x) for x in args.capture_fds.split(",")]

@@ -9,9 +9,18 @@ A verify case at its peak (tensors on one device, each held by the process named
               comparison blocks (its copy of the inputs goes once the candidate has its own; an arg-reduction's
               inputs stay, beside outputs too small to matter)
   candidate   inputs + its pristine copy + one run's outputs
+  (lean, within a job's memory cap: the candidate keeps a digest instead of the pristine copy, and run B's
+  outputs reach the runner on the host, compared with run A's block by block)
   transfer    the largest tensor once more (a VMM export is a second allocation until the peer has copied it)
 The reference's float64 copy is transient (its forward, then sent and dropped) and does not coincide with the
 candidate's runs, so the peak is the larger of the two phases.
+
+A job whose own bytes (inputs + outputs) exceed BIG_JOB_BYTES is planned within a cap as well: our processes
+together within `memory_factor` (settings; 3 by default) times its own bytes, the CUDA contexts of the job's
+processes counted (data_cap). Under the cap the plan gives up accuracy and robustness aids before it would
+need more: the float64 reference sampled instead of whole, the candidate's inputs checked for mutation by a
+digest instead of a second copy (verify); the refill pool, the control arm, the sampled repetitions
+(benchmark). The cap is soft: a job whose leanest plan exceeds it still runs where the free memory holds it.
 
 Idle processes of ours (spares, cached reference processes of other sources, the runner's allocator cache) are
 counted: when the job does not fit in what is free, they are stopped (or their caches emptied) and the job is
@@ -28,6 +37,16 @@ from pydantic import BaseModel, Field
 
 HEADROOM = 0.9  # plan within this fraction of the free memory (the allocator's rounding, a context's growth)
 CONTEXT_BYTES_ASSUMED = 640 << 20  # an idle CUDA process without a per-process reading (610-772 MiB on an H100)
+BIG_JOB_BYTES = 10**9  # own bytes above which a job is planned within memory_factor x them (data_cap)
+
+
+def data_cap(own_bytes: int, factor: float, processes: int) -> int | None:
+    """Bytes of tensors a job may plan for, our processes together, so that they stay within factor x its own
+    bytes (inputs + outputs) with the CUDA contexts of its `processes` counted; None (no cap) for a job of at
+    most BIG_JOB_BYTES or with the factor 0 (off)."""
+    if factor <= 0 or own_bytes <= BIG_JOB_BYTES:
+        return None
+    return max(0, int(factor * own_bytes) - processes * CONTEXT_BYTES_ASSUMED)
 
 
 def _gb(n: float) -> str:
@@ -54,20 +73,22 @@ class VerifyNeeds(BaseModel):
     largest_bytes: int = Field(default=0, description="The largest single tensor (sent between processes).")
     mask_bytes: int = Field(default=0, description="One byte per output element (the unwritten mask).")
 
-    def by_process(self, float64: Literal["whole", "sampled", "none"]) -> dict[str, int]:
-        """{process: bytes} at the case's peak, with the float64 reference kept whole, sampled or left out."""
+    def by_process(self, float64: Literal["whole", "sampled", "none"], pristine: bool = True) -> dict[str, int]:
+        """{process: bytes} at the case's peak, with the float64 reference kept whole, sampled or left out, and
+        the candidate keeping a pristine copy of its inputs (else a digest of them)."""
         i, o = self.input_bytes, self.output_bytes
         hi = float64 == "whole"
         ref_phase = i + o + (self.hi_input_bytes + self.hi_output_bytes if hi else 0)
-        judge_phase = {"runner": 3 * o + (self.hi_output_bytes if hi else 0) + self.mask_bytes,
-                       "candidate": 2 * i + o}
+        # lean (not pristine): run B reaches the runner on the host, one device output fewer there
+        judge_phase = {"runner": (3 if pristine else 2) * o + (self.hi_output_bytes if hi else 0) + self.mask_bytes,
+                       "candidate": (2 if pristine else 1) * i + o}
         transfer = max(self.largest_bytes, self.hi_output_bytes if hi else 0)
         if ref_phase >= sum(judge_phase.values()):
             return {"reference": ref_phase, "transfer": transfer}
         return {**judge_phase, "transfer": transfer}
 
-    def peak(self, float64: Literal["whole", "sampled", "none"]) -> int:
-        return sum(self.by_process(float64).values())
+    def peak(self, float64: Literal["whole", "sampled", "none"], pristine: bool = True) -> int:
+        return sum(self.by_process(float64, pristine).values())
 
 
 class DevicePlan(BaseModel):
@@ -81,6 +102,10 @@ class DevicePlan(BaseModel):
                                    "empty) first.")
     reclaim_bytes: int = 0
     float64: Literal["whole", "sampled", "none"] = "whole"
+    pristine: bool = Field(default=True, description="The candidate keeps a pristine copy of its inputs (run B "
+                           "starts from it; a mutation is found by comparing); False: a digest of them instead.")
+    cap_bytes: int | None = Field(default=None, description="The tensors' bytes the job planned within "
+                                  "(data_cap); None: only the free memory limits it.")
     copies: int | None = Field(default=None, description="Benchmark: timed input sets rotated per arm.")
     too_big: str | None = None
     note: str | None = None
@@ -115,30 +140,40 @@ def too_big_message(needed: int, free: int, total: int | None, reclaimed: int, p
 
 
 def plan_verify(needs: VerifyNeeds, free: int, total: int | None, holdings: list[Holding],
-                overrides: dict | None = None) -> DevicePlan:
-    """The float64 reference whole where it fits in what is free; else sampled (PyTorch's own error measured in
-    float64 on a slice of the batch: verify/refout.py) where that fits; else the same two with idle processes
+                overrides: dict | None = None, cap: int | None = None) -> DevicePlan:
+    """The fullest case that fits: the float64 reference whole where it fits in what is free (and within `cap`,
+    data_cap's bytes, where set); else sampled (PyTorch's own error measured in float64 on a slice of the batch:
+    verify/refout.py); under a cap, then the candidate's inputs checked by digest instead of a pristine copy,
+    and where even that exceeds the cap, the leanest that fits what is free. Else the same with idle processes
     of ours given back first; else too_big. Giving back comes after dropping the whole float64 copy: it is an
     accuracy aid, and a stopped spare costs the next job a process start."""
+    modes: list[tuple[Literal["whole", "sampled"], bool]] = [("whole", True), ("sampled", True)]
+    if cap is not None:
+        modes.append(("sampled", False))
+
+    def plan(mode: tuple[Literal["whole", "sampled"], bool], **kw) -> DevicePlan:
+        return DevicePlan(needed_bytes=needs.peak(*mode), parts=needs.by_process(*mode), free_bytes=free,
+                          total_bytes=total, float64=mode[0], pristine=mode[1], cap_bytes=cap, **kw)
+
     reclaimable = sum(h.bytes for h in holdings)
-    for mode in ("whole", "sampled"):
-        need = needs.peak(mode)
-        if need <= _usable(free):
-            return DevicePlan(needed_bytes=need, parts=needs.by_process(mode), free_bytes=free, total_bytes=total,
-                              float64=mode)
-    for mode in ("whole", "sampled"):
-        need = needs.peak(mode)
-        if need <= _usable(free + reclaimable):
-            pick = _choose(holdings, math.ceil((need - _usable(free)) / HEADROOM))  # (HEADROOM of it is usable)
-            got = sum(h.bytes for h in pick)
-            return DevicePlan(needed_bytes=need, parts=needs.by_process(mode), free_bytes=free, total_bytes=total,
-                              float64=mode, reclaim=pick, reclaim_bytes=got,
-                              note=f"{len(pick)} idle process(es)/cache(s) of ours give back {_gb(got)} first")
-    need = needs.peak("sampled")
-    parts = needs.by_process("sampled")
-    return DevicePlan(needed_bytes=need, parts=parts, free_bytes=free, total_bytes=total, float64="none",
-                      reclaim=list(holdings), reclaim_bytes=reclaimable,
-                      too_big=too_big_message(need, free, total, reclaimable, parts, overrides))
+    for room in (_usable(free), _usable(free + reclaimable)):
+        fitting = [m for m in modes if needs.peak(*m) <= room]
+        if not fitting:
+            continue
+        under = [m for m in fitting if cap is None or needs.peak(*m) <= cap]
+        mode = under[0] if under else fitting[-1]
+        if room == _usable(free):
+            return plan(mode)
+        pick = _choose(holdings, math.ceil((needs.peak(*mode) - _usable(free)) / HEADROOM))  # (HEADROOM usable)
+        got = sum(h.bytes for h in pick)
+        return plan(mode, reclaim=pick, reclaim_bytes=got,
+                    note=f"{len(pick)} idle process(es)/cache(s) of ours give back {_gb(got)} first")
+    lean = modes[-1]
+    parts = needs.by_process(*lean)
+    return DevicePlan(needed_bytes=needs.peak(*lean), parts=parts, free_bytes=free, total_bytes=total,
+                      float64="none", pristine=lean[1], cap_bytes=cap, reclaim=list(holdings),
+                      reclaim_bytes=reclaimable,
+                      too_big=too_big_message(needs.peak(*lean), free, total, reclaimable, parts, overrides))
 
 
 class BenchPlan(BaseModel):
@@ -171,6 +206,8 @@ class BenchPlan(BaseModel):
                                        "reference's outputs go before the arms got theirs.")
     per_rep_check_bytes: int = Field(default=0, description="Device bytes per arm a per-repetition output check "
                                      "adds (filled by the check that needs them; counted in every arm).")
+    cap_bytes: int | None = Field(default=None, description="The tensors' bytes the job planned within "
+                                  "(data_cap); None: only the free memory limits it.")
     notes: list[str] = Field(default_factory=list)
     too_big: str | None = None
 
@@ -195,11 +232,13 @@ def _bench_parts(i: int, o: int, n_arms: int, copies: int, refill: int, sample: 
 
 def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | None, control: bool,
                    refill_sets: int, sample_size: int, per_rep_check_bytes: int = 0,
-                   overrides: dict | None = None, reclaimed: int = 0, workspace_bytes: int = 0) -> BenchPlan:
-    """The fullest benchmark that fits in what is free: as asked; else, one cut at a time, no refill pool
-    (the post-timing refill check still catches caching by address), no control arm (the noise floor then
-    comes from the rounds), no sampled repetitions (the refill and fresh checks still judge the outputs); else
-    too_big with the bytes of the leanest plan, the device's and the overrides."""
+                   overrides: dict | None = None, reclaimed: int = 0, workspace_bytes: int = 0,
+                   cap: int | None = None) -> BenchPlan:
+    """The fullest benchmark that fits in what is free (and within `cap`, data_cap's bytes, where set): as
+    asked; else, one cut at a time, no refill pool (the post-timing refill check still catches caching by
+    address), no control arm (the noise floor then comes from the rounds), no sampled repetitions (the refill
+    and fresh checks still judge the outputs); where even the leanest exceeds the cap, the leanest that fits
+    what is free; else too_big with the bytes of the leanest plan, the device's and the overrides."""
     i, o = max(0, input_bytes), max(0, output_bytes)
     keeps = i + o <= BIG_BENCH_BYTES
     # (control arm, refill sets, sampled repetitions, transfer margin, the note saying what this step cut)
@@ -221,6 +260,7 @@ def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | 
                      "one timed input set per arm (no rotation: address effects matter little for kernels of "
                      "this size)")
     parts: dict[str, int] = {}
+    over_cap: BenchPlan | None = None
     for ctrl, refill, sample, margin, why in steps:
         if why:
             notes.append(why)
@@ -228,9 +268,19 @@ def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | 
                              max(0, workspace_bytes))
         need = sum(parts.values())
         if need <= _usable(free):
-            return BenchPlan(parts=parts, needed_bytes=need, free_bytes=free, total_bytes=total, control=ctrl,
+            plan = BenchPlan(parts=parts, needed_bytes=need, free_bytes=free, total_bytes=total, control=ctrl,
                              refill_sets=refill, sample_size=sample, runner_keeps_outputs=keeps,
-                             per_rep_check_bytes=per_rep_check_bytes, notes=notes)
+                             per_rep_check_bytes=per_rep_check_bytes, notes=list(notes), cap_bytes=cap)
+            if cap is None or need <= cap:
+                if cap is not None and len(notes) > (0 if keeps else 1):
+                    plan.notes.append(f"planned within the job's memory cap: {_gb(cap)} of tensors (memory_factor "
+                                      "x its own bytes, the processes' contexts counted)")
+                return plan
+            over_cap = plan
+    if over_cap is not None:  # the cap is soft: the leanest plan that fits what is free
+        over_cap.notes.append(f"over the job's memory cap ({_gb(over_cap.needed_bytes)} planned, cap {_gb(cap or 0)}):"
+                              " the leanest plan, the free memory holds it")
+        return over_cap
     need = sum(parts.values())
     msg = too_big_message(need, free, total, reclaimed, parts, overrides)
     return BenchPlan(parts=parts, needed_bytes=need, free_bytes=free, total_bytes=total, control=False,

@@ -134,6 +134,7 @@ class CaseRequest(_ChildReq):
     hold: bool = False
     inputs_only: bool = False
     work: bool = False
+    memory_factor: float = 0.0  # settings.memory_factor: a big case is planned within it x its own bytes
 
 
 class ExpectedRequest(_ChildReq):
@@ -155,6 +156,7 @@ class RunRequest(_Case):
     poison: Literal["nan", "sentinel"]
     keep: bool = False
     same_inputs: bool = False
+    pristine: bool = True  # keep: a pristine copy of the inputs for the next run; False: the inputs and a digest
     model_key: str | None = None
     inputs: Any = None
 

@@ -31,3 +31,17 @@ def descendants(pid: int) -> list[int]:
             out.append(c)
             todo.append(c)
     return out
+
+
+def name_self(role: str) -> None:
+    """Name this process after its role ('evk-runner', 'evk-spare', 'evk-reference', 'evk-candidate': what ps,
+    top and a sweep's per-process device memory show). prctl(PR_SET_NAME), which a non-dumpable process may
+    still do (its /proc/self/comm is root's then). Informational only: agent code in a child can rename it, so
+    nothing decides anything by it."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(15, ctypes.c_char_p(f"evk-{role}"[:15].encode()), 0, 0, 0)  # 15: PR_SET_NAME
+    except (OSError, AttributeError):  # not Linux
+        pass

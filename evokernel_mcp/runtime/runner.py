@@ -202,6 +202,9 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
     from evokernel_mcp.runtime.cpus import apply_runner_cpus
+    from evokernel_mcp.runtime.proctree import name_self
+
+    name_self("runner")
 
     apply_runner_cpus()  # this GPU's share of the CPUs (the cpu_split setting), before torch sizes its thread pool
     proto_fd = os.dup(1)

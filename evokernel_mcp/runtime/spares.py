@@ -466,10 +466,10 @@ class Spares:
                 self._lock.wait(timeout=0.5)
         return time.monotonic() - t0
 
-    def give_back_idle(self, keep: tuple = ()) -> dict[str, object]:
-        """A job needs device memory our idle processes hold: stop every ready spare and every cached reference
-        process not in `keep`, empty this runner's allocator cache, wait until they are gone, and start no new
-        spare until the job ends (end_hold). Returns what was given back: {processes, holdings
+    def give_back_idle(self, keep: tuple = (), keep_spares: int = 0) -> dict[str, object]:
+        """A job needs device memory our idle processes hold: stop every ready spare but `keep_spares` of them
+        and every cached reference process not in `keep`, empty this runner's allocator cache, wait until they
+        are gone, and start no new spare until the job ends (end_hold). Returns what was given back: {processes, holdings
         (runtime/devplan.Holding dicts), freed_bytes (the device's free memory after minus before: measured),
         free_bytes}."""
         from evokernel_mcp.runtime.devmem import release_cached
@@ -478,8 +478,8 @@ class Spares:
         before = self._free_memory()
         with self._lock:
             self._held = True
-            spares = list(self._ready)
-            self._ready = []
+            spares = self._ready[max(0, keep_spares):]
+            self._ready = self._ready[:max(0, keep_spares)]
             refs = [(k, c) for k, c in self._refs.items() if c not in keep]
             for k, _ in refs:
                 del self._refs[k]

@@ -50,6 +50,28 @@ def _bits(t):
 
 
 BLOCK_ELEMS = 1 << 24  # elements compared at once: the temporaries are a few bytes per element of one block
+_WEIGHT = 0x9E3779B97F4A7C15 - (1 << 64)  # an odd 64-bit multiplier (as int64): positions weighted apart
+
+
+def digest(t, *, block_elems: int = BLOCK_ELEMS) -> tuple[int, int]:
+    """Two 64-bit wrapping sums over t's bits, in flat blocks (temporaries of one block, never of t's size):
+    the plain sum and one weighted by position. Equal for unchanged data; a changed element changes the plain
+    sum, and changes that cancel in it (two elements swapped, +d here and -d there) change the weighted one.
+    What verify uses instead of a second copy of the candidate's inputs when the job's memory plan asks
+    (runtime/devplan.py: a digest is not proof against a candidate that forges it on purpose, nor is the copy it
+    replaces, both being held in the candidate's own process; it finds a kernel that writes into its inputs)."""
+    import torch
+
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    x = _bits(t).reshape(-1)
+    plain = weighted = 0
+    for s in range(0, x.numel(), max(1, block_elems)):
+        blk = x[s:s + block_elems].to(torch.int64)
+        pos = torch.arange(s, s + blk.numel(), device=blk.device, dtype=torch.int64) * _WEIGHT + 1
+        plain += int(blk.sum())
+        weighted += int((blk * pos).sum())
+    return plain % (1 << 64), weighted % (1 << 64)
 
 
 def bitwise_equal(a, b, mask=None, *, block_elems: int = BLOCK_ELEMS) -> bool:
@@ -64,7 +86,7 @@ def bitwise_equal(a, b, mask=None, *, block_elems: int = BLOCK_ELEMS) -> bool:
         return False
     for s in range(0, x.numel(), max(1, block_elems)):
         e = min(s + block_elems, x.numel())
-        same = x[s:e] == y[s:e]
+        same = x[s:e] == y[s:e].to(x.device)  # (b may be on the host: a lean case's run B, one block at a time)
         if m is not None:
             same |= ~m[s:e].to(same.device)
         if not bool(same.all()):
@@ -84,5 +106,5 @@ def unwritten_mask(a, b, *, block_elems: int = BLOCK_ELEMS):
     flat = out.view(-1)
     for s in range(0, aa.numel(), max(1, block_elems)):
         e = min(s + block_elems, aa.numel())
-        flat[s:e] = torch.isnan(aa[s:e]) & (bb[s:e] == SENTINEL)
+        flat[s:e] = torch.isnan(aa[s:e]) & (bb[s:e].to(aa.device) == SENTINEL)
     return out

@@ -127,6 +127,10 @@ class Plan(BaseModel):
     budget_bytes: int
     ref_hi_bytes: int = Field(default=0, description="Bytes of the whole float64 reference (inputs and outputs), "
                               "kept or not: a float64 sample of the batch is sized from it (verify/refout.py).")
+    pristine: bool = Field(default=True, description="The candidate keeps a pristine copy of its inputs; False: "
+                           "a digest of them (a job planned within its memory cap: runtime/devplan.py).")
+    cap_bytes: int | None = Field(default=None, description="The tensors' bytes the job was planned within "
+                                  "(runtime/devplan.data_cap); None: the free memory alone.")
 
 
 def _gb(n: float) -> str:
@@ -193,16 +197,21 @@ def verify_needs(input_specs: list[TensorSpec], output_specs: list[TensorSpec], 
         mask_bytes=max((s.numel() for s in output_specs), default=0) + JUDGE_ARRAYS * 8 * chunk_elems)
 
 
+VERIFY_PROCESSES = 3  # the runner, the reference and the candidate: their CUDA contexts count against the cap
+
+
 def plan_device_case(input_specs: list[TensorSpec], output_specs: list[TensorSpec], free_device: int,
                      free_host: int, *, total_device: int | None = None, want_hi: bool = True,
-                     suggested_overrides: dict | None = None) -> Plan:
+                     suggested_overrides: dict | None = None, memory_factor: float = 0.0) -> Plan:
     """plan_case for a case on a device, made from what every process of the job holds at the peak
     (runtime/devplan.plan_verify: reference, runner, candidate, a tensor in transfer) against the device's free
     memory across all processes: the float64 reference kept whole where that fits, else left out (PyTorch's
     error then measured on a float64 sample of the batch where the model allows), else a refusal naming the
     bytes needed, the bytes the device has and the overrides that shrink it. The host must still hold the
-    inputs while they are generated."""
-    from evokernel_mcp.runtime.devplan import plan_verify
+    inputs while they are generated. A job of more than 1 GB of its own is planned within memory_factor x its
+    own bytes where it can (runtime/devplan.data_cap): the float64 reference then sampled, the candidate's inputs
+    checked by digest."""
+    from evokernel_mcp.runtime.devplan import data_cap, plan_verify
 
     est = estimate_case(input_specs, output_specs, ref_hi=want_hi, clones=2)
     if est.input_bytes > HEADROOM * free_host:
@@ -210,10 +219,11 @@ def plan_device_case(input_specs: list[TensorSpec], output_specs: list[TensorSpe
     needs = verify_needs(input_specs, output_specs)
     if not want_hi:
         needs = needs.model_copy(update={"hi_input_bytes": 0, "hi_output_bytes": 0})
-    dp = plan_verify(needs, free_device, total_device, [], suggested_overrides)
+    cap = data_cap(needs.input_bytes + needs.output_bytes, memory_factor, VERIFY_PROCESSES)
+    dp = plan_verify(needs, free_device, total_device, [], suggested_overrides, cap=cap)
     return Plan(ref_hi=want_hi and dp.float64 == "whole", chunk_elems=DEFAULT_CHUNK, where="device",
                 needed_bytes=dp.needed_bytes, budget_bytes=int(HEADROOM * free_device), refuse=dp.too_big,
-                ref_hi_bytes=est.ref_hi_bytes if want_hi else 0)
+                ref_hi_bytes=est.ref_hi_bytes if want_hi else 0, pristine=dp.pristine, cap_bytes=cap)
 
 
 BOUND_FACTOR = 4  # a declared-shape case's outputs are assumed up to this many times the declared bound

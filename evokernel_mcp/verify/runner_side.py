@@ -18,6 +18,7 @@ import platform
 import time
 from typing import Any
 
+from evokernel_mcp import settings
 from evokernel_mcp.runtime.context import RunnerContext
 from evokernel_mcp.runtime.devmem import trim_between_cases
 from evokernel_mcp.runtime.spares import ChildFailed, note, wall_deadline
@@ -129,7 +130,8 @@ def _case_list(step: VerifyStep) -> list[tuple[str, int, bool]]:
 def _reference_case(ctx, ref, shape: str, seed: int, probe: bool, deadline: float, dev: str | None) -> dict:
     what = f"shape set {shape!r} seed {seed}" + (" (probe)" if probe else "")
     try:
-        case = ref.request({"op": "case", "shape": shape, "seed": seed, "hi": True, "probe": probe, "hold": True},
+        case = ref.request({"op": "case", "shape": shape, "seed": seed, "hi": True, "probe": probe, "hold": True,
+                            "memory_factor": settings.get().memory_factor},
                            timeout_s=wall_deadline(deadline), max_bytes=1 << 42, device=dev)
         if case.get("hi_held"):
             case["hi"] = ref.request({"op": "expected", "held": True}, timeout_s=wall_deadline(deadline),
@@ -142,9 +144,9 @@ def _reference_case(ctx, ref, shape: str, seed: int, probe: bool, deadline: floa
     return case
 
 
-def give_back(ctx, keep: tuple, state: dict) -> dict:
+def give_back(ctx, keep: tuple, state: dict, keep_spares: int = 0) -> dict:
     """Our idle processes' device memory given back for this job (spares.give_back_idle), noted in `state`."""
-    g = state["gave_back"] = ctx.spares.give_back_idle(keep=keep)
+    g = state["gave_back"] = ctx.spares.give_back_idle(keep=keep, keep_spares=keep_spares)
     freed = f", {g['freed_bytes'] / 1e9:.1f} GB freed" if g.get("freed_bytes") is not None else ""
     g["what"] = f"{g['processes']} idle process(es) of ours stopped and the runner's cache emptied{freed}"
     return g
@@ -170,19 +172,38 @@ def with_room(ctx, ask, keep: tuple, state: dict) -> dict:
     return case
 
 
+def within_cap(ctx, ref, case: dict, state: dict) -> None:
+    """A case planned within the job's memory cap (runtime/devplan.data_cap): our idle processes (spares, cached
+    references of other sources) count against it too, so those beyond what the cap leaves room for are stopped
+    (once per job; spares start again when it ends), and the case says so."""
+    from evokernel_mcp.runtime.devplan import CONTEXT_BYTES_ASSUMED
+
+    plan = case.get("plan") or {}
+    if plan.get("cap_bytes") is None or "gave_back" in state or ctx.device == "cpu":
+        return
+    room = max(0, int(plan["cap_bytes"]) - int(plan.get("needed_bytes") or 0)) // CONTEXT_BYTES_ASSUMED
+    what = give_back(ctx, (ref,), state, keep_spares=room)["what"]
+    case["notes"] = [*(case.get("notes") or []), f"within the job's memory cap (memory_factor x its own bytes): "
+                     f"{what}"]
+
+
 def _candidate_runs(cand, case: dict, seed: int, deadline: float, dev: str | None, what: str,
                     model_key: int | None = None) -> list[dict]:
     limit = OUTPUT_SLACK * _nbytes(case["native"]) + (16 << 20)
+    pristine = bool((case.get("plan") or {}).get("pristine", True))  # False: a digest instead of a second copy
     runs = []
     for i, poison in enumerate(("nan", "sentinel")):
         req = {"op": "run", "init_inputs": case["init_inputs"], "state": case["state"], "seed": seed,
-               "poison": poison, "keep": i == 0, "same_inputs": i == 1}
+               "poison": poison, "keep": i == 0, "same_inputs": i == 1, "pristine": pristine}
         if model_key is not None:  # one child serving several steps: a step's ModelNew is built for its own sizes
             req["model_key"] = f"{model_key}:{seed}"
         if i == 0:
             req["inputs"] = case["inputs"]
         try:
-            runs.append(cand.request(req, timeout_s=wall_deadline(deadline), max_bytes=limit, device=dev))
+            # a lean case (within its memory cap) receives run B on the host: the judge compares it with run A
+            # block by block, so the runner never holds three outputs on the device
+            where = dev if pristine or i == 0 else None
+            runs.append(cand.request(req, timeout_s=wall_deadline(deadline), max_bytes=limit, device=where))
         except ChildFailed as e:
             if e.kind == "exception":
                 e.message = f"candidate raised {e.message} ({what})"
@@ -213,6 +234,7 @@ def _cases(ctx, ref, cand, task: Task, step: VerifyStep, deadline: float, progre
         what = f"shape set {shape!r}, seed {seed}" + (", probe" if probe else "")
         progress(i, len(todo), f"verify {task.name} {what}")
         case = with_room(ctx, lambda: _reference_case(ctx, ref, shape, seed, probe, deadline, dev), (ref,), room)
+        within_cap(ctx, ref, case, room)
         runs = _candidate_runs(cand, case, seed, deadline, dev, what, model_key)
         out["cases"].append(judge(task, shape, seed, case, runs[0], runs[1], step.tolerance,
                                   device=dev or "cpu", probe=probe))

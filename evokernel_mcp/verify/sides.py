@@ -179,8 +179,10 @@ def _no_room_for_hi(plan) -> str:
     """Why a plan left the float64 copy out (refout.DOES_NOT_FIT and the sizes)."""
     from evokernel_mcp.verify.refout import DOES_NOT_FIT
 
+    cap = (f", {plan.cap_bytes / 1e9:.2f} GB within the job's memory cap (memory_factor x its own bytes)"
+           if plan.cap_bytes is not None else "")
     return (f"{DOES_NOT_FIT}: {plan.needed_bytes / 1e9:.2f} GB planned without it, "
-            f"{plan.budget_bytes / 1e9:.2f} GB usable on the {plan.where}")
+            f"{plan.budget_bytes / 1e9:.2f} GB usable on the {plan.where}{cap}")
 
 
 def _plan_specs(loaded, in_specs: list[Any], out_specs: list[Any], want_hi: bool):
@@ -201,7 +203,7 @@ def _plan_specs(loaded, in_specs: list[Any], out_specs: list[Any], want_hi: bool
 
         return memory.plan_device_case(in_specs, out_specs, _device_free(loaded.device), _host_free(),
                                        total_device=int(torch.cuda.mem_get_info()[1]), want_hi=want_hi,
-                                       suggested_overrides=hint)
+                                       suggested_overrides=hint, memory_factor=getattr(loaded, "memory_factor", 0.0))
     est = memory.estimate_case(in_specs, out_specs, ref_hi=want_hi, clones=4)
     return memory.plan_case(est, None, _host_free(), suggested_overrides=hint)
 
@@ -305,6 +307,7 @@ def ref_case(loaded, req: dict[str, Any]) -> dict[str, Any]:
     if req.get("inputs_only"):  # benchmark's refill pool and post-timing checks: no forward, no plan for one
         return {"inputs": _make_inputs(loaded, shape, seed, bool(req.get("probe")))}
     want_hi = bool(req.get("hi", True))
+    loaded.memory_factor = float(req.get("memory_factor") or 0.0)  # the runner's setting, for this case's plan
     notes: list[str] = []
     try:
         model = _model(loaded, seed)
@@ -412,21 +415,26 @@ def candidate_fn(loaded, req: dict[str, Any]):
 
 def cand_run(loaded, req: dict[str, Any]) -> dict[str, Any]:
     """Run the candidate on its own copies of the inputs; poison 'nan' | 'sentinel' | None.
-    keep=true keeps the pristine inputs for the next request with same_inputs=true (which carries none)."""
+    keep=true keeps the pristine inputs for the next request with same_inputs=true (which carries none);
+    pristine=false (a job planned within its memory cap) keeps the inputs themselves and a digest of them instead
+    of a second copy: a mutation is then found by the digest, and the next run gets the inputs as they are."""
     import torch
 
     from evokernel_mcp.verify.compare import SENTINEL, bitwise_equal, poisoned_allocations
 
     fn = candidate_fn(loaded, req)
     if req.get("same_inputs"):
-        pristine = getattr(loaded, "kept_inputs", None)
-        if pristine is None:
+        kept = getattr(loaded, "kept_inputs", None)
+        if kept is None:
             raise RuntimeError("same_inputs: no inputs kept from the previous run")
-        inputs = _clone(pristine)
+        pristine, want = kept
+        inputs = _clone(pristine) if want is None else pristine
     else:
         inputs = _to(req["inputs"], loaded.device)
-        pristine = _clone(inputs)
-    loaded.kept_inputs = pristine if req.get("keep") else None
+        copy = req.get("pristine", True)  # False: the job's memory plan has no room for a second copy
+        pristine = _clone(inputs) if copy else inputs
+        want = None if copy else _digests(inputs)
+    loaded.kept_inputs = (pristine, want) if req.get("keep") else None
     poison = {"nan": float("nan"), "sentinel": SENTINEL}.get(req.get("poison") or "")
     with torch.no_grad():
         if poison is None:
@@ -435,8 +443,20 @@ def cand_run(loaded, req: dict[str, Any]) -> dict[str, Any]:
             with poisoned_allocations(poison):
                 out = fn(*inputs)
     _sync(loaded.device)
-    mutated = any(isinstance(a, torch.Tensor) and not bitwise_equal(a, b) for a, b in zip(inputs, pristine))
+    if want is None:
+        mutated = any(isinstance(a, torch.Tensor) and not bitwise_equal(a, b) for a, b in zip(inputs, pristine))
+    else:
+        mutated = _digests(inputs) != want
     return {"out": _plain(out), "inputs_mutated": mutated}
+
+
+def _digests(inputs: list[Any]) -> list[Any]:
+    """compare.digest of each tensor input (None for the others)."""
+    import torch
+
+    from evokernel_mcp.verify.compare import digest
+
+    return [digest(t) if isinstance(t, torch.Tensor) else None for t in inputs]
 
 
 def _wire(out: Any) -> Any:

@@ -61,7 +61,7 @@ class _Spares:
     def __init__(self):
         self.calls = 0
 
-    def give_back_idle(self, keep):
+    def give_back_idle(self, keep, keep_spares=0):
         self.calls += 1
         return {"processes": 3, "freed_bytes": 2 * 10**9}
 

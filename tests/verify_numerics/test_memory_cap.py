@@ -1,0 +1,150 @@
+"""A job of more than 1 GB of its own is planned within memory_factor x its own bytes (runtime/devplan.py data_cap,
+settings.memory_factor, 3 by default): verify samples its float64 reference and checks the candidate's inputs
+by a digest (verify/compare.digest) instead of a second copy; benchmark cuts its aids. The cap is soft (a
+job whose leanest plan exceeds it still runs where the free memory holds it) and off at 0. Decided on
+injected numbers at KernelBench level-1 sizes; the digest and the candidate's run on the CPU."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+from evokernel_mcp import settings
+from evokernel_mcp.runtime.devplan import CONTEXT_BYTES_ASSUMED, data_cap, plan_benchmark
+from evokernel_mcp.verify.compare import digest
+from evokernel_mcp.verify.memory import VERIFY_PROCESSES, TensorSpec, plan_device_case
+
+GB = 10**9
+H100 = 80 * 2**30
+FREE = H100 - 8 * 2**30  # the contexts of the runner, its children and spares
+RELU = [TensorSpec(shape=[4096, 393216], dtype="float32")]  # 19_ReLU: 6.4 GB in, 6.4 GB out
+NORM = [TensorSpec(shape=[112, 64, 512, 512], dtype="float32")]  # 36_RMSNorm_: 7.5 GB in and out
+SMALL = [TensorSpec(shape=[4096, 4096], dtype="float32")]  # 67 MB
+
+
+def _factor() -> float:
+    return settings.Settings().memory_factor  # the default, as a server started without flags has it
+
+
+def test_the_default_factor_is_three_and_a_big_verify_plans_within_it():
+    assert _factor() == 3.0
+    own = 2 * RELU[0].nbytes()
+    plan = plan_device_case(RELU, RELU, FREE, 200 * GB, total_device=H100, memory_factor=_factor())
+    cap = 3 * own - VERIFY_PROCESSES * CONTEXT_BYTES_ASSUMED
+    assert plan.cap_bytes == cap and plan.refuse is None
+    assert plan.needed_bytes <= cap, "the plan's tensors within 3x the job's own bytes, contexts counted"
+    assert plan.ref_hi is False and plan.pristine is False, "float64 sampled, inputs checked by digest"
+    off = plan_device_case(RELU, RELU, FREE, 200 * GB, total_device=H100, memory_factor=0)
+    assert off.cap_bytes is None and off.ref_hi is True and off.pristine is True, \
+        "factor 0: only the free memory limits the job (the float64 reference whole where it fits)"
+
+
+def test_a_small_job_has_no_cap_and_keeps_every_aid():
+    plan = plan_device_case(SMALL, SMALL, FREE, 200 * GB, total_device=H100, memory_factor=_factor())
+    assert plan.cap_bytes is None and plan.ref_hi is True and plan.pristine is True
+    assert data_cap(10**9, 3.0, 3) is None and data_cap(10**9 + 1, 3.0, 3) is not None
+
+
+def test_the_cap_is_soft_the_leanest_plan_runs_where_the_free_memory_holds_it():
+    plan = plan_device_case(NORM, NORM, FREE, 200 * GB, total_device=H100, memory_factor=1.0)
+    assert plan.refuse is None, "a cap never refuses a job"
+    assert plan.needed_bytes > plan.cap_bytes and plan.ref_hi is False and plan.pristine is False
+    too_small = plan_device_case(NORM, NORM, 20 * GB, 200 * GB, total_device=H100, memory_factor=_factor())
+    assert too_small.refuse is not None, "the free memory still refuses what cannot fit"
+
+
+def test_a_big_benchmark_cuts_its_aids_to_the_cap_and_says_so():
+    i = o = RELU[0].nbytes()
+    cap = data_cap(i + o, _factor(), 5)
+    p = plan_benchmark(i, o, FREE, H100, control=True, refill_sets=1, sample_size=1, cap=cap)
+    full = plan_benchmark(i, o, FREE, H100, control=True, refill_sets=1, sample_size=1)
+    assert p.needed_bytes <= cap < full.needed_bytes, "without the cap the free memory alone would allow more"
+    assert not p.control and p.refill_sets == 0 and p.cap_bytes == cap
+    assert "memory cap" in " ".join(p.notes)
+    soft = plan_benchmark(i, o, FREE, H100, control=True, refill_sets=1, sample_size=1, cap=GB)
+    assert soft.too_big is None and soft.sample_size == 0 and soft.parts["transfer"] == 0, "the leanest plan"
+    assert "over the job's memory cap" in soft.notes[-1]
+    small = plan_benchmark(64 << 20, 64 << 20, FREE, H100, control=True, refill_sets=1, sample_size=1,
+                           cap=data_cap(128 << 20, _factor(), 5))
+    assert small.control and small.refill_sets == 1 and small.sample_size == 1
+
+
+@pytest.mark.parametrize("t", [torch.randn(1000, 37), torch.randn(5, 8, dtype=torch.complex64),
+                               torch.randint(0, 7, (999,), dtype=torch.int64), torch.rand(64) > 0.5,
+                               torch.randn(64, 64).t(), torch.randn(300).to(torch.bfloat16)])
+def test_a_digest_is_stable_and_sees_a_change_a_swap_and_a_balanced_change(t):
+    d = digest(t, block_elems=256)
+    assert digest(t.clone(), block_elems=256) == d == digest(t, block_elems=4096), "blocks do not change it"
+    flat = t.reshape(-1).clone()
+    changed = flat.clone()
+    changed[7] = flat[3] if flat[7] != flat[3] else ~flat[7] if flat.dtype == torch.bool else flat[7] + 1
+    assert digest(changed.reshape(t.shape), block_elems=256) != d
+    if flat[0] != flat[-1]:
+        swapped = flat.clone()
+        swapped[0], swapped[-1] = flat[-1], flat[0]
+        assert digest(swapped.reshape(t.shape), block_elems=256)[1] != d[1], "a swap leaves the plain sum"
+
+
+def test_a_balanced_change_leaves_the_plain_sum_and_moves_the_weighted_one():
+    x = torch.arange(1000, dtype=torch.int32)
+    y = x.clone()
+    y[10] += 5
+    y[900] -= 5
+    (p0, w0), (p1, w1) = digest(x), digest(y)
+    assert p0 == p1 and w0 != w1
+
+
+def _loaded(fn):
+    return types.SimpleNamespace(module=types.SimpleNamespace(run=fn), device="cpu", models={})
+
+
+@pytest.mark.parametrize("pristine", [True, False])
+def test_the_candidate_run_finds_a_mutation_with_a_copy_or_a_digest(pristine):
+    from evokernel_mcp.verify.sides import cand_run
+
+    x = torch.randn(257, 3)
+
+    def honest(a):
+        return a * 2
+
+    def writes_input(a):
+        a[100, 1] += 1.0
+        return a * 2
+
+    for fn, mutated in ((honest, False), (writes_input, True)):
+        loaded = _loaded(fn)
+        a = cand_run(loaded, {"op": "run", "seed": 0, "inputs": [x.clone()], "poison": "nan", "keep": True,
+                              "pristine": pristine})
+        assert a["inputs_mutated"] is mutated
+        b = cand_run(loaded, {"op": "run", "seed": 0, "poison": "sentinel", "same_inputs": True,
+                              "pristine": pristine})
+        assert b["inputs_mutated"] is mutated
+        if not mutated:
+            assert torch.equal(a["out"], x * 2) and torch.equal(b["out"], x * 2)
+    kept, want = loaded.kept_inputs if loaded.kept_inputs else (None, None)
+    assert loaded.kept_inputs is None, "run B keeps nothing further (keep was not asked)"
+    assert kept is None and want is None
+
+
+@pytest.mark.gpu
+def test_run_b_on_the_host_is_judged_like_run_b_on_the_device():
+    """A lean case's run B stays on the host (verify/case.judge_outputs b_on_host): the unwritten elements and
+    the determinism found block by block against run A on the device are those found with both on the device."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU (run on the device machine)")
+    from evokernel_mcp.tasks import load_task
+    from evokernel_mcp.verify.case import judge_outputs
+    from evokernel_mcp.verify.compare import SENTINEL
+
+    task = load_task("vector_add")
+    ref = torch.randn(3000, device="cuda")
+    a, b = ref.clone(), ref.clone()
+    a[5], b[5] = float("nan"), SENTINEL  # never written
+    b[9] += 1e-6  # the runs differ
+    got = [judge_outputs(task, ref, None, a, b if on_dev else b.cpu(), device="cuda", b_on_host=not on_dev)
+           for on_dev in (True, False)]
+    assert got[0]["unwritten_count"] == got[1]["unwritten_count"] == 1
+    assert got[0]["deterministic"] is got[1]["deterministic"] is False
+    assert got[0]["passed"] is got[1]["passed"] is False
