@@ -163,7 +163,8 @@ def judge_outputs(task: Task, native: Any, hi: Any, got_a: Any, got_b: Any, *, i
     reference's (b_on_host: run B's tensors stay where they arrived, on the host). native_spread: {output
     path: the native reference's run-to-run spread} (verify/refout.py; with hi, the paths that are
     ill-conditioned and also held to the native reference); sampled_torch_err: {output path: PyTorch's error on
-    a float64 sample of the batch} (without hi). Returns the VerifyCase numbers and bar fields plus passed, deterministic, note."""
+    a float64 sample of the batch} (without hi). Returns the
+    VerifyCase numbers and bar fields plus passed, deterministic, note."""
     import torch
 
     from evokernel_mcp.verify.outputs import OutputError, StructureMismatch, match_structure
