@@ -259,6 +259,8 @@ def serve(device: str, out, courier=None, warm: bool = True, gated: bool = False
         except Exception as e:  # noqa: BLE001 - every failure becomes an error reply
             reply = ChildErr(ok=False, error=_error(e))
         op = req.get("op")
+        if op in TRIM_AFTER:  # before the reply: what the op cached (a clone of the inputs, a forward's
+            release_cached(256 << 20)  # temporaries) is not held while the reply's export copies are made
         box = [reply.model_dump(exclude_unset=True)]  # frames.write takes the reply out and lets each big tensor
         reply = result = req = None  # go once it is sent
         try:

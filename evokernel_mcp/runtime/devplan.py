@@ -4,7 +4,8 @@ every process on the device; what each idle process holds): no device, no I/O, s
 on the CPU with injected numbers.
 
 A verify case at its peak (tensors on one device, each held by the process named; a benchmark shape: BenchPlan):
-  reference   inputs + native outputs, and the float64 copy (inputs and outputs) while its forward runs
+  reference   inputs + the copy its forward runs on + native outputs, and the float64 copy (inputs and outputs)
+              while its forward runs
   runner      native outputs + candidate runs A and B (+ the float64 outputs where kept), one bool mask and the
               comparison blocks (its copy of the inputs goes once the candidate has its own; an arg-reduction's
               inputs stay, beside outputs too small to matter)
@@ -78,7 +79,7 @@ class VerifyNeeds(BaseModel):
         the candidate keeping a pristine copy of its inputs (else a digest of them)."""
         i, o = self.input_bytes, self.output_bytes
         hi = float64 == "whole"
-        ref_phase = i + o + (self.hi_input_bytes + self.hi_output_bytes if hi else 0)
+        ref_phase = 2 * i + o + (self.hi_input_bytes + self.hi_output_bytes if hi else 0)  # (its forward's clone)
         # lean (not pristine): run B reaches the runner on the host, one device output fewer there
         judge_phase = {"runner": (3 if pristine else 2) * o + (self.hi_output_bytes if hi else 0) + self.mask_bytes,
                        "candidate": (2 if pristine else 1) * i + o}

@@ -172,19 +172,18 @@ def with_room(ctx, ask, keep: tuple, state: dict) -> dict:
     return case
 
 
-def within_cap(ctx, ref, case: dict, state: dict) -> None:
+def within_cap(ctx, ref, plan: dict | None, state: dict) -> str | None:
     """A case planned within the job's memory cap (runtime/devplan.data_cap): our idle processes (spares, cached
     references of other sources) count against it too, so those beyond what the cap leaves room for are stopped
-    (once per job; spares start again when it ends), and the case says so."""
+    (once per job; spares start again when it ends). `plan`: the case's, or before the first case the last plan
+    this reference process made (its next job's is likely the same). Returns what was given back, or None."""
     from evokernel_mcp.runtime.devplan import CONTEXT_BYTES_ASSUMED
 
-    plan = case.get("plan") or {}
+    plan = plan or {}
     if plan.get("cap_bytes") is None or "gave_back" in state or ctx.device == "cpu":
-        return
+        return None
     room = max(0, int(plan["cap_bytes"]) - int(plan.get("needed_bytes") or 0)) // CONTEXT_BYTES_ASSUMED
-    what = give_back(ctx, (ref,), state, keep_spares=room)["what"]
-    case["notes"] = [*(case.get("notes") or []), f"within the job's memory cap (memory_factor x its own bytes): "
-                     f"{what}"]
+    return give_back(ctx, (ref,), state, keep_spares=room)["what"]
 
 
 def _candidate_runs(cand, case: dict, seed: int, deadline: float, dev: str | None, what: str,
@@ -230,11 +229,16 @@ def _cases(ctx, ref, cand, task: Task, step: VerifyStep, deadline: float, progre
     dev = tensor_device(ctx)
     todo = _case_list(step)
     room: dict = {}
+    early = within_cap(ctx, ref, getattr(ref, "last_plan", None), room)  # before the reference's own peak
     for i, (shape, seed, probe) in enumerate(todo):
         what = f"shape set {shape!r}, seed {seed}" + (", probe" if probe else "")
         progress(i, len(todo), f"verify {task.name} {what}")
         case = with_room(ctx, lambda: _reference_case(ctx, ref, shape, seed, probe, deadline, dev), (ref,), room)
-        within_cap(ctx, ref, case, room)
+        ref.last_plan = case.get("plan")
+        what = within_cap(ctx, ref, case.get("plan"), room) or early
+        if what:
+            case["notes"] = [*(case.get("notes") or []), f"within the job's memory cap (memory_factor x its own "
+                             f"bytes): {what}"]
         runs = _candidate_runs(cand, case, seed, deadline, dev, what, model_key)
         out["cases"].append(judge(task, shape, seed, case, runs[0], runs[1], step.tolerance,
                                   device=dev or "cpu", probe=probe))
