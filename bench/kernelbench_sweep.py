@@ -382,8 +382,8 @@ def _markdown(meta: dict, rows: list) -> str:
              "peak device memory of our processes / the problem's own bytes (inputs + outputs), problems over 1 GB: "
              f"{json.dumps(meta.get('peak_over_own_over_1gb') or {})}", "",
              "| problem | same-code | perturbed | benchmark | speedup [CI] | own MB | peak ours MiB | ours/own | "
-             "peak GPU MiB | wall s | error |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "peak ours by phase GiB (verify/perturbed/benchmark) | peak GPU MiB | wall s | error |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         b = r.get("benchmark") or {}
         ci = b.get("speedup_ci")
@@ -393,9 +393,14 @@ def _markdown(meta: dict, rows: list) -> str:
                      f"{r['perturbed']['passed']} ({r['perturbed']['wall_s']} s) | {b.get('completed', '-')} "
                      f"({b.get('wall_s', '-')} s) | {sp} | "
                      f"{round(r['own_bytes'] / 1e6) if r.get('own_bytes') else '-'} | {r.get('peak_ours_mib')} | "
-                     f"{r.get('peak_over_own')} | {r['peak_gpu_mem_mib']} | {r['wall_s']} | "
+                     f"{r.get('peak_over_own')} | {_phases(r)} | {r['peak_gpu_mem_mib']} | {r['wall_s']} | "
                      f"{str(err)[:160].replace('|', '/')} |")
     return "\n".join(lines) + "\n"
+
+
+def _phases(r: dict) -> str:
+    ph = r.get("peak_ours_by_phase") or {}
+    return "/".join(f"{ph[k]['peak_mib'] / 1024:.1f}" if k in ph else "-" for k in ("verify", "perturbed", "benchmark"))
 
 
 def main() -> None:
