@@ -11,7 +11,7 @@ A verify case at its peak (tensors on one device, each held by the process named
               inputs stay, beside outputs too small to matter)
   candidate   inputs + its pristine copy + one run's outputs
   (lean, within a job's memory cap: the candidate keeps a digest instead of the pristine copy, and run B's
-  outputs reach the runner through host memory, compared with run A's block by block)
+  outputs reach the runner on the host, compared with run A's block by block)
   transfer    the largest tensor once more (a VMM export is a second allocation until the peer has copied it)
 The reference's float64 copy is transient (its forward, then sent and dropped) and does not coincide with the
 candidate's runs, so the peak is the larger of the two phases.
@@ -80,11 +80,10 @@ class VerifyNeeds(BaseModel):
         i, o = self.input_bytes, self.output_bytes
         hi = float64 == "whole"
         ref_phase = 2 * i + o + (self.hi_input_bytes + self.hi_output_bytes if hi else 0)  # (its forward's clone)
-        # lean (not pristine): run B reaches the runner through host memory, one device output fewer there and
-        # no device copy in transfer
+        # lean (not pristine): run B reaches the runner on the host, one device output fewer there
         judge_phase = {"runner": (3 if pristine else 2) * o + (self.hi_output_bytes if hi else 0) + self.mask_bytes,
                        "candidate": (2 if pristine else 1) * i + o}
-        transfer = max(self.largest_bytes if pristine else i, self.hi_output_bytes if hi else 0)
+        transfer = max(self.largest_bytes, self.hi_output_bytes if hi else 0)
         if ref_phase >= sum(judge_phase.values()):
             return {"reference": ref_phase, "transfer": transfer}
         return {**judge_phase, "transfer": transfer}

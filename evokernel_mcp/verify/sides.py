@@ -447,22 +447,7 @@ def cand_run(loaded, req: dict[str, Any]) -> dict[str, Any]:
         mutated = any(isinstance(a, torch.Tensor) and not bitwise_equal(a, b) for a, b in zip(inputs, pristine))
     else:
         mutated = _digests(inputs) != want
-        if req.get("same_inputs"):  # a lean case's run B goes to the runner through host memory: no device copy
-            out = _to_host(out)  # of it is made on either side while the runner holds run A (verify/case.py)
     return {"out": _plain(out), "inputs_mutated": mutated}
-
-
-def _to_host(out: Any) -> Any:
-    """The same structure with every tensor moved to host memory."""
-    import torch
-
-    if isinstance(out, torch.Tensor):
-        return out.detach().cpu() if type(out) in (torch.Tensor, torch.nn.Parameter) else out
-    if isinstance(out, (list, tuple)) and type(out) in (list, tuple):
-        return type(out)(_to_host(v) for v in out)
-    if isinstance(out, dict) and type(out) is dict:
-        return {k: _to_host(v) for k, v in out.items()}
-    return out
 
 
 def _digests(inputs: list[Any]) -> list[Any]:
