@@ -63,14 +63,14 @@ def _scalar_paths(obj: Any, path: str = "out") -> set[str]:
     return set()
 
 
-def _leaves(obj: Any, device: str | None, scalars: set[str] | None = None, like: dict | None = None):
-    """{path: tensor on device} (device None: where each arrived); a Python-number leaf of the reference accepts
-    the candidate's 0-d (or 1-element) tensor in the reference's dtype, and vice versa."""
+def _leaves(obj: Any, device: str, scalars: set[str] | None = None, like: dict | None = None):
+    """{path: tensor on device}; a Python-number leaf of the reference accepts the candidate's 0-d (or
+    1-element) tensor in the reference's dtype, and vice versa."""
     from evokernel_mcp.verify.outputs import flatten_outputs
 
     out = {}
     for leaf in flatten_outputs(obj):
-        t = leaf.tensor.to(device) if device is not None else leaf.tensor
+        t = leaf.tensor.to(device)
         if like is not None and scalars and leaf.path in scalars and leaf.path in like and t.numel() == 1:
             t = t.reshape(()).to(like[leaf.path].dtype)
         out[leaf.path] = t
@@ -158,9 +158,9 @@ def _merge(parts: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
 def judge_outputs(task: Task, native: Any, hi: Any, got_a: Any, got_b: Any, *, inputs: list | None = None,
                   arg: dict | None = None, override: dict | None = None, chunk: int | None = None,
                   device: str = "cpu", native_spread: dict[str, float] | None = None,
-                  sampled_torch_err: dict[str, float] | None = None, b_on_host: bool = False) -> dict[str, Any]:
+                  sampled_torch_err: dict[str, float] | None = None) -> dict[str, Any]:
     """Compare the candidate's outputs (run A, and run B for unwritten/determinism, or None) with the
-    reference's (b_on_host: run B's tensors stay where they arrived, on the host). native_spread: {output
+    reference's. native_spread: {output
     path: the native reference's run-to-run spread} (verify/refout.py; with hi, the paths that are
     ill-conditioned and also held to the native reference); sampled_torch_err: {output path: PyTorch's error on
     a float64 sample of the batch} (without hi). Returns the
@@ -180,9 +180,7 @@ def judge_outputs(task: Task, native: Any, hi: Any, got_a: Any, got_b: Any, *, i
         return {"passed": False, "note": f"the reference's {e}"}
     try:
         out_a = _leaves(got_a, device, scalars, ref)
-        # run B is only compared with run A block by block: where the runner received it on the host (a case
-        # planned within its memory cap) it stays there, one device copy of an output fewer
-        out_b = _leaves(got_b, None if b_on_host else device, scalars, ref) if got_b is not None else None
+        out_b = _leaves(got_b, device, scalars, ref) if got_b is not None else None
     except OutputError as e:
         return {"passed": False, "note": f"candidate {e}"}
     from evokernel_mcp.verify.outputs import Leaf
@@ -221,7 +219,7 @@ def judge(task: Task, shape: str, seed: int, case: dict[str, Any], run_a: dict, 
     res = judge_outputs(task, case["native"], case.get("hi"), run_a.get("out"), run_b.get("out"),
                         inputs=case.get("inputs"), arg=case.get("arg_reductions"), override=override,
                         chunk=plan.get("chunk_elems"), device=device, native_spread=case.get("native_spread"),
-                        sampled_torch_err=case.get("sampled_torch_err"), b_on_host=not plan.get("pristine", True))
+                        sampled_torch_err=case.get("sampled_torch_err"))
     notes = []
     if probe:
         notes.append("probe seed: signed inputs (randn x 4) beyond the reference's own input distribution")

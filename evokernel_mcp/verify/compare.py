@@ -86,7 +86,7 @@ def bitwise_equal(a, b, mask=None, *, block_elems: int = BLOCK_ELEMS) -> bool:
         return False
     for s in range(0, x.numel(), max(1, block_elems)):
         e = min(s + block_elems, x.numel())
-        same = x[s:e] == y[s:e].to(x.device)  # (b may be on the host: a lean case's run B, one block at a time)
+        same = x[s:e] == y[s:e]
         if m is not None:
             same |= ~m[s:e].to(same.device)
         if not bool(same.all()):
@@ -106,5 +106,5 @@ def unwritten_mask(a, b, *, block_elems: int = BLOCK_ELEMS):
     flat = out.view(-1)
     for s in range(0, aa.numel(), max(1, block_elems)):
         e = min(s + block_elems, aa.numel())
-        flat[s:e] = torch.isnan(aa[s:e]) & (bb[s:e].to(aa.device) == SENTINEL)
+        flat[s:e] = torch.isnan(aa[s:e]) & (bb[s:e] == SENTINEL)
     return out

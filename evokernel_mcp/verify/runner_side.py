@@ -199,10 +199,7 @@ def _candidate_runs(cand, case: dict, seed: int, deadline: float, dev: str | Non
         if i == 0:
             req["inputs"] = case["inputs"]
         try:
-            # a lean case (within its memory cap) receives run B on the host: the judge compares it with run A
-            # block by block, so the runner never holds three outputs on the device
-            where = dev if pristine or i == 0 else None
-            runs.append(cand.request(req, timeout_s=wall_deadline(deadline), max_bytes=limit, device=where))
+            runs.append(cand.request(req, timeout_s=wall_deadline(deadline), max_bytes=limit, device=dev))
         except ChildFailed as e:
             if e.kind == "exception":
                 e.message = f"candidate raised {e.message} ({what})"
