@@ -8,7 +8,7 @@ from __future__ import annotations
 PERTURB = '''
 def _evk_perturb(o):
     if isinstance(o, torch.Tensor):
-        return o * 1.01 + 1e-3 if o.is_floating_point() else o + 1
+        return o.mul(1.01).add_(1e-3) if o.is_floating_point() else o + 1  # one new tensor, not two
     if isinstance(o, (tuple, list)):
         return type(o)(_evk_perturb(v) for v in o)
     return o * 1.01 + 1e-3 if isinstance(o, float) else o

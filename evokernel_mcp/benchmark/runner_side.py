@@ -39,6 +39,19 @@ POOL_FULL_BYTES = 512 << 20
 HI_CHECK_BYTES = 1 << 30  # post-timing checks against a float64 reference up to this output size
 
 
+def checks_hi(input_bytes: int, output_bytes: int) -> bool:
+    """Whether the post-timing checks (and the probe bar) ask the reference for float64 outputs: they guard
+    against cheating, not precision, so only while the outputs are small (HI_CHECK_BYTES), and not for a shape
+    planned within the job's memory cap (more than 1 GB of its own: runtime/devplan.data_cap), where the
+    reference's float64 copy of the inputs alone (twice their bytes in float32) would take what the cap leaves."""
+    from evokernel_mcp import settings
+    from evokernel_mcp.runtime.devplan import data_cap
+
+    if output_bytes > HI_CHECK_BYTES:
+        return False
+    return data_cap(input_bytes + output_bytes, settings.get().memory_factor, 1) is None
+
+
 def _check(task: Task, got: Any, expected: dict[str, Any], dev: str = "cpu") -> dict[str, Any]:
     """The candidate's output vs the reference's for the same inputs, with verify's bar (verify/case.py:
     RMS-floored, PyTorch's own error as the floor, outputs of every kind, arg-reductions by the values
@@ -275,8 +288,7 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
     note("benchmark %s: arms set up and timed in %.2f s", shape, time.monotonic() - t0)
     case["inputs"], pool = None, None  # every arm has its copies: device memory for the checks below
     trim_between_cases()
-    # the checks guard against cheating, not precision: a float64 reference only while it is small
-    hi = _nbytes(case["native"]) <= HI_CHECK_BYTES
+    hi = checks_hi(out["input_bytes"], _nbytes(case["native"]))
     out["check_sampled"] = _sampled(arms, ref, timed.pop("samples", None) or [], seed, hi)
     trim_between_cases()
     # inputs of other seeds, but the expected outputs from the model of the TIMED seed: a model with weights
@@ -315,7 +327,7 @@ def _probe_bar(arms: _Arms, ref, case: dict, pool: list, seed: int, gpu: bool = 
     outputs at a time. GPU: chunk sums only (no position table)."""
     from evokernel_mcp.benchmark.probes import ProbeBar, position_table
 
-    hi = _nbytes(case["native"]) <= HI_CHECK_BYTES
+    hi = checks_hi(_nbytes(case["inputs"]), _nbytes(case["native"]))
     expected = (arms.ask(ref, {"op": "expected", "inputs": x, "seed": seed, "hi": hi}, max_bytes=1 << 42)
                 for x in [case["inputs"], *pool])
     return ProbeBar(arms.task, expected, None if gpu else position_table(seed))

@@ -128,3 +128,24 @@ def test_the_candidate_run_finds_a_mutation_with_a_copy_or_a_digest(pristine):
     assert loaded.kept_inputs is None, "run B keeps nothing further (keep was not asked)"
     assert kept is None and want is None
 
+
+
+def test_the_benchmarks_post_timing_checks_leave_the_float64_copy_out_under_the_cap(use_settings):
+    from evokernel_mcp.benchmark.runner_side import checks_hi
+
+    assert checks_hi(64 << 20, 64 << 20), "a small shape: float64 checks, as before"
+    assert not checks_hi(64 << 20, 2 << 30), "outputs over 1 GiB: native, as before"
+    assert not checks_hi(8 * GB, 8 << 20), "4_Matrix_vector_multiplication: 8 GB of inputs, capped by default"
+    use_settings(memory_factor=0)
+    assert checks_hi(8 * GB, 8 << 20), "no cap: only the outputs' size decides"
+
+
+def test_the_perturbed_kernelbench_candidate_makes_one_new_tensor_and_still_fails():
+    from evokernel_mcp.kb_candidates import perturbed
+
+    ns: dict = {}
+    exec(perturbed("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x.relu()\n"), ns)
+    x = torch.rand(100) - 0.5
+    x0 = x.clone()
+    got = ns["ModelNew"]()(x)
+    assert torch.allclose(got, x0.relu() * 1.01 + 1e-3) and torch.equal(x, x0), "inputs untouched"
