@@ -10,7 +10,8 @@ A verify case at its peak (tensors on one device, each held by the process named
               comparison blocks (its copy of the inputs goes once the candidate has its own; an arg-reduction's
               inputs stay, beside outputs too small to matter)
   candidate   inputs + its pristine copy + one run's outputs
-  (lean, within a job's memory cap: the candidate keeps a digest of its inputs instead of the pristine copy)
+  (lean, within a job's memory cap: the candidate keeps a digest of its inputs instead of the pristine copy, and
+  the runner judges run A before run B arrives, keeping a digest of run A's outputs, not the outputs)
   transfer    the largest tensor once more (a VMM export is a second allocation until the peer has copied it)
 The reference's float64 copy is transient (its forward, then sent and dropped) and does not coincide with the
 candidate's runs, so the peak is the larger of the two phases.
@@ -79,7 +80,8 @@ class VerifyNeeds(BaseModel):
         i, o = self.input_bytes, self.output_bytes
         hi = float64 == "whole"
         ref_phase = 2 * i + o + (self.hi_input_bytes + self.hi_output_bytes if hi else 0)  # (its forward's clone)
-        judge_phase = {"runner": 3 * o + (self.hi_output_bytes if hi else 0) + self.mask_bytes,
+        # lean: run A judged, then only its digest kept while run B arrives (verify/runner_side._lean_case)
+        judge_phase = {"runner": (3 if pristine else 2) * o + (self.hi_output_bytes if hi else 0) + self.mask_bytes,
                        "candidate": (2 if pristine else 1) * i + o}
         transfer = max(self.largest_bytes, self.hi_output_bytes if hi else 0)
         if ref_phase >= sum(judge_phase.values()):

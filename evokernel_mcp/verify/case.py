@@ -212,14 +212,20 @@ def judge_outputs(task: Task, native: Any, hi: Any, got_a: Any, got_b: Any, *, i
 def judge(task: Task, shape: str, seed: int, case: dict[str, Any], run_a: dict, run_b: dict,
           override: dict | None, device: str = "cpu", probe: bool = False) -> dict[str, Any]:
     """The case record (VerifyCase fields) from what the two sides sent."""
-    rec: dict[str, Any] = {"shape": shape, "seed": seed, "probe": probe,
-                           "reference_precision": case.get("reference_precision")}
-    mutated = bool(run_a.get("inputs_mutated") or run_b.get("inputs_mutated"))
     plan = case.get("plan") or {}
     res = judge_outputs(task, case["native"], case.get("hi"), run_a.get("out"), run_b.get("out"),
                         inputs=case.get("inputs"), arg=case.get("arg_reductions"), override=override,
                         chunk=plan.get("chunk_elems"), device=device, native_spread=case.get("native_spread"),
                         sampled_torch_err=case.get("sampled_torch_err"))
+    return case_record(shape, seed, case, res, run_a, run_b, probe)
+
+
+def case_record(shape: str, seed: int, case: dict[str, Any], res: dict[str, Any], run_a: dict, run_b: dict,
+                probe: bool = False) -> dict[str, Any]:
+    """The case record from judge_outputs' result and the runs' own flags (inputs_mutated)."""
+    rec: dict[str, Any] = {"shape": shape, "seed": seed, "probe": probe,
+                           "reference_precision": case.get("reference_precision")}
+    mutated = bool(run_a.get("inputs_mutated") or run_b.get("inputs_mutated"))
     notes = []
     if probe:
         notes.append("probe seed: signed inputs (randn x 4) beyond the reference's own input distribution")
@@ -233,3 +239,28 @@ def judge(task: Task, shape: str, seed: int, case: dict[str, Any], run_a: dict, 
     passed = bool(res.get("passed")) and not mutated
     return {**rec, **{k: v for k, v in res.items() if k != "note"}, "inputs_mutated": mutated, "passed": passed,
             "note": "; ".join(notes) or None}
+
+
+def output_digests(out: Any, device: str) -> dict[str, tuple] | None:
+    """{output path: (dtype, shape, compare.digest)} of a run's outputs, or None where they cannot be flattened."""
+    from evokernel_mcp.verify.compare import digest
+    from evokernel_mcp.verify.outputs import OutputError
+
+    try:
+        leaves = _leaves(out, device)
+    except OutputError:
+        return None
+    return {p: (str(t.dtype), tuple(t.shape), digest(t)) for p, t in leaves.items()}
+
+
+def has_nan(out: Any, device: str) -> bool:
+    """Whether any floating output element is NaN (where the poison of run A may have survived)."""
+    import torch
+
+    from evokernel_mcp.verify.outputs import OutputError
+
+    try:
+        leaves = _leaves(out, device)
+    except OutputError:
+        return True
+    return any((t.is_floating_point() or t.is_complex()) and bool(torch.isnan(t).any()) for t in leaves.values())

@@ -186,12 +186,43 @@ def within_cap(ctx, ref, plan: dict | None, state: dict) -> str | None:
     return give_back(ctx, (ref,), state, keep_spares=room)["what"]
 
 
+def _lean_case(task: Task, shape: str, seed: int, case: dict, cand, deadline: float, dev: str, what: str,
+               model_key: int | None, tolerance: dict | None, probe: bool) -> dict:
+    """A case planned within its memory cap, judged one run at a time: run A against the reference, then only
+    a digest of run A's outputs is kept while run B arrives (the runner never holds the reference's outputs and
+    both runs at once). Unwritten elements are NaN in run A: where run A has any NaN, run A is kept for run B
+    and the case is judged as every other is. Run B is compared with run A by digest (deterministic or not)."""
+    from evokernel_mcp.verify.case import case_record, has_nan, judge, judge_outputs, output_digests
+
+    def later(k: int) -> dict:
+        return _candidate_runs(cand, case, seed, deadline, dev, what, model_key, only=k)[0]
+
+    run_a = later(0)
+    if has_nan(run_a.get("out"), dev):
+        return judge(task, shape, seed, case, run_a, later(1), tolerance, device=dev, probe=probe)
+    plan = case.get("plan") or {}
+    res = judge_outputs(task, case["native"], case.get("hi"), run_a.get("out"), None, inputs=case.get("inputs"),
+                        arg=case.get("arg_reductions"), override=tolerance, chunk=plan.get("chunk_elems"),
+                        device=dev, native_spread=case.get("native_spread"),
+                        sampled_torch_err=case.get("sampled_torch_err"))
+    want = output_digests(run_a.get("out"), dev)
+    run_a["out"] = None
+    trim_between_cases()
+    run_b = later(1)
+    got = output_digests(run_b.get("out"), dev)
+    run_b["out"] = None
+    res["deterministic"] = want is not None and got == want
+    return case_record(shape, seed, case, res, run_a, run_b, probe)
+
+
 def _candidate_runs(cand, case: dict, seed: int, deadline: float, dev: str | None, what: str,
-                    model_key: int | None = None) -> list[dict]:
+                    model_key: int | None = None, only: int | None = None) -> list[dict]:
     limit = OUTPUT_SLACK * _nbytes(case["native"]) + (16 << 20)
     pristine = bool((case.get("plan") or {}).get("pristine", True))  # False: a digest instead of a second copy
     runs = []
     for i, poison in enumerate(("nan", "sentinel")):
+        if only is not None and i != only:
+            continue
         req = {"op": "run", "init_inputs": case["init_inputs"], "state": case["state"], "seed": seed,
                "poison": poison, "keep": i == 0, "same_inputs": i == 1, "pristine": pristine}
         if model_key is not None:  # one child serving several steps: a step's ModelNew is built for its own sizes
@@ -236,10 +267,15 @@ def _cases(ctx, ref, cand, task: Task, step: VerifyStep, deadline: float, progre
         if what:
             case["notes"] = [*(case.get("notes") or []), f"within the job's memory cap (memory_factor x its own "
                              f"bytes): {what}"]
-        runs = _candidate_runs(cand, case, seed, deadline, dev, what, model_key)
-        out["cases"].append(judge(task, shape, seed, case, runs[0], runs[1], step.tolerance,
-                                  device=dev or "cpu", probe=probe))
-        del case, runs
+        if dev is not None and not (case.get("plan") or {}).get("pristine", True):
+            out["cases"].append(_lean_case(task, shape, seed, case, cand, deadline, dev, what, model_key,
+                                           step.tolerance, probe))
+        else:
+            runs = _candidate_runs(cand, case, seed, deadline, dev, what, model_key)
+            out["cases"].append(judge(task, shape, seed, case, runs[0], runs[1], step.tolerance,
+                                      device=dev or "cpu", probe=probe))
+            del runs
+        del case
         trim_between_cases()
         if step.stop_on_first_failure and not out["cases"][-1]["passed"]:
             return

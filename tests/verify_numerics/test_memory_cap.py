@@ -34,6 +34,7 @@ def test_the_default_factor_is_three_and_a_big_verify_plans_within_it():
     plan = plan_device_case(RELU, RELU, FREE, 200 * GB, total_device=H100, memory_factor=_factor())
     cap = 3 * own - VERIFY_PROCESSES * CONTEXT_BYTES_ASSUMED
     assert plan.cap_bytes == cap and plan.refuse is None
+    assert plan.needed_bytes <= cap, "the plan's tensors within 3x the job's own bytes, contexts counted"
     whole = plan_device_case(RELU, RELU, FREE, 200 * GB, total_device=H100, memory_factor=0)
     assert plan.needed_bytes < whole.needed_bytes, "the lean plan needs less than the full one"
     assert plan.ref_hi is False and plan.pristine is False, "float64 sampled, inputs checked by digest"
@@ -149,3 +150,49 @@ def test_the_perturbed_kernelbench_candidate_makes_one_new_tensor_and_still_fail
     x0 = x.clone()
     got = ns["ModelNew"]()(x)
     assert torch.allclose(got, x0.relu() * 1.01 + 1e-3) and torch.equal(x, x0), "inputs untouched"
+
+
+class _Cand:
+    """A candidate child's replies, run A (poison NaN) and run B (poison -320), for the runner's judge."""
+
+    def __init__(self, a, b):
+        self.outs, self.asked = {"nan": a, "sentinel": b}, []
+
+    def request(self, req, **kw):
+        self.asked.append(req["poison"])
+        return {"out": self.outs[req["poison"]].clone(), "inputs_mutated": False}
+
+
+@pytest.mark.parametrize("kind", ["honest", "racy", "unwritten", "wrong"])
+def test_a_lean_case_judged_one_run_at_a_time_gives_the_record_of_the_full_judge(kind):
+    """verify/runner_side._lean_case (a case within its memory cap: run A judged, then only its digest kept while
+    run B arrives) gives the case record judge() gives with both runs at hand; where run A has NaN (unwritten
+    elements) it keeps run A and judges both."""
+    from evokernel_mcp.tasks import load_task
+    from evokernel_mcp.verify.case import judge
+    from evokernel_mcp.verify.compare import SENTINEL
+    from evokernel_mcp.verify.runner_side import _lean_case
+
+    task = load_task("vector_add")
+    x, y = torch.randn(5000), torch.randn(5000)
+    ref = x + y
+    a, b = ref.clone(), ref.clone()
+    if kind == "racy":
+        b[17] = torch.nextafter(b[17], torch.tensor(9.0))
+    if kind == "unwritten":
+        a[3], b[3] = float("nan"), SENTINEL
+    if kind == "wrong":
+        a[40] += 1.0
+        b[40] += 1.0
+
+    def case():
+        return {"native": ref.clone(), "hi": None, "inputs": [x, y], "init_inputs": [], "state": {},
+                "plan": {"pristine": False}, "reference_precision": "native", "notes": []}
+
+    cand = _Cand(a, b)
+    lean = _lean_case(task, "small", 0, case(), cand, 1e18, "cpu", "test", None, None, False)
+    full = judge(task, "small", 0, case(), {"out": a.clone()}, {"out": b.clone()}, None, device="cpu")
+    assert cand.asked == ["nan", "sentinel"]
+    keys = ("passed", "mismatches", "nan_count", "unwritten_count", "deterministic", "max_abs_err", "note")
+    assert {k: lean.get(k) for k in keys} == {k: full.get(k) for k in keys}
+    assert lean["passed"] is (kind in ("honest", "racy")) and lean["deterministic"] is (kind != "racy")
