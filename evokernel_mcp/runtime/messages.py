@@ -143,6 +143,7 @@ class ExpectedRequest(_ChildReq):
     inputs: Any = None
     seed: int | None = None
     hi: bool = False
+    own_inputs: bool = False  # the forward may run on the received inputs themselves (checked by digest)
 
 
 class _Case(_ChildReq):

@@ -26,6 +26,8 @@ from evokernel_mcp import candidate as cand
 from evokernel_mcp.verify import draws
 from evokernel_mcp.verify.refout import _clone, reference_outputs
 
+MODIFIED_INPUTS = "the reference modified its inputs in place"
+
 
 class HarnessError(Exception):
     """The inputs or the reference failed: not the candidate's fault (reported as kind 'harness')."""
@@ -369,15 +371,26 @@ def ref_case(loaded, req: dict[str, Any]) -> dict[str, Any]:
 
 def ref_expected(loaded, req: dict[str, Any]) -> dict[str, Any]:
     """The reference's outputs on inputs given by the runner (benchmark's post-timing checks), or with
-    held=true the float64 outputs ref_case kept (then dropped here)."""
+    held=true the float64 outputs ref_case kept (then dropped here). own_inputs=true: the forward runs on the
+    received inputs themselves (no copy); a reference that modifies them is refused (MODIFIED_INPUTS), and the
+    runner asks again without it."""
     if req.get("held"):
         hi, loaded.held_hi = getattr(loaded, "held_hi", None), None
         return {"hi": hi}
+    from evokernel_mcp.verify.refout import owned_inputs
+
     inputs = _to(req["inputs"], loaded.device)
     model = _model(loaded, int(req["seed"]))
     # verify's reference outputs (ref_case): the native run-to-run spread of an ill-conditioned output, or
     # PyTorch's sampled error where the float64 copy did not run, come along so the runner judges by verify's bar
-    ref = reference_outputs(model, inputs, bool(req.get("hi", True)), loaded.device)
+    if req.get("own_inputs"):  # this process's own copy: no second one (device memory), checked by digest
+        want = _digests(inputs)
+        with owned_inputs():
+            ref = reference_outputs(model, inputs, bool(req.get("hi", True)), loaded.device)
+        if _digests(inputs) != want:
+            raise HarnessError(f"{MODIFIED_INPUTS}: ask again with a copy")
+    else:
+        ref = reference_outputs(model, inputs, bool(req.get("hi", True)), loaded.device)
     native, ref_hi = ref["native"], ref["hi"]
     _sync(loaded.device)
     arg = arg_reductions(native, inputs)

@@ -196,3 +196,55 @@ def test_a_lean_case_judged_one_run_at_a_time_gives_the_record_of_the_full_judge
     keys = ("passed", "mismatches", "nan_count", "unwritten_count", "deterministic", "max_abs_err", "note")
     assert {k: lean.get(k) for k in keys} == {k: full.get(k) for k in keys}
     assert lean["passed"] is (kind in ("honest", "racy")) and lean["deterministic"] is (kind != "racy")
+
+
+def _ref_loaded(forward):
+    mod = types.ModuleType("ref")
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return forward(x)
+
+    mod.Model = Model
+    return types.SimpleNamespace(module=mod, task=None, device="cpu", models={})
+
+
+def test_a_reference_runs_a_checks_inputs_without_a_copy_and_is_refused_when_it_modifies_them(monkeypatch):
+    """ref_expected with own_inputs: the forward on the received inputs themselves, the same outputs as with a
+    copy; a reference that writes into its inputs is refused with MODIFIED_INPUTS (the runner asks again)."""
+    from evokernel_mcp import candidate as cand
+    from evokernel_mcp.verify import sides
+
+    monkeypatch.setattr(cand, "build_reference", lambda task, module, seed, device: module.Model())
+    x = torch.randn(300)
+    plain = _ref_loaded(lambda t: t * 3)
+    a = sides.ref_expected(plain, {"op": "expected", "inputs": [x.clone()], "seed": 0, "hi": False})
+    b = sides.ref_expected(plain, {"op": "expected", "inputs": [x.clone()], "seed": 0, "hi": False,
+                                   "own_inputs": True})
+    assert torch.equal(a["native"], b["native"]) and torch.equal(a["native"], x * 3)
+    inplace = _ref_loaded(lambda t: t.mul_(3))
+    ok = sides.ref_expected(inplace, {"op": "expected", "inputs": [x.clone()], "seed": 0, "hi": False})
+    assert torch.equal(ok["native"], x * 3), "with a copy, an in-place reference is fine"
+    with pytest.raises(sides.HarnessError, match=sides.MODIFIED_INPUTS):
+        sides.ref_expected(inplace, {"op": "expected", "inputs": [x.clone()], "seed": 0, "hi": False,
+                                     "own_inputs": True})
+
+
+def test_the_runner_asks_again_with_a_copy_when_the_reference_modified_its_inputs():
+    from evokernel_mcp.benchmark.runner_side import expected
+    from evokernel_mcp.runtime.child_proc import ChildFailed
+    from evokernel_mcp.verify.sides import MODIFIED_INPUTS
+
+    class Arms:
+        dev, asked = "cuda", []
+
+        def ask(self, child, req, max_bytes=0):
+            self.asked.append(req.get("own_inputs", False))
+            if req.get("own_inputs"):
+                raise ChildFailed("harness", f"HarnessError: {MODIFIED_INPUTS}: ask again with a copy")
+            return {"native": 1}
+
+    arms = Arms()
+    assert expected(arms, None, [1], 0, hi=False) == {"native": 1} and arms.asked == [True, False]
+    arms.asked = []
+    assert expected(arms, None, [1], 0, hi=True) == {"native": 1} and arms.asked == [False], "float64: a copy"
