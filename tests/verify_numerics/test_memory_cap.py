@@ -248,3 +248,31 @@ def test_the_runner_asks_again_with_a_copy_when_the_reference_modified_its_input
     assert expected(arms, None, [1], 0, hi=False) == {"native": 1} and arms.asked == [True, False]
     arms.asked = []
     assert expected(arms, None, [1], 0, hi=True) == {"native": 1} and arms.asked == [False], "float64: a copy"
+
+
+def test_verifys_reference_runs_on_its_inputs_in_a_lean_case_and_again_on_fresh_ones_if_it_wrote_into_them(
+        monkeypatch):
+    """sides._own_inputs_outputs: the forwards on the inputs themselves (no copy); where the reference wrote into
+    them, the same inputs made afresh and the forwards run again with copies, so the candidate gets pristine
+    inputs and the outputs of pristine inputs."""
+    from evokernel_mcp.verify import sides
+    from evokernel_mcp.verify.refout import _native_forward
+
+    x = torch.randn(300)
+    monkeypatch.setattr(sides, "_make_inputs", lambda loaded, shape, seed, probe: [x.clone()])
+    req = {"shape": "small", "seed": 0}
+
+    class Times3(torch.nn.Module):
+        def __init__(self, inplace):
+            super().__init__()
+            self.inplace = inplace
+
+        def forward(self, t):
+            return t.mul_(3) if self.inplace else t * 3
+
+    for inplace in (False, True):
+        model = Times3(inplace)
+        given = [x.clone()]
+        inputs, out = sides._own_inputs_outputs(None, model, given, req, lambda xs: _native_forward(model, xs))
+        assert torch.equal(inputs[0], x) and torch.equal(out, x * 3)
+        assert (inputs is given) is (not inplace), "the same tensors unless the reference wrote into them"
