@@ -356,7 +356,7 @@ def ref_case(loaded, req: dict[str, Any]) -> dict[str, Any]:
     try:
         room = {"room_bytes": plan.budget_bytes - plan.needed_bytes, "hi_bytes": plan.ref_hi_bytes} if why_not else {}
         check = _outputs_check(loaded, inputs, want_hi, bound) if hi and bound is not None else None
-        if plan is not None and not plan.pristine:  # within the job's memory cap: no copy of the inputs
+        if not getattr(plan, "pristine", True):  # within the job's memory cap: no copy of the inputs
             inputs, ref = _own_inputs_outputs(loaded, model, inputs, req, lambda x: reference_outputs(
                 model, x, hi, loaded.device, why_not, hi_check=check, **room))
         else:
