@@ -263,10 +263,11 @@ def _cases(ctx, ref, cand, task: Task, step: VerifyStep, deadline: float, progre
         progress(i, len(todo), f"verify {task.name} {what}")
         case = with_room(ctx, lambda: _reference_case(ctx, ref, shape, seed, probe, deadline, dev), (ref,), room)
         ref.last_plan = case.get("plan")
-        what = within_cap(ctx, ref, case.get("plan"), room) or early
-        if what:
+        gave = within_cap(ctx, ref, case.get("plan"), room) or early
+        early = None  # (said once, on the first case)
+        if gave:
             case["notes"] = [*(case.get("notes") or []), f"within the job's memory cap (memory_factor x its own "
-                             f"bytes): {what}"]
+                             f"bytes): {gave}"]
         if dev is not None and not (case.get("plan") or {}).get("pristine", True):
             out["cases"].append(_lean_case(task, shape, seed, case, cand, deadline, dev, what, model_key,
                                            step.tolerance, probe))

@@ -89,3 +89,11 @@ def test_input_failures_are_the_harness_s(body, words):
 def test_a_missing_module_is_named():
     r = verify("import evk_no_such_module_xyz\n" + SAME, probe=False)
     assert r.passed is False and r.error.kind == "missing_module" and "evk_no_such_module_xyz" in r.error.message
+
+
+def test_a_candidate_that_raises_is_named_with_its_case():
+    r = verify(REF + "\nclass ModelNew(Model):\n    def forward(self, x):\n        raise ValueError('boom')\n",
+               probe=False)
+    assert r.passed is False and r.error.kind == "exception", r.error
+    assert "candidate raised" in r.error.message and "boom" in r.error.message
+    assert "shape set" in r.error.message and "seed" in r.error.message, r.error.message
