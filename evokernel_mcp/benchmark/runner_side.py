@@ -19,6 +19,7 @@ import contextlib
 import time
 from typing import Any
 
+from evokernel_mcp import settings
 from evokernel_mcp.benchmark.bound import common_host_per_rep, cushion_ms, runner_bound
 from evokernel_mcp.benchmark.messages import BenchmarkRequest
 from evokernel_mcp.benchmark.room import meta, room_for_arms
@@ -60,7 +61,6 @@ def checks_hi(input_bytes: int, output_bytes: int) -> bool:
     against cheating, not precision, so only while the outputs are small (HI_CHECK_BYTES), and not for a shape
     planned within the job's memory cap (more than 1 GB of its own: runtime/devplan.data_cap), where the
     reference's float64 copy of the inputs alone (twice their bytes in float32) would take what the cap leaves."""
-    from evokernel_mcp import settings
     from evokernel_mcp.runtime.devplan import data_cap
 
     if output_bytes > HI_CHECK_BYTES:
@@ -269,15 +269,21 @@ def _sampled(arms: _Arms, ref, samples: list, seed: int, hi: bool) -> dict[str, 
 
 
 def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, gpu: bool, ctx=None) -> dict:
-    from evokernel_mcp.verify.runner_side import with_room
+    from evokernel_mcp.verify.runner_side import with_room, within_cap
 
     def ask() -> dict:
         return arms.ask(ref, {"op": "case", "shape": shape, "seed": seed, "hi": False, "work": True},
                         max_bytes=1 << 42)
     room: dict = {}
+    if gpu and ctx is not None:  # a shape over the memory cap: our idle processes go before the reference's peak
+        plan = arms.ask(ref, {"op": "plan", "shape": shape, "seed": seed, "hi": False,
+                              "memory_factor": settings.get().memory_factor}, max_bytes=1 << 20)["plan"]
+        if within_cap(ctx, ref, plan, room, spares_room=False):
+            room["notes"] = [f"within the shape's memory cap (memory_factor x its own bytes): "
+                             f"{room['gave_back']['what']}"]
     case = with_room(ctx, ask, (ref,), room) if ctx is not None else ask()
     work = runner_counts(case)
-    if "gave_back" in room:
+    if "gave_back" in room and not room.get("notes"):
         room["notes"] = [f"device memory given back for this shape: {room['gave_back']['what']}"]
     i_b, o_b = _nbytes(case["inputs"]), _nbytes(case["native"])
     n_pool, sample = (2 if i_b <= POOL_FULL_BYTES or not gpu else 1), (2 if i_b + o_b <= POOL_FULL_BYTES else 1)

@@ -32,7 +32,7 @@ from evokernel_mcp.runtime.messages import CHILD_REQUEST, ChildErr, ChildError, 
 _ARM = {op: f"evokernel_mcp.benchmark.sides:{op}" for op in ("arm_init", "arm_block", "arm_times", "arm_report",
                                                                  "arm_close")}
 OPS = {
-    "reference": {"case": "evokernel_mcp.verify.sides:ref_case",
+    "reference": {"case": "evokernel_mcp.verify.sides:ref_case", "plan": "evokernel_mcp.verify.sides:ref_plan",
                   "expected": "evokernel_mcp.verify.sides:ref_expected", **_ARM},
     "candidate": {"run": "evokernel_mcp.verify.sides:cand_run", **_ARM,
                   "settled": "evokernel_mcp.benchmark.sides:cand_settled",

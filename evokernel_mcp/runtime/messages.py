@@ -82,6 +82,10 @@ class PingReply(Model):
     cwd: str
     python: str
     torch: str | None = None
+    # the runner's own device allocator (torch.cuda.memory_reserved / memory_allocated; None before CUDA is up):
+    # what of the runner's device memory is tensors and cache rather than its context
+    device_reserved_bytes: int | None = None
+    device_allocated_bytes: int | None = None
 
 
 class SelftestRequest(Model):
@@ -135,6 +139,16 @@ class CaseRequest(_ChildReq):
     inputs_only: bool = False
     work: bool = False
     memory_factor: float = 0.0  # settings.memory_factor: a big case is planned within it x its own bytes
+
+
+class PlanRequest(_ChildReq):
+    """A case's memory plan from meta tensors alone (no input made, no forward run): the runner reads it before
+    the case, to give our idle processes' device memory back before the reference's own peak."""
+    op: Literal["plan"]
+    shape: str
+    seed: int
+    hi: bool = False
+    memory_factor: float = 0.0
 
 
 class ExpectedRequest(_ChildReq):
@@ -215,7 +229,8 @@ class ProfileRunRequest(_Case):
     iters: int = 1
 
 
-ChildRequest = Annotated[Union[GoRequest, WarmProfilerRequest, LoadRequest, CaseRequest, ExpectedRequest, RunRequest,
+ChildRequest = Annotated[Union[GoRequest, WarmProfilerRequest, LoadRequest, CaseRequest, PlanRequest,
+                               ExpectedRequest, RunRequest,
                                ArmInitRequest, ArmBlockRequest, ArmTimesRequest, ArmReportRequest, ArmCloseRequest,
                                SettledRequest,
                                BenchChecksRequest, ProfileRunRequest], Field(discriminator="op")]

@@ -128,6 +128,8 @@ class Spares:
         self._closed = False
         self._quiet = 0  # quiet sections open (no new spares): the job's whole run on a host of few cores
         self._held = False  # idle children were given back for a big job: no new spares until it ends
+        self._keep_spares = 0  # ... and how many ready ones it left
+        self._takers = 0  # take() calls waiting for a child now
         self._timing = 0  # ... of which timing now: spares' device phases are held back only then
         self._profiles = device != "cpu"  # only a GPU child has a profiler to warm
         self._triton_key: str | None = None  # Triton's install key, from the first GPU spare (child.py)
@@ -205,8 +207,8 @@ class Spares:
         """A started or warmed spare joins the ready ones (discarded once the pool is closed); waiters wake.
         Under the lock."""
         if child is not None:
-            if self._closed:
-                child.discard()
+            if self._closed or (self._held and not self._takers and len(self._ready) >= self._keep_spares):
+                child.discard()  # (held: a start in flight when a big job's room was given back goes too)
             else:
                 self._ready.append(child)
         self._lock.notify_all()
@@ -317,13 +319,17 @@ class Spares:
             def coming() -> int:
                 return (self._starting_warm if want and self._lean else self._starting) + self._warming
             # (while arms are timed, background starts and warm-ups wait at the device gate: never wait for them)
-            while not any(usable(c) for c in self._ready) and coming() > 0 and not self._timing \
-                    and time.monotonic() < deadline:
-                self._lock.wait(timeout=1.0)
-            # a timed arm: a spare being warmed in the background is ready sooner than a cold one warmed now
-            while want and self._warming and not self._timing and not any(c.warm for c in self._ready) \
-                    and time.monotonic() < deadline:
-                self._lock.wait(timeout=1.0)
+            self._takers += 1
+            try:
+                while not any(usable(c) for c in self._ready) and coming() > 0 and not self._timing \
+                        and time.monotonic() < deadline:
+                    self._lock.wait(timeout=1.0)
+                # a timed arm: a spare being warmed in the background is ready sooner than a cold one warmed now
+                while want and self._warming and not self._timing and not any(c.warm for c in self._ready) \
+                        and time.monotonic() < deadline:
+                    self._lock.wait(timeout=1.0)
+            finally:
+                self._takers -= 1
             pick = next((c for c in self._ready if c.warm == want and usable(c)), None) if purpose != "any" else None
             child = pick or next((c for c in self._ready if usable(c)), None)
             if child is not None:
@@ -477,7 +483,7 @@ class Spares:
 
         before = self._free_memory()
         with self._lock:
-            self._held = True
+            self._held, self._keep_spares = True, max(0, keep_spares)
             spares = self._ready[max(0, keep_spares):]
             self._ready = self._ready[:max(0, keep_spares)]
             refs = [(k, c) for k, c in self._refs.items() if c not in keep]

@@ -194,12 +194,14 @@ def _batch_size(inputs: list[Any]) -> int | None:
 
 
 def _sample_error(model, inputs: list[Any], native: Any, rng, device: str, room: int | None,
-                  hi_bytes: int) -> tuple[dict[str, float], int, int] | None:
+                  hi_bytes: int) -> tuple[dict[str, float], int, int, dict[str, float]] | None:
     """PyTorch's own error measured on a float64 sample of the batch, when the whole float64 copy does not
-    fit: ({output path: max |native - float64| on the first k samples}, k, B), or None. Only for a
-    batch-separable model: every input and floating output leads with the batch, and the native forward
-    on the first k samples gives the full run's first k rows (a BatchNorm in training mode does not).
-    k: at most a quarter of the batch, and what the free room holds (room None: an eighth)."""
+    fit: ({output path: max |native - float64| on the first k samples}, k, B, {output path: the native
+    run-to-run spread on those k samples}), or None. Only for a batch-separable model: every input and floating
+    output leads with the batch, and the native forward on the first k samples gives the full run's first k
+    rows (a BatchNorm in training mode does not). The spread comes from the native forward on the k samples
+    run twice (same random state): a second full forward, with its outputs and working memory, is what does
+    not fit. k: at most a quarter of the batch, and what the free room holds (room None: an eighth)."""
     import torch
 
     from evokernel_mcp.verify import bar
@@ -216,13 +218,15 @@ def _sample_error(model, inputs: list[Any], native: Any, rng, device: str, room:
         with _buffers_kept(model):
             _set_rng_state(rng, device)
             rows = {leaf.path: leaf.tensor for leaf in flatten_outputs(_native_forward(model, part))}
+            _set_rng_state(rng, device)
+            again = {leaf.path: leaf.tensor for leaf in flatten_outputs(_native_forward(model, part))}
             hi = {leaf.path: leaf.tensor for leaf in flatten_outputs(_float64_forward(model, part))}
         full = flatten_outputs(native)
     except Exception:  # noqa: BLE001 - the reference's code on a slice (out of memory included): no sample
         if device != "cpu":
             torch.cuda.empty_cache()
         return None
-    errs = {}
+    errs, spread = {}, {}
     for leaf in full:
         t = leaf.tensor
         if not (t.is_floating_point() or t.is_complex()):
@@ -234,7 +238,9 @@ def _sample_error(model, inputs: list[Any], native: Any, rng, device: str, room:
         if not bar.judge(r, None, t[:k], dtype_preset=bar.preset_of(t.dtype))["passed"]:
             return None  # the rows depend on the rest of the batch
         errs[leaf.path] = bar.float64_disagreement(h, t[:k])[0]
-    return (errs, k, b) if errs else None
+        a = again.get(leaf.path)
+        spread[leaf.path] = bar.max_abs_diff(r, a) if a is not None and a.shape == r.shape else float("inf")
+    return (errs, k, b, spread) if errs else None
 
 
 def _ill_conditioned_paths(native: Any, ref_hi: Any) -> dict[str, float]:
@@ -307,12 +313,14 @@ def _reference_outputs(model, inputs, device, rng, native, ref_hi, why, why_not_
         return {"native": native, "hi": None, "precision": "native", "spread": {}, "sampled": {}}
     if ref_hi is None:
         reason = why or why_not_hi
-        spread = _native_spread(model, inputs, native, rng, device, None)
         sample = None
         if why_not_hi or why in (OUT_OF_DEVICE_MEMORY, OUT_OF_HOST_MEMORY) or why.startswith(DOES_NOT_FIT):
             sample = _sample_error(model, inputs, native, rng, device, None if why else room_bytes, hi_bytes)
+        # short of memory: the run-to-run spread on the sample too (a second full forward is what did not fit)
+        spread = sample[3] if sample is not None else _native_spread(model, inputs, native, rng, device, None)
         if sample is not None:
-            reason += f"; PyTorch's own error measured in float64 on the first {sample[1]} of {sample[2]} samples"
+            reason += (f"; PyTorch's own error measured in float64, and its run-to-run spread, on the first "
+                       f"{sample[1]} of {sample[2]} samples")
         precision = f"native ({reason})"
         return {"native": native, "hi": None, "precision": precision, "spread": spread,
                 "sampled": sample[0] if sample is not None else {}}

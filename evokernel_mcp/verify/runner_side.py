@@ -127,9 +127,16 @@ def _case_list(step: VerifyStep) -> list[tuple[str, int, bool]]:
     return cases
 
 
-def _reference_case(ctx, ref, shape: str, seed: int, probe: bool, deadline: float, dev: str | None) -> dict:
+def _reference_case(ctx, ref, shape: str, seed: int, probe: bool, deadline: float, dev: str | None,
+                    before=None) -> dict:
+    """The reference's case; `before(plan)`: called first with the case's memory plan (op "plan", meta tensors
+    only), so that idle processes are given back before the reference's own peak."""
     what = f"shape set {shape!r} seed {seed}" + (" (probe)" if probe else "")
     try:
+        if before is not None:
+            before(ref.request({"op": "plan", "shape": shape, "seed": seed, "hi": True,
+                                "memory_factor": settings.get().memory_factor},
+                               timeout_s=wall_deadline(deadline), max_bytes=1 << 20)["plan"])
         case = ref.request({"op": "case", "shape": shape, "seed": seed, "hi": True, "probe": probe, "hold": True,
                             "memory_factor": settings.get().memory_factor},
                            timeout_s=wall_deadline(deadline), max_bytes=1 << 42, device=dev)
@@ -172,18 +179,18 @@ def with_room(ctx, ask, keep: tuple, state: dict) -> dict:
     return case
 
 
-def within_cap(ctx, ref, plan: dict | None, state: dict) -> str | None:
+def within_cap(ctx, ref, plan: dict | None, state: dict, spares_room: bool = True) -> str | None:
     """A case planned within the job's memory cap (runtime/devplan.data_cap): our idle processes (spares, cached
     references of other sources) count against it too, so those beyond what the cap leaves room for are stopped
-    (once per job; spares start again when it ends). `plan`: the case's, or before the first case the last plan
-    this reference process made (its next job's is likely the same). Returns what was given back, or None."""
+    (once per job; spares start again when it ends; none is kept without `spares_room`). `plan`: the case's,
+    asked before the reference makes anything (op "plan"). Returns what was given back, or None."""
     from evokernel_mcp.runtime.devplan import CONTEXT_BYTES_ASSUMED
 
     plan = plan or {}
     if plan.get("cap_bytes") is None or "gave_back" in state or ctx.device == "cpu":
         return None
     room = max(0, int(plan["cap_bytes"]) - int(plan.get("needed_bytes") or 0)) // CONTEXT_BYTES_ASSUMED
-    return give_back(ctx, (ref,), state, keep_spares=room)["what"]
+    return give_back(ctx, (ref,), state, keep_spares=room if spares_room else 0)["what"]
 
 
 def _lean_case(task: Task, shape: str, seed: int, case: dict, cand, deadline: float, dev: str, what: str,
@@ -257,14 +264,17 @@ def _cases(ctx, ref, cand, task: Task, step: VerifyStep, deadline: float, progre
     dev = tensor_device(ctx)
     todo = _case_list(step)
     room: dict = {}
-    early = within_cap(ctx, ref, getattr(ref, "last_plan", None), room)  # before the reference's own peak
     for i, (shape, seed, probe) in enumerate(todo):
         what = f"shape set {shape!r}, seed {seed}" + (", probe" if probe else "")
         progress(i, len(todo), f"verify {task.name} {what}")
-        case = with_room(ctx, lambda: _reference_case(ctx, ref, shape, seed, probe, deadline, dev), (ref,), room)
-        ref.last_plan = case.get("plan")
-        gave = within_cap(ctx, ref, case.get("plan"), room) or early
-        early = None  # (said once, on the first case)
+        early: list[str] = []
+
+        def before(plan: dict | None) -> None:  # before the reference's own peak
+            early.extend(filter(None, [within_cap(ctx, ref, plan, room)]))
+        case = with_room(ctx, lambda: _reference_case(ctx, ref, shape, seed, probe, deadline, dev,
+                                                      before if dev is not None and "gave_back" not in room
+                                                      else None), (ref,), room)
+        gave = within_cap(ctx, ref, case.get("plan"), room) or (early[0] if early else None)
         if gave:
             case["notes"] = [*(case.get("notes") or []), f"within the job's memory cap (memory_factor x its own "
                              f"bytes): {gave}"]

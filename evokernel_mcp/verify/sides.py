@@ -389,6 +389,19 @@ def ref_case(loaded, req: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def ref_plan(loaded, req: dict[str, Any]) -> dict[str, Any]:
+    """The memory plan ref_case would make for (shape, seed), from meta tensors only: nothing is allocated but
+    the reference model (built for the case anyway). Reply: {"plan": plan fields, or None when the shapes are
+    not known before the inputs exist}."""
+    loaded.memory_factor = float(req.get("memory_factor") or 0.0)
+    try:
+        model = _model(loaded, int(req["seed"]))
+    except Exception as e:  # noqa: BLE001
+        raise HarnessError(f"building the reference Model(*get_init_inputs()) failed: {type(e).__name__}: {e}") from e
+    plan = _plan(loaded, model, req["shape"], None, bool(req.get("hi", True)))[0]
+    return {"plan": plan.model_dump() if plan is not None else None}
+
+
 def ref_expected(loaded, req: dict[str, Any]) -> dict[str, Any]:
     """The reference's outputs on inputs given by the runner (benchmark's post-timing checks), or with
     held=true the float64 outputs ref_case kept (then dropped here). own_inputs=true: the forward runs on the

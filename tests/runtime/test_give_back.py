@@ -189,3 +189,63 @@ def test_a_7_5_gb_norm_benchmark_on_an_80_gb_card_runs_lean_and_lets_the_runners
     with pytest.raises(ChildFailed) as ei:  # 40 GB of inputs: no cut makes it fit
         _room_for_arms(ctx, _Arms(), None, big, {})
     assert ei.value.kind == "too_big" and "it needs 80.0 GB" in ei.value.message and "overrides={" in ei.value.message
+
+
+def test_a_spare_whose_start_was_in_flight_when_the_room_was_given_back_is_stopped_when_it_arrives(monkeypatch):
+    """Spares starting when a big job gave back its room would otherwise land in the pool mid-job: while held,
+    one arriving beyond the spares the job left is stopped, unless a take() waits for it."""
+    pool = _pool(monkeypatch, [(10 << 30, 80 << 30), (12 << 30, 80 << 30)])
+    pool.give_back_idle(keep_spares=1)
+    assert len(pool._ready) == 1
+    late = _Kid()
+    with pool._lock:
+        pool._offer(late)
+    assert late.discarded and len(pool._ready) == 1, "a late arrival beyond the kept spare goes"
+    wanted = _Kid()
+    with pool._lock:
+        pool._takers = 1  # a job's take() waits for a child now
+        pool._offer(wanted)
+        pool._takers = 0
+    assert not wanted.discarded and wanted in pool._ready
+    pool.end_hold()
+    after = _Kid()
+    with pool._lock:
+        pool._offer(after)
+    assert not after.discarded and after in pool._ready, "once the job ends, spares are kept again"
+
+
+class _Ref:
+    """A reference child that answers the plan op with a plan over the memory cap, and records the order."""
+
+    def __init__(self, log, cap_bytes=10**9, needed_bytes=2 * 10**9):
+        self.log, self.plan = log, {"cap_bytes": cap_bytes, "needed_bytes": needed_bytes}
+
+    def request(self, req, **_kw):
+        self.log.append(req["op"])
+        if req["op"] == "plan":
+            return {"plan": self.plan}
+        return {"plan": self.plan, "inputs": [], "native": None}
+
+
+def test_a_case_over_the_memory_cap_gives_our_idle_processes_back_before_the_reference_makes_it():
+    from evokernel_mcp.verify.runner_side import _reference_case, within_cap
+
+    log, ctx, room = [], _Ctx(), {}
+    ref = _Ref(log)
+    kept = []
+    ctx.spares.give_back_idle = lambda keep, keep_spares=0: (log.append("give_back"), kept.append(keep_spares),
+                                                             {"processes": 8, "freed_bytes": 5 * 10**9})[-1]
+    _reference_case(ctx, ref, "full", 0, False, 1e18, "cuda",
+                    before=lambda plan: within_cap(ctx, ref, plan, room))
+    assert log == ["plan", "give_back", "case"] and kept == [0] and "8 idle process(es)" in room["gave_back"]["what"]
+    log.clear()
+    within_cap(ctx, ref, ref.plan, room)
+    assert log == [], "once per job"
+    room, log[:] = {}, []
+    roomy = _Ref(log, cap_bytes=10 * 10**9, needed_bytes=4 * 10**9)  # 6 GB of the cap left: spares fit in it
+    within_cap(ctx, roomy, roomy.plan, room)
+    assert kept[-1] >= 8
+    within_cap(ctx, roomy, roomy.plan, {}, spares_room=False)
+    assert kept[-1] == 0, "a benchmark keeps no spare within the cap"
+    assert within_cap(ctx, ref, {"cap_bytes": None}, {}) is None, "under 1 GB of its own: no cap, nothing given back"
+    assert within_cap(_Ctx("cpu"), ref, ref.plan, {}) is None

@@ -115,3 +115,20 @@ def test_reference_case_op_uses_the_kept_draw(tmp_path):
     assert (draws.CACHE.misses, draws.CACHE.hits) == (1, 1)
     assert all(torch.equal(x, y) for x, y in zip(a, b))
     assert all(torch.equal(x, y) for x, y in zip(a, cand.make_inputs(task, "small", 5, "cpu")))
+
+
+def test_the_plan_op_answers_the_plan_the_case_then_makes_without_making_inputs(tmp_path):
+    """op "plan" (the runner asks it before a case, to give our idle processes back before the reference's
+    peak): the same plan as the case's, from meta tensors; no input is drawn and no forward runs."""
+    from evokernel_mcp.runtime.child import Loaded
+    from evokernel_mcp.verify import draws, sides
+
+    task = get_task("vector_add")
+    mod = cand.load_module(task.reference_source, "reference_plan_test", tmp_path)
+    loaded = Loaded("reference", mod, task, "cpu")
+    draws.CACHE.clear()
+    plan = sides.ref_plan(loaded, {"shape": "small", "seed": 3, "hi": True})["plan"]
+    assert draws.CACHE.bytes == 0, "no inputs made"
+    case = sides.ref_case(loaded, {"shape": "small", "seed": 3, "hi": True})
+    assert plan is not None and plan["where"] == case["plan"]["where"]
+    assert plan["needed_bytes"] == case["plan"]["needed_bytes"] and plan["cap_bytes"] is None

@@ -164,7 +164,8 @@ def _tight(monkeypatch, n_in: int, n_out: int, fraction: float) -> None:
 def test_without_room_for_float64_pytorchs_error_is_measured_on_a_sample_of_the_batch(tmp_path, monkeypatch):
     _tight(monkeypatch, 16 * 32, 16, 0.5)
     same, pert = same_and_perturbed(ROWWISE, tmp_path, "rows")
-    assert "PyTorch's own error measured in float64 on the first 4 of 16 samples" in same["reference_precision"]
+    assert ("PyTorch's own error measured in float64, and its run-to-run spread, on the first 4 of 16 samples"
+            in same["reference_precision"])
     assert same["passed"] is True and same["torch_max_abs_err"] > 0 and "float64 sample" in same["bar"]
     assert pert["passed"] is False
     accurate = ROWWISE + """
@@ -177,6 +178,32 @@ class ModelNew(Model):
     monkeypatch.setattr(refout, "_sample_error", lambda *a, **k: None)
     unsampled = run_case(ROWWISE, accurate, tmp_path, tag="rows_acc2")
     assert unsampled["passed"] is False, "more accurate than PyTorch: it passes only through the sampled floor"
+
+
+def test_short_of_memory_the_run_to_run_spread_comes_from_the_sample_not_a_second_full_forward():
+    """A case without room for the float64 copy has none for a second full forward either (its outputs and
+    working memory: max pooling's indices are twice its output): the spread is measured on the sample's rows,
+    run twice; a model that cannot be sampled still gets its spread from the full forward run again."""
+
+    class Counting(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.batches = torch.nn.Linear(32, 16), []
+
+        def forward(self, x, *_rest):
+            self.batches.append(x.shape[0])
+            return self.lin(x)
+
+    m = Counting()
+    out = refout.reference_outputs(m, [torch.randn(16, 32)], False, "cpu",
+                                   why_not_hi=f"{refout.DOES_NOT_FIT}: 9 GB", room_bytes=10**9, hi_bytes=10**6)
+    assert m.batches == [16, 4, 4], "one full forward, the sample's rows twice (the float64 one on a copy)"
+    assert out["spread"] == {"out": 0.0} and out["sampled"]["out"] > 0
+    assert "run-to-run spread, on the first 4 of 16 samples" in out["precision"]
+    m.batches.clear()
+    coupled = refout.reference_outputs(m, [torch.randn(16, 32), torch.randn(3)], False, "cpu",
+                                       why_not_hi=f"{refout.DOES_NOT_FIT}: 9 GB", room_bytes=10**9, hi_bytes=10**6)
+    assert m.batches == [16, 16] and coupled["spread"] == {"out": 0.0} and "samples" not in coupled["precision"]
 
 
 def test_a_batch_coupled_model_gets_no_float64_sample(tmp_path, monkeypatch):
