@@ -301,9 +301,12 @@ async def runner_alloc_mib() -> list[float] | None:
     try:
         pool = get_app().jobs.pool
         r = (await pool.call(pool.default_device, "ping", {}, timeout_s=30)).result or {}
-    except Exception:  # noqa: BLE001 - a diagnostic only
+    except Exception as e:  # noqa: BLE001 - a diagnostic only
+        print(f"runner allocator figures not read: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         return None
     got = [r.get("device_reserved_bytes"), r.get("device_allocated_bytes")]
+    if None in got:
+        print(f"runner allocator figures not in the ping: {r}", file=sys.stderr, flush=True)
     return None if None in got else [round(v / 2**20, 1) for v in got]
 
 

@@ -100,16 +100,20 @@ def _events_text(events: list, limit: int = 6000) -> str:
     """A runner op's notes for the log. A request to a child that moved big tensors adds a note
     ("case 0.00 s in the child; moved arena 8 MiB in 0.00 s"), dozens per benchmark: the quick ones are summed
     into one, so that the stages of a long op stay readable within the limit."""
-    keep, n, child_s, moved_s = [], 0, 0.0, 0.0
+    keep, n, child_s, moved_s, routes = [], 0, 0.0, 0.0, {}
     for e in map(str, events):
         m = re.fullmatch(r"\w+ ([\d.]+) s in the child; moved (.*)", e)
         if m and float(m.group(1)) < 0.5:
             n, child_s = n + 1, child_s + float(m.group(1))
-            moved_s += sum(float(x) for x in re.findall(r"MiB in ([\d.]+) s", m.group(2)))
+            for route, mib, s in re.findall(r"(\w+) (\d+) MiB in ([\d.]+) s", m.group(2)):
+                moved_s += float(s)
+                routes[route] = routes.get(route, 0) + int(mib)
         else:
             keep.append(e)
     if n:
-        keep.append(f"{n} quick child requests with transfers: {child_s:.2f} s in the children, {moved_s:.2f} s moving")
+        by = ", ".join(f"{r} {mib} MiB" for r, mib in routes.items())
+        keep.append(f"{n} quick child requests with transfers: {child_s:.2f} s in the children, {moved_s:.2f} s "
+                    f"moving (moved {by})")
     return "; ".join(keep)[:limit]
 
 

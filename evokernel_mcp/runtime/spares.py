@@ -129,6 +129,11 @@ class Spares:
         self._quiet = 0  # quiet sections open (no new spares): the job's whole run on a host of few cores
         self._held = False  # idle children were given back for a big job: no new spares until it ends
         self._keep_spares = 0  # ... and how many ready ones it left
+        # spares stay down after such a job until a job ends that took a child without giving any back: big jobs
+        # come in runs (a sweep, a search at full size), and spares restarted between two of them only start
+        # contexts the next one stops again (seconds of device driver work per job, mid-job device memory)
+        self._after_big = False
+        self._took = False  # a child was taken (or a reference asked for) since the last job ended
         self._takers = 0  # take() calls waiting for a child now
         self._timing = 0  # ... of which timing now: spares' device phases are held back only then
         self._profiles = device != "cpu"  # only a GPU child has a profiler to warm
@@ -207,8 +212,10 @@ class Spares:
         """A started or warmed spare joins the ready ones (discarded once the pool is closed); waiters wake.
         Under the lock."""
         if child is not None:
-            if self._closed or (self._held and not self._takers and len(self._ready) >= self._keep_spares):
-                child.discard()  # (held: a start in flight when a big job's room was given back goes too)
+            if self._closed:
+                child.discard()
+            elif self._held and not self._takers and len(self._ready) >= self._keep_spares:
+                self.retire(child)  # a start in flight when a big job's room was given back goes too
             else:
                 self._ready.append(child)
         self._lock.notify_all()
@@ -261,7 +268,7 @@ class Spares:
         when warm ones are still short, warm idle cold ones in the background (off any job's clock)."""
         with self._lock:
             self._sweep()
-            if self._quiet or self._held:
+            if self._quiet or self._held or self._after_big:
                 return
             need = max(0, self.n - len(self._ready) - self._starting - self._warming)
             warm, to_warm = 0, []
@@ -308,6 +315,7 @@ class Spares:
         want = purpose == "bench"
         t0 = time.monotonic()
         with self._lock:
+            self._took = True
             if purpose != "any" and self._profiles:
                 self._demand.append(want)
             ready_now, starting = len(self._ready), self._starting
@@ -497,6 +505,8 @@ class Spares:
             c.discard()
         release_cached()
         self.wait_retired()
+        if self._wait_starts():  # spares starting now are stopped as they arrive (_offer): their contexts too
+            self.wait_retired()
         after = self._free_memory()
         freed = after[0] - before[0] if before and after else None
         note("gave back %d idle process(es) for a job that needs the room: %s", len(gone),
@@ -504,12 +514,25 @@ class Spares:
         return {"processes": len(gone), "holdings": [h.model_dump() for h in gone], "freed_bytes": freed,
                 "free_bytes": after[0] if after else None}
 
-    def end_hold(self) -> None:
-        """The job that needed the room is over: spares start again."""
+    def _wait_starts(self, timeout_s: float = 30.0) -> bool:
+        """Wait until no spare is starting or warming; whether any was."""
         with self._lock:
-            if not self._held:
+            t0, any_ = time.monotonic(), bool(self._starting or self._warming)
+            while (self._starting or self._warming) and time.monotonic() - t0 < timeout_s:
+                self._lock.wait(timeout=0.5)
+        return any_
+
+    def end_hold(self) -> None:
+        """A job ended. One that gave our idle processes back leaves the spares down (_after_big); the first job
+        after it that took a child without giving any back starts them again."""
+        with self._lock:
+            took, self._took = self._took, False
+            if self._held:
+                self._held, self._after_big = False, True
                 return
-            self._held = False
+            if not (self._after_big and took):
+                return
+            self._after_big = False
         self.replenish()
 
     def drop_reference(self, child: Child) -> None:

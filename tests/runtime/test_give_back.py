@@ -29,6 +29,10 @@ class _Kid:
     def discard(self):
         self.discarded = True
 
+    def stop(self):
+        self.discarded = True
+        return lambda: None
+
 
 def _pool(monkeypatch, frees):
     pool = spares.Spares("cuda:0", n=0)
@@ -54,7 +58,14 @@ def test_idle_spares_and_other_cached_references_are_stopped_and_no_spare_starts
     pool.replenish()
     assert started == [], "no spare starts while the job that needed the room runs"
     pool.end_hold()
-    assert not pool._held and len(started) == 4, "spares start again once it is over"
+    assert not pool._held and started == [], "after a big job spares stay down: the next may be big too"
+    pool.replenish()
+    assert started == []
+    pool.end_hold()
+    assert started == [], "a job that took no child (a ping) does not start them"
+    pool._took = True  # a job that took a child and gave nothing back ends
+    pool.end_hold()
+    assert len(started) == 4, "spares start again once a job that needed no room is over"
 
 
 class _Spares:

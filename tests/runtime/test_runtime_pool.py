@@ -114,5 +114,7 @@ def test_op_log_sums_quick_transfer_notes_and_keeps_the_stages():
     text = _events_text(["take (bench): 1 ready", *chatter, "load 2.50 s in the child; moved arena 8 MiB in 0.30 s",
                          "benchmark medium: done at 0.64 s"])
     assert "benchmark medium: done at 0.64 s" in text and "load 2.50 s in the child" in text
-    assert "60 quick child requests with transfers: 0.60 s in the children, 0.60 s moving" in text
+    assert "60 quick child requests with transfers: 0.60 s in the children, 0.60 s moving (moved arena 480 MiB)" in text
+    routes = _events_text(["run 0.10 s in the child; moved vmm 2048 MiB in 0.20 s, arena 3 MiB in 0.00 s"])
+    assert "moved vmm 2048 MiB, arena 3 MiB" in routes, "the routes stay: a test reads that big tensors took vmm"
     assert "case 0.00 s" not in text
