@@ -293,23 +293,6 @@ def _verdict(body: dict, is_error: bool, text: str | None) -> dict:
             "error": (f"{err.get('kind')}: {err.get('message', '')[:400]}" if err else text)}
 
 
-async def runner_alloc_mib() -> list[float] | None:
-    """[reserved, allocated] MiB of the runner's own device allocator after a phase (op ping): what of the
-    runner's device memory is tensors and cache rather than its CUDA context. None without a device runner."""
-    from evokernel_mcp.app import get_app
-
-    try:
-        pool = get_app().jobs.pool
-        r = (await pool.call(pool.default_device, "ping", {}, timeout_s=30)).result or {}
-    except Exception as e:  # noqa: BLE001 - a diagnostic only
-        print(f"runner allocator figures not read: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-        return None
-    got = [r.get("device_reserved_bytes"), r.get("device_allocated_bytes")]
-    if None in got:
-        print(f"runner allocator figures not in the ping: {r}", file=sys.stderr, flush=True)
-    return None if None in got else [round(v / 2**20, 1) for v in got]
-
-
 async def sweep(files: list[Path], seeds: int, max_time_s: float, scale: int, bench: bool, wait_s: float,
                 budget_s: float = 0.0, exclude: set[int] | None = None) -> list:
     from mcp import Client
@@ -336,12 +319,10 @@ async def sweep(files: list[Path], seeds: int, max_time_s: float, scale: int, be
                 b, t, e, x = await call_tool(c, "verify_vs_pytorch",
                                              {**base, "candidate": same_code(src), "seeds": seeds})
                 row["same"] = {**_verdict(b, e, x), "wall_s": round(t, 2)}
-                row["runner_alloc_mib"] = {"verify": await runner_alloc_mib()}
                 mem.phase = "perturbed"
                 b, t, e, x = await call_tool(c, "verify_vs_pytorch", {**base, "candidate": perturbed(src), "seeds": 1,
                                                                   "probe": False, "stop_on_first_failure": True})
                 row["perturbed"] = {**_verdict(b, e, x), "wall_s": round(t, 2)}
-                row["runner_alloc_mib"]["perturbed"] = await runner_alloc_mib()
                 if bench:
                     mem.phase = "benchmark"
                     b, t, e, x = await call_tool(c, "benchmark", {**base, "candidate": same_code(src),
@@ -353,7 +334,6 @@ async def sweep(files: list[Path], seeds: int, max_time_s: float, scale: int, be
                                         "speedup_ci": res.get("speedup_ci"), "valid": res.get("valid"),
                                         "invalid_reason": res.get("invalid_reason"),
                                         "error": (f"{err.get('kind')}: {err.get('message', '')[:300]}" if err else x)}
-                    row["runner_alloc_mib"]["benchmark"] = await runner_alloc_mib()
             row["peak_gpu_mem_mib"] = mem.peak_mib
             row["peak_ours_mib"] = mem.peak_ours_mib
             row["peak_ours_by_phase"] = mem.by_phase  # each phase's peak and our processes' MiB at it

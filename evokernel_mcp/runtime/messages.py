@@ -82,10 +82,6 @@ class PingReply(Model):
     cwd: str
     python: str
     torch: str | None = None
-    # the runner's own device allocator (torch.cuda.memory_reserved / memory_allocated; None before CUDA is up):
-    # what of the runner's device memory is tensors and cache rather than its context
-    device_reserved_bytes: int | None = None
-    device_allocated_bytes: int | None = None
 
 
 class SelftestRequest(Model):

@@ -96,11 +96,8 @@ def resolve(op: str) -> Callable[..., Any]:
 def op_ping(ctx: Any, req: PingRequest, progress: Progress) -> PingReply:  # noqa: ARG001
     """Round trip with no work: pid, cwd and the versions imported at runner start."""
     torch = sys.modules.get("torch")
-    up = torch is not None and torch.cuda.is_initialized()
     return PingReply(pid=os.getpid(), cwd=os.getcwd(), python=sys.version.split()[0],
-                     torch=torch.__version__ if torch is not None else None,
-                     device_reserved_bytes=torch.cuda.memory_reserved() if up else None,
-                     device_allocated_bytes=torch.cuda.memory_allocated() if up else None)
+                     torch=torch.__version__ if torch is not None else None)
 
 
 def op_selftest(ctx: Any, req: SelftestRequest, progress: Progress) -> SelftestReply:  # noqa: ARG001
