@@ -47,6 +47,7 @@ def default_spares() -> int:
 
 
 REF_CACHE = 2
+AFTER_BIG_SPARES = 1  # spares kept after a job that gave them back (the next job's first child, without a wait)
 TIGHT_FREE_FRACTION = 0.5  # below this free fraction of the device, other sources' reference processes go
 Purpose = Literal["verify", "bench", "any"]
 # CUDA_DEVICE_MAX_CONNECTIONS for the children that never host a timed arm on an NVIDIA GPU (a verify's
@@ -247,7 +248,7 @@ class Spares:
                     self._quiet -= 1
                     self._timing -= 1
                     self._lock.notify_all()
-                self.replenish()
+                self.replenish(taking=True)
         return cm()
 
     def waits_in_quiet(self) -> bool:
@@ -263,24 +264,27 @@ class Spares:
             self._ready.remove(c)
             threading.Thread(target=c.discard, daemon=True).start()
 
-    def replenish(self) -> None:
+    def replenish(self, taking: bool = False) -> None:
         """Start spares up to n, in the flavour mix the recent takes asked for (half and half before any);
-        when warm ones are still short, warm idle cold ones in the background (off any job's clock)."""
+        when warm ones are still short, warm idle cold ones in the background (off any job's clock). After a
+        job that gave our idle processes back (_after_big), AFTER_BIG_SPARES only, and none from a take (the
+        job taking is likely big too: it would stop them again)."""
         with self._lock:
             self._sweep()
-            if self._quiet or self._held or self._after_big:
+            if self._quiet or self._held or (self._after_big and taking):
                 return
-            need = max(0, self.n - len(self._ready) - self._starting - self._warming)
+            n = min(self.n, AFTER_BIG_SPARES) if self._after_big else self.n
+            need = max(0, n - len(self._ready) - self._starting - self._warming)
             warm, to_warm = 0, []
             if self._profiles:
                 frac = sum(self._demand) / len(self._demand) if self._demand else 0.5
-                target = round(self.n * frac)
+                target = round(n * frac)
                 if self._lean:  # a cold child cannot become a timed arm: keep a benchmark's two arms ready
-                    target = max(target, min(self.n, 2))
+                    target = max(target, min(n, 2))
                 have = sum(1 for c in self._ready if c.warm) + self._starting_warm + self._warming
                 warm = min(need, max(0, target - have))
                 cold_ready = [c for c in self._ready if not c.warm and _timeable(c)]
-                surplus = len(cold_ready) + (need - warm) - (self.n - target)
+                surplus = len(cold_ready) + (need - warm) - (n - target)
                 to_warm = cold_ready[:min(max(0, target - have - warm), max(0, surplus))]
                 for c in to_warm:
                     self._ready.remove(c)
@@ -349,7 +353,7 @@ class Spares:
         if child is None:
             child = self._start_one(want or purpose == "any")
         child.unnice()
-        self.replenish()
+        self.replenish(taking=True)
         if want and self._profiles and not child.warm:
             try:
                 child.warm_profiler()
@@ -529,10 +533,8 @@ class Spares:
             took, self._took = self._took, False
             if self._held:
                 self._held, self._after_big = False, True
-                return
-            if not (self._after_big and took):
-                return
-            self._after_big = False
+            elif self._after_big and took:
+                self._after_big = False
         self.replenish()
 
     def drop_reference(self, child: Child) -> None:
