@@ -47,7 +47,10 @@ def default_spares() -> int:
 
 
 REF_CACHE = 2
-AFTER_BIG_SPARES = 1  # spares kept after a job that gave them back (the next job's first child, without a wait)
+# spares started after a job that gave them back: a next job's children without a wait (a verify of a new source
+# takes two: its reference and its candidate; a benchmark two or three arms); what a big job leaves idle it stops
+# before its data exists. With one, a KernelBench sweep's jobs waited 7-9 s for a cold start (its meta warm-up)
+AFTER_BIG_SPARES = 3
 TIGHT_FREE_FRACTION = 0.5  # below this free fraction of the device, other sources' reference processes go
 Purpose = Literal["verify", "bench", "any"]
 # CUDA_DEVICE_MAX_CONNECTIONS for the children that never host a timed arm on an NVIDIA GPU (a verify's
