@@ -529,6 +529,8 @@ class Spares:
                 self._held, self._after_big = False, True
             elif self._after_big and took:
                 self._after_big = False
+            else:
+                return
         self.replenish()
 
     def drop_reference(self, child: Child) -> None:

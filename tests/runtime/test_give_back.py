@@ -65,11 +65,15 @@ def test_idle_spares_and_other_cached_references_are_stopped_and_no_spare_starts
     pool.replenish(taking=True)
     assert len(started) == k, "a take within a job after a big one starts none"
     pool.end_hold()
-    assert len(started) == 2 * k, "a job that took no child (a ping) keeps the few"
+    assert len(started) == k, "a job that took no child (a ping) changes nothing"
     pool._starting = 0
     pool._took = True  # a job that took a child and gave nothing back ends
     pool.end_hold()
-    assert len(started) == 2 * k + pool.n, "all spares start again once a job that needed no room is over"
+    assert len(started) == k + pool.n, "all spares start again once a job that needed no room is over"
+    pool._starting = 0
+    pool._took = True
+    pool.end_hold()
+    assert len(started) == k + pool.n, "an ordinary job's end starts nothing of its own (its takes did)"
 
 
 class _Spares:
