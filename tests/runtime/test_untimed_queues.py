@@ -53,7 +53,7 @@ def test_a_benchmark_waits_for_a_warm_start_in_flight_rather_than_taking_a_lean_
 
     lean = _Kid(False, timeable=False)
     pool, _ = _pool(monkeypatch, ready=[lean])
-    monkeypatch.setattr(pool, "replenish", lambda: None)
+    monkeypatch.setattr(pool, "replenish", lambda **_kw: None)
     pool._starting, pool._starting_warm = 1, 1
     warm = _Kid(True)
 
