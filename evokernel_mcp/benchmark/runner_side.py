@@ -269,15 +269,15 @@ def _sampled(arms: _Arms, ref, samples: list, seed: int, hi: bool) -> dict[str, 
 
 
 def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, gpu: bool, ctx=None) -> dict:
-    from evokernel_mcp.verify.runner_side import with_room, within_cap
+    from evokernel_mcp.verify.runner_side import plan_of, with_room, within_cap
 
     def ask() -> dict:
         return arms.ask(ref, {"op": "case", "shape": shape, "seed": seed, "hi": False, "work": True},
                         max_bytes=1 << 42)
     room: dict = {}
     if gpu and ctx is not None:  # a shape over the memory cap: our idle processes go before the reference's peak
-        plan = arms.ask(ref, {"op": "plan", "shape": shape, "seed": seed, "hi": False,
-                              "memory_factor": settings.get().memory_factor}, max_bytes=1 << 20)["plan"]
+        plan = plan_of(arms.ask(ref, {"op": "plan", "shape": shape, "seed": seed, "hi": False,
+                                      "memory_factor": settings.get().memory_factor}, max_bytes=1 << 20))
         if within_cap(ctx, ref, plan, room, spares_room=False):
             room["notes"] = [f"within the shape's memory cap (memory_factor x its own bytes): "
                              f"{room['gave_back']['what']}"]

@@ -134,9 +134,9 @@ def _reference_case(ctx, ref, shape: str, seed: int, probe: bool, deadline: floa
     what = f"shape set {shape!r} seed {seed}" + (" (probe)" if probe else "")
     try:
         if before is not None:
-            before(ref.request({"op": "plan", "shape": shape, "seed": seed, "hi": True,
-                                "memory_factor": settings.get().memory_factor},
-                               timeout_s=wall_deadline(deadline), max_bytes=1 << 20)["plan"])
+            before(plan_of(ref.request({"op": "plan", "shape": shape, "seed": seed, "hi": True,
+                                        "memory_factor": settings.get().memory_factor},
+                                       timeout_s=wall_deadline(deadline), max_bytes=1 << 20)))
         case = ref.request({"op": "case", "shape": shape, "seed": seed, "hi": True, "probe": probe, "hold": True,
                             "memory_factor": settings.get().memory_factor},
                            timeout_s=wall_deadline(deadline), max_bytes=1 << 42, device=dev)
@@ -186,11 +186,23 @@ def within_cap(ctx, ref, plan: dict | None, state: dict, spares_room: bool = Tru
     asked before the reference makes anything (op "plan"). Returns what was given back, or None."""
     from evokernel_mcp.runtime.devplan import CONTEXT_BYTES_ASSUMED
 
-    plan = plan or {}
-    if plan.get("cap_bytes") is None or "gave_back" in state or ctx.device == "cpu":
+    # (the plan is the reference's, agent code's: numbers only decide how many idle processes of ours stop)
+    plan = plan if isinstance(plan, dict) else {}
+    cap, needed = plan.get("cap_bytes"), plan.get("needed_bytes") or 0
+    if not _count(cap) or not _count(needed) or "gave_back" in state or ctx.device == "cpu":
         return None
-    room = max(0, int(plan["cap_bytes"]) - int(plan.get("needed_bytes") or 0)) // CONTEXT_BYTES_ASSUMED
+    room = max(0, cap - needed) // CONTEXT_BYTES_ASSUMED
     return give_back(ctx, (ref,), state, keep_spares=room if spares_room else 0)["what"]
+
+
+def plan_of(reply: Any) -> dict | None:
+    """The plan in a reference's op "plan" reply (the reference is agent code: anything else reads as none)."""
+    plan = reply.get("plan") if isinstance(reply, dict) else None
+    return plan if isinstance(plan, dict) else None
+
+
+def _count(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 
 def _lean_case(task: Task, shape: str, seed: int, case: dict, cand, deadline: float, dev: str, what: str,

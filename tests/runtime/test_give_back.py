@@ -268,3 +268,18 @@ def test_a_case_over_the_memory_cap_gives_our_idle_processes_back_before_the_ref
     assert kept[-1] == 0, "a benchmark keeps no spare within the cap"
     assert within_cap(ctx, ref, {"cap_bytes": None}, {}) is None, "under 1 GB of its own: no cap, nothing given back"
     assert within_cap(_Ctx("cpu"), ref, ref.plan, {}) is None
+
+
+def test_a_plan_the_reference_forged_stops_nothing_and_breaks_nothing():
+    """The plan comes from the reference's process (agent code): a reply that is not a plan, or numbers that are
+    not byte counts, read as no plan; the job goes on."""
+    from evokernel_mcp.verify.runner_side import plan_of, within_cap
+
+    ctx = _Ctx()
+    for reply in (None, [], "plan", {"plan": 7}, {"plan": ["x"]}, {}):
+        assert plan_of(reply) is None
+    for bad in ({"cap_bytes": "9" * 40}, {"cap_bytes": True}, {"cap_bytes": -5}, {"cap_bytes": 10**9,
+                                                                                    "needed_bytes": "x"},
+                {"cap_bytes": 1.5e9}):
+        assert within_cap(ctx, None, bad, {}) is None
+    assert ctx.spares.calls == 0
