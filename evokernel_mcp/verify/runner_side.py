@@ -276,6 +276,7 @@ def _cases(ctx, ref, cand, task: Task, step: VerifyStep, deadline: float, progre
     dev = tensor_device(ctx)
     todo = _case_list(step)
     room: dict = {}
+    planned: set[str] = set()  # shape sets whose plan was asked (a plan depends on the sizes, not the seed)
     for i, (shape, seed, probe) in enumerate(todo):
         what = f"shape set {shape!r}, seed {seed}" + (", probe" if probe else "")
         progress(i, len(todo), f"verify {task.name} {what}")
@@ -283,9 +284,10 @@ def _cases(ctx, ref, cand, task: Task, step: VerifyStep, deadline: float, progre
 
         def before(plan: dict | None) -> None:  # before the reference's own peak
             early.extend(filter(None, [within_cap(ctx, ref, plan, room)]))
+        ask_plan = dev is not None and "gave_back" not in room and shape not in planned
+        planned.add(shape)
         case = with_room(ctx, lambda: _reference_case(ctx, ref, shape, seed, probe, deadline, dev,
-                                                      before if dev is not None and "gave_back" not in room
-                                                      else None), (ref,), room)
+                                                      before if ask_plan else None), (ref,), room)
         gave = within_cap(ctx, ref, case.get("plan"), room) or (early[0] if early else None)
         if gave:
             case["notes"] = [*(case.get("notes") or []), f"within the job's memory cap (memory_factor x its own "

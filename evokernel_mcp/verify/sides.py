@@ -61,6 +61,14 @@ def _model(loaded, seed: int):
     return loaded.models[seed]
 
 
+def _built_model(loaded, seed: int):
+    """_model, its failure the reference's (HarnessError), not the candidate's."""
+    try:
+        return _model(loaded, seed)
+    except Exception as e:  # noqa: BLE001
+        raise HarnessError(f"building the reference Model(*get_init_inputs()) failed: {type(e).__name__}: {e}") from e
+
+
 # ---------------------------------------------------------------- memory
 def _host_free() -> int:
     """Bytes this process may still allocate on the host: MemAvailable, the cgroup's limit, RLIMIT_AS, RLIMIT_DATA."""
@@ -292,16 +300,23 @@ def arg_reductions(native: Any, inputs: list[Any]) -> dict[str, dict[str, Any]]:
 
 
 # ---------------------------------------------------------------- reference child ops
-def _own_inputs_outputs(loaded, model, inputs: list[Any], req: dict[str, Any], outputs):
-    """outputs(inputs) with the reference's forwards on the inputs themselves, not a copy (a case within its
-    memory cap); a reference that wrote into them (their digest changed) runs again, with copies, on the same
-    inputs made afresh (they are a function of the shape set and seed). Returns (inputs, outputs)."""
+def _on_own_inputs(inputs: list[Any], outputs) -> tuple[Any, bool]:
+    """(outputs(inputs) with the reference's forwards on the inputs themselves, not a copy; whether the inputs'
+    digest is unchanged after it)."""
     from evokernel_mcp.verify.refout import owned_inputs
 
     want = _digests(inputs)
     with owned_inputs():
         out = outputs(inputs)
-    if _digests(inputs) == want:
+    return out, _digests(inputs) == want
+
+
+def _own_inputs_outputs(loaded, inputs: list[Any], req: dict[str, Any], outputs):
+    """outputs(inputs) on the inputs themselves (_on_own_inputs: a case within its memory cap); a reference
+    that wrote into them (their digest changed) runs again, with copies, on the same inputs made afresh (they
+    are a function of the shape set and seed). Returns (inputs, outputs)."""
+    out, kept = _on_own_inputs(inputs, outputs)
+    if kept:
         return inputs, out
     out = None
     inputs = _make_inputs(loaded, req["shape"], int(req["seed"]), bool(req.get("probe")))
@@ -327,10 +342,7 @@ def ref_case(loaded, req: dict[str, Any]) -> dict[str, Any]:
     want_hi = bool(req.get("hi", True))
     loaded.memory_factor = float(req.get("memory_factor") or 0.0)  # the runner's setting, for this case's plan
     notes: list[str] = []
-    try:
-        model = _model(loaded, seed)
-    except Exception as e:  # noqa: BLE001
-        raise HarnessError(f"building the reference Model(*get_init_inputs()) failed: {type(e).__name__}: {e}") from e
+    model = _built_model(loaded, seed)
     plan, note, bound = _plan(loaded, model, shape, None, want_hi)
     if plan is not None and plan.refuse and draws.CACHE.bytes:  # kept draws of other cases go first
         from evokernel_mcp.runtime.devmem import release_cached
@@ -357,7 +369,7 @@ def ref_case(loaded, req: dict[str, Any]) -> dict[str, Any]:
         room = {"room_bytes": plan.budget_bytes - plan.needed_bytes, "hi_bytes": plan.ref_hi_bytes} if why_not else {}
         check = _outputs_check(loaded, inputs, want_hi, bound) if hi and bound is not None else None
         if not getattr(plan, "pristine", True):  # within the job's memory cap: no copy of the inputs
-            inputs, ref = _own_inputs_outputs(loaded, model, inputs, req, lambda x: reference_outputs(
+            inputs, ref = _own_inputs_outputs(loaded, inputs, req, lambda x: reference_outputs(
                 model, x, hi, loaded.device, why_not, hi_check=check, **room))
         else:
             ref = reference_outputs(model, inputs, hi, loaded.device, why_not, hi_check=check, **room)
@@ -394,10 +406,7 @@ def ref_plan(loaded, req: dict[str, Any]) -> dict[str, Any]:
     the reference model (built for the case anyway). Reply: {"plan": plan fields, or None when the shapes are
     not known before the inputs exist}."""
     loaded.memory_factor = float(req.get("memory_factor") or 0.0)
-    try:
-        model = _model(loaded, int(req["seed"]))
-    except Exception as e:  # noqa: BLE001
-        raise HarnessError(f"building the reference Model(*get_init_inputs()) failed: {type(e).__name__}: {e}") from e
+    model = _built_model(loaded, int(req["seed"]))
     plan = _plan(loaded, model, req["shape"], None, bool(req.get("hi", True)))[0]
     return {"plan": plan.model_dump() if plan is not None else None}
 
@@ -410,17 +419,14 @@ def ref_expected(loaded, req: dict[str, Any]) -> dict[str, Any]:
     if req.get("held"):
         hi, loaded.held_hi = getattr(loaded, "held_hi", None), None
         return {"hi": hi}
-    from evokernel_mcp.verify.refout import owned_inputs
-
     inputs = _to(req["inputs"], loaded.device)
     model = _model(loaded, int(req["seed"]))
     # verify's reference outputs (ref_case): the native run-to-run spread of an ill-conditioned output, or
     # PyTorch's sampled error where the float64 copy did not run, come along so the runner judges by verify's bar
     if req.get("own_inputs"):  # this process's own copy: no second one (device memory), checked by digest
-        want = _digests(inputs)
-        with owned_inputs():
-            ref = reference_outputs(model, inputs, bool(req.get("hi", True)), loaded.device)
-        if _digests(inputs) != want:
+        ref, kept = _on_own_inputs(inputs, lambda x: reference_outputs(model, x, bool(req.get("hi", True)),
+                                                                       loaded.device))
+        if not kept:
             raise HarnessError(f"{MODIFIED_INPUTS}: ask again with a copy")
     else:
         ref = reference_outputs(model, inputs, bool(req.get("hi", True)), loaded.device)

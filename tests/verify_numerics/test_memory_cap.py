@@ -273,6 +273,6 @@ def test_verifys_reference_runs_on_its_inputs_in_a_lean_case_and_again_on_fresh_
     for inplace in (False, True):
         model = Times3(inplace)
         given = [x.clone()]
-        inputs, out = sides._own_inputs_outputs(None, model, given, req, lambda xs: _native_forward(model, xs))
+        inputs, out = sides._own_inputs_outputs(None, given, req, lambda xs: _native_forward(model, xs))
         assert torch.equal(inputs[0], x) and torch.equal(out, x * 3)
         assert (inputs is given) is (not inplace), "the same tensors unless the reference wrote into them"
