@@ -168,7 +168,11 @@ def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progr
     """Time every arm in interleaved rounds; raw records per arm, the rounds, the sampled outputs, the runner's
     bound on the reported times (runner_bound) and, with a ProbeBar, the check of every repetition's probes.
     sample: timed repetitions the candidate keeps (None: two, one when inputs and outputs are big);
-    release_inputs: the runner lets its device copy of the inputs go once every arm has its own."""
+    release_inputs: a big shape on a GPU: the runner's copies of the inputs (and the refill pool) wait on the
+    host while the arms get theirs (each arm's is made on the device by the hand-over: courier.py), so that two
+    arms' copies, not three, are on the device at once; after the arms' set-up they go. Each arm then gives its
+    allocator's cache (outputs, working memory) back after every block and makes it again, untimed, before its
+    next one (sides.arm_ready): one arm's working memory on the device at a time, not every arm's."""
     from evokernel_mcp.benchmark import probes
     from evokernel_mcp.benchmark.interleave import run_interleaved
     from evokernel_mcp.benchmark.timing import TimingOptions
@@ -179,17 +183,23 @@ def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progr
         sample = 2 if big <= POOL_FULL_BYTES else 1
     limit = 4 * OUTPUT_SLACK * big + (16 << 20)
     table = probes.position_table(seed) if bar is not None and not gpu else None  # GPU: chunk sums only
+    lean = bool(release_inputs and gpu)  # each arm gives its working memory back between its blocks
+    if lean:
+        case["inputs"] = on_host(case["inputs"])
+        pool[:] = [on_host(p) for p in pool]
+        trim_between_cases()
     for name, child in arms.children().items():
         req = {"op": "arm_init", "name": name, "inputs": case["inputs"], "seed": seed,
                "init_inputs": case["init_inputs"], "state": case["state"], "options": opt,
                "sample_size": sample if name == "candidate" else 0,
                "refill_pool": pool, "probe_table": table,
-               "probe_chunks": bar.chunks if bar is not None else None}
+               "probe_chunks": bar.chunks if bar is not None else None, "lean": lean}
         c = getattr(child, "courier", None)
         with c.handing_over() if c is not None else contextlib.nullcontext():
             inits[name] = arms.ask(child, req, max_bytes=1 << 20)  # its inputs are its own (one device copy)
     if release_inputs:  # every arm has its own copy: the runner's goes (sizes kept for the limits below)
         case["inputs"] = meta(case["inputs"])
+        pool[:] = [meta(p) for p in pool]
         trim_between_cases()
     blocks: dict[str, list[dict[str, Any]]] = {name: [] for name in arms.children()}
     probe_checks: list[dict[str, Any]] = []
@@ -199,6 +209,8 @@ def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progr
     def arm(child, name: str, ovh: float | None):
         def call(k: int) -> list[float]:  # event times less the measured empty-event pair, when asked
             req = {"op": "arm_block", "name": name, "k": k}
+            if lean:  # its allocations made again, off the runner's clock
+                arms.ask(child, {"op": "arm_ready", "name": name})
             if gpu:  # every arm of a round behind the same GPU sleep; the clock stops when the block has run
                 req.update(defer=True, cushion_ms=cushion_ms(k, host) if host is not None else None)
             t0 = time.perf_counter()  # the runner's own clock: the candidate can lengthen it, never shorten it
@@ -241,6 +253,18 @@ def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progr
         else:  # the candidate's arm stays until its post-timing checks (they reuse its input storage)
             arms.ask(child, {"op": "arm_close", "name": name})
     return out
+
+
+def on_host(x: Any) -> Any:
+    """The same structure with every tensor copied to pageable host memory (pinned memory would stay in torch's
+    host cache after the job), the device copies let go by the caller."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return x.to("cpu")
+    if isinstance(x, (list, tuple)):
+        return type(x)(on_host(v) for v in x)
+    return x
 
 
 def _probe_summary(checks: list[dict[str, Any]], bar) -> dict[str, Any] | None:

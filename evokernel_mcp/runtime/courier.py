@@ -6,7 +6,9 @@ one sandboxed child carries one fd per big tensor (SCM_RIGHTS).
   copies what it receives into memory it owns (or into host memory, when it asks for the host) and releases
   the mapping. A sandboxed child (adopt=True) keeps an allocation the runner hands over (sent while
   `handing_over()`: a benchmark arm's timed inputs) as its own tensor: one device copy of a big input, not two
-  at once; everything else it copies, as the runner does.
+  at once; everything else it copies, as the runner does. A HOST tensor handed over travels the same way (the
+  export copies it to the device): the runner keeps a big shape's inputs on the host while the arms get theirs,
+  so its own device copy is not a third one beside the arms'.
 - A host tensor (or a CUDA tensor where VMM is not available, or where the device has no room for the second
   copy an export makes) travels as a memfd: one copy in, one out.
   A sandboxed sender whose file-size limit is below the tensor's size uses the pipe instead.
@@ -119,8 +121,8 @@ class Courier:
             return None
         if index is not None and index in self._plan:
             return "arena"
-        if t.device.type == "cuda" and self._use_vmm():
-            return "vmm"
+        if (t.device.type == "cuda" or self._hand_over) and self._use_vmm():
+            return "vmm"  # a host tensor handed over goes to the peer's device in one copy (export's H2D)
         soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
         if soft != resource.RLIM_INFINITY and nbytes > soft:
             return None  # a sandboxed sender may not write a file that big: the pipe takes it

@@ -220,7 +220,9 @@ def per_rep_check_bytes(input_bytes: int, output_bytes: int) -> int:
     return 0
 
 
-BIG_BENCH_BYTES = 1 << 30  # inputs + outputs above this: the runner lets its device copy of the outputs go
+# inputs + outputs above this (BIG_JOB_BYTES: the memory cap's line): the runner lets its device copy of the
+# outputs go, and keeps its copies of the arms' inputs on the host while they get theirs (benchmark/runner_side.py)
+BIG_BENCH_BYTES = BIG_JOB_BYTES
 
 
 def _bench_parts(i: int, o: int, n_arms: int, copies: int, refill: int, sample: int, per_rep: int,
@@ -228,7 +230,9 @@ def _bench_parts(i: int, o: int, n_arms: int, copies: int, refill: int, sample: 
     arm = copies * i + refill * i + 2 * o + per_rep
     return {"arms": n_arms * arm, "arms' working memory": n_arms * work, "sampled repetitions": sample * (i + o),
             "refill pool": refill * i,
-            "transfer": i if margin else 0, "runner's outputs freed": 0 if runner_keeps else -o}
+            # a small shape's runner holds its device copy of the inputs while an export makes an arm's; a big
+            # one's waits on the host (the export copies it to the arm's device): no transfer margin
+            "transfer": i if margin and runner_keeps else 0, "runner's outputs freed": 0 if runner_keeps else -o}
 
 
 def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | None, control: bool,
@@ -253,13 +257,14 @@ def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | 
     if sample_size:
         steps.append((False, 0, 0, True, "no sampled timed repetitions kept (device memory): the candidate's "
                       "outputs are judged by the post-timing refill and fresh-input checks"))
-    steps.append((False, 0, 0, False, "no transfer margin (device memory): the leanest plan, the arms adopting "
-                  "the runner's copies of their inputs"))
+    if keeps:
+        steps.append((False, 0, 0, False, "no transfer margin (device memory): the leanest plan, the arms adopting "
+                      "the runner's copies of their inputs"))
     notes: list[str] = []
     if not keeps:
-        notes.append(f"the runner let its device copy of the reference's outputs ({_gb(o)}) go before timing; "
-                     "one timed input set per arm (no rotation: address effects matter little for kernels of "
-                     "this size)")
+        notes.append(f"the runner let its device copy of the reference's outputs ({_gb(o)}) go before timing, and "
+                     "kept its copies of the inputs on the host while the arms got theirs; one timed input set per "
+                     "arm (no rotation: address effects matter little for kernels of this size)")
     parts: dict[str, int] = {}
     over_cap: BenchPlan | None = None
     for ctrl, refill, sample, margin, why in steps:

@@ -181,6 +181,12 @@ class ArmInitRequest(_Case):
     refill_pool: Any = None
     probe_table: Any = None
     probe_chunks: list[int] | None = None
+    lean: bool = False  # give the device memory back after each block, made again by arm_ready before the next
+
+
+class ArmReadyRequest(_ChildReq):
+    op: Literal["arm_ready"]
+    name: str
 
 
 class ArmBlockRequest(_ChildReq):
@@ -227,8 +233,8 @@ class ProfileRunRequest(_Case):
 
 ChildRequest = Annotated[Union[GoRequest, WarmProfilerRequest, LoadRequest, CaseRequest, PlanRequest,
                                ExpectedRequest, RunRequest,
-                               ArmInitRequest, ArmBlockRequest, ArmTimesRequest, ArmReportRequest, ArmCloseRequest,
-                               SettledRequest,
+                               ArmInitRequest, ArmReadyRequest, ArmBlockRequest, ArmTimesRequest, ArmReportRequest,
+                               ArmCloseRequest, SettledRequest,
                                BenchChecksRequest, ProfileRunRequest], Field(discriminator="op")]
 CHILD_REQUEST: TypeAdapter[Any] = TypeAdapter(ChildRequest)
 CHILD_OPS = tuple(m.model_fields["op"].annotation.__args__[0] for m in ChildRequest.__origin__.__args__)  # type: ignore[attr-defined]

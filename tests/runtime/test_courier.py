@@ -271,6 +271,39 @@ def test_gpu_a_child_adopts_what_the_runner_sends_and_the_runner_can_take_it_on_
 
 
 @pytest.mark.gpu
+def test_gpu_a_host_tensor_handed_over_arrives_on_the_childs_device_as_one_copy(monkeypatch):
+    """The runner keeps a big shape's inputs on the host while the benchmark's arms get theirs: handed over, a
+    host tensor is exported to the device (one H2D copy) and adopted there, so the runner's device holds none."""
+    import json
+    import subprocess
+    import sys
+
+    from evokernel_mcp.runtime import cuda_vmm
+
+    if not cuda_vmm.available():
+        pytest.skip("no CUDA VMM on this device")
+    monkeypatch.setattr(courier, "ARENA_BYTES", 0)
+    a, b = courier.pair()
+    proc = subprocess.Popen([sys.executable, "-c", _ADOPTER, str(b.fileno())], pass_fds=(b.fileno(),),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    b.close()
+    runner = courier.Courier(a)
+    n = 1 << 30
+    x = torch.randint(0, 255, (n,), dtype=torch.uint8)
+    ready = json.loads(proc.stdout.readline())["ready"]
+    with runner.handing_over():
+        assert runner.route(x) == "vmm"
+        frames.write(proc.stdin, {"x": x}, runner)
+    proc.stdin.flush()
+    rep = json.loads(proc.stdout.readline())
+    proc.wait(timeout=60)
+    assert rep["first"] == int(x[:4096].sum().item())
+    assert 0.9 * n < ready - rep["held"] < 1.5 * n, "one device copy, the child's"
+    assert runner.route(x) == "memfd", "not handed over: a host tensor goes by memfd as before"
+    runner.close()
+
+
+@pytest.mark.gpu
 def test_gpu_verify_with_gigabyte_tensors_moves_them_device_to_device(caplog):
     moved = _verify_same_and_wrong_and_routes(caplog, GPU_REF, GPU_REF.replace("+ 1.0", "+ 1.01"), 300)
     assert "vmm" in moved, moved
@@ -328,6 +361,22 @@ def test_hostile_arena_references_are_frame_errors_before_any_driver_call():
         with pytest.raises(cuda_vmm.VmmError):
             cuda_vmm.check_peer_size(size, 2 << 20)
     assert cuda_vmm.check_peer_size(4 << 20, 2 << 20) == 4 << 20
+
+
+def test_a_host_tensor_goes_by_vmm_only_when_handed_over_and_vmm_is_there():
+    """Handed over (a benchmark arm's inputs), a big host tensor takes the VMM route: the export copies it to the
+    device and the arm adopts it. Otherwise, or without VMM (the CPU path), it goes by memfd as always."""
+    tx, _ = _pair()
+    big = torch.randn(BIG)
+    tx.vmm = True
+    assert tx.route(big) == "memfd"
+    with tx.handing_over():
+        assert tx.route(big) == "vmm"
+        assert tx.route(torch.randn(3)) is None
+    assert tx.route(big) == "memfd"
+    tx.vmm = False
+    with tx.handing_over():
+        assert tx.route(big) == "memfd"
 
 
 def test_sent_fds_says_whether_the_message_being_written_sent_any():

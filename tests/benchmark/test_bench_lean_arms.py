@@ -1,0 +1,90 @@
+"""A big shape's benchmark on a GPU keeps one arm's working memory on the device at a time: the runner's copies
+of the inputs wait on the host while the arms get theirs, and each arm gives its allocator's cache back after
+every block and makes it again, untimed and off the runner's clock, before its next one (arm_ready). Here with
+a fake device (torch.cuda.empty_cache counted) and fake children; the memory itself is measured on the GPU
+by bench/kernelbench_sweep.py."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+
+from evokernel_mcp.benchmark import runner_side, sides, timing
+from evokernel_mcp.benchmark.blocks import BlockTimer
+
+
+def test_a_lean_arm_gives_its_cache_back_after_each_block_and_warms_untimed_before_the_next(monkeypatch):
+    emptied = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(1))
+    calls = []
+
+    def fn(x):
+        calls.append(1)
+        return x + 1
+
+    bt = BlockTimer(fn, [(torch.randn(64),)], timing.TimingOptions(max_time_s=0.1), gpu=False, sample_size=1)
+    bt.warm_up()
+    bt.lean = True  # set by arm_init on a GPU only; the block itself runs on the host clock here
+    loaded = SimpleNamespace(arms={"baseline": bt})
+    n0 = len(calls)
+    sides.arm_ready(loaded, {"name": "baseline"})
+    assert len(calls) == n0 + 1 and bt.rep == 0, "one untimed call, no repetition counted"
+    sides.arm_block(loaded, {"name": "baseline", "k": 3, "defer": True})
+    rep = sides.arm_times(loaded, {"name": "baseline"})
+    assert len(rep["times"]) == 3 and bt.rep == 3 and len(calls) == n0 + 4
+    assert emptied == [1] and bt.last is None, "the block's cache went back after its times"
+    bt.lean = False
+    sides.arm_ready(loaded, {"name": "baseline"})
+    bt.give_back()
+    assert emptied == [1] and len(calls) == n0 + 4, "an arm that is not lean keeps its cache warm"
+
+
+class _Child:
+    def __init__(self, name: str, log: list):
+        self.name, self.log, self.courier = name, log, None
+
+    def request(self, req, timeout_s, max_bytes):
+        op = req["op"]
+        self.log.append((self.name, op, req))
+        if op == "arm_init":
+            return {"copies": 1, "event_overhead_ms": None, "host_enqueue_s": 1e-5}
+        if op == "arm_block":
+            self.k = req["k"]
+            return {"ran": req["k"]}
+        if op == "arm_times":
+            return {"times": [1.0] * self.k, "probes": None}
+        if op == "arm_report":
+            return {"samples": [], "marks": {}, "timer": "events"}
+        return {}
+
+
+def _interleave(lean: bool):
+    log: list = []
+    cand, base = _Child("candidate", log), _Child("baseline", log)
+    arms = runner_side._Arms(cand, base, task=None, deadline=1e12, dev="cpu")
+    x = torch.randn(1024)
+    case = {"inputs": [x], "native": [x.clone()], "init_inputs": [], "state": None}
+    pool = [[torch.randn(1024)]]
+    opt = {"min_reps": 2, "max_reps": 8, "max_time_s": 0.05}
+    runner_side._interleave(arms, case, pool, 0, opt, lambda *a: None, True, None, sample=0, release_inputs=lean)
+    return log, case, pool
+
+
+def test_a_big_gpu_shape_sends_host_inputs_asks_each_arm_ready_before_every_block_and_keeps_no_inputs():
+    log, case, pool = _interleave(lean=True)
+    inits = [r for _, op, r in log if op == "arm_init"]
+    assert len(inits) == 2 and all(r["lean"] for r in inits)
+    assert all(t.device.type == "cpu" for r in inits for t in r["inputs"]), "the runner's copies wait on the host"
+    for i, (name, op, _) in enumerate(log):
+        if op == "arm_block":
+            assert log[i - 1][:2] == (name, "arm_ready"), "every block is preceded by its arm's untimed call"
+    assert case["inputs"][0].device.type == "meta" and pool[0][0].device.type == "meta", \
+        "after the arms' set-up the runner holds no copy of the inputs"
+
+
+def test_a_small_shape_asks_no_arm_ready_and_keeps_its_arms_warm():
+    log, case, _ = _interleave(lean=False)
+    assert not any(op == "arm_ready" for _, op, _ in log)
+    assert all(not r["lean"] for _, op, r in log if op == "arm_init")
+    assert case["inputs"][0].device.type == "cpu"
