@@ -40,7 +40,7 @@ POOL_FULL_BYTES = 512 << 20
 HI_CHECK_BYTES = 1 << 30  # post-timing checks against a float64 reference up to this output size
 
 
-def expected(arms, ref, x: Any, seed: int, hi: bool) -> dict[str, Any]:
+def expected(arms, ref, x: Any, seed: int, hi: bool, staged: bool = False) -> dict[str, Any]:
     """The reference's outputs on inputs x (op "expected"). Without the float64 copy, on a GPU, the reference runs
     on its received copy of x itself, not on a second one (device memory: a check's inputs can be gigabytes); a
     reference that modifies its inputs is then asked again, with the copy."""
@@ -49,11 +49,11 @@ def expected(arms, ref, x: Any, seed: int, hi: bool) -> dict[str, Any]:
     req = {"op": "expected", "inputs": x, "seed": seed, "hi": hi}
     if not hi and arms.dev != "cpu":
         try:
-            return arms.ask(ref, {**req, "own_inputs": True}, max_bytes=1 << 42)
+            return arms.ask(ref, {**req, "own_inputs": True}, max_bytes=1 << 42, handed=staged)
         except ChildFailed as e:
             if MODIFIED_INPUTS not in str(e.message):
                 raise
-    return arms.ask(ref, req, max_bytes=1 << 42)
+    return arms.ask(ref, req, max_bytes=1 << 42, handed=staged)
 
 
 def checks_hi(input_bytes: int, output_bytes: int) -> bool:
@@ -89,21 +89,23 @@ def _check(task: Task, got: Any, expected: dict[str, Any], dev: str = "cpu") -> 
     return out
 
 
-def _probe_check(arms: _Arms, ref, shape: str, seed: int, case: dict, hi: bool, limit: int) -> dict[str, Any]:
+def _probe_check(arms: _Arms, ref, shape: str, seed: int, case: dict, hi: bool, limit: int,
+                 staged: bool = False) -> dict[str, Any]:
     """verify's signed probe case (verify/probe.py: floating inputs randn x 4) run by the candidate after timing
     and judged by verify's bar: a computation in a lower precision than the problem's dtype (TF32, fp16 or
     bf16 for an fp32 problem) can pass on the task's own inputs (all >= 0: no cancellation) and fails here,
     as it fails verify_vs_pytorch's probe case. A reference that cannot run on signed inputs leaves it unjudged."""
-    x = arms.ask(ref, {"op": "case", "shape": shape, "seed": seed + CHECK_SEED_OFFSET, "inputs_only": True,
-                       "probe": True}, max_bytes=1 << 42)["inputs"]
+    x = arms.inputs(ref, {"shape": shape, "seed": seed + CHECK_SEED_OFFSET, "probe": True}, staged)
     try:
-        exp = {"inputs": x, **expected(arms, ref, x, seed, hi)}
+        exp = {"inputs": x, **expected(arms, ref, x, seed, hi, staged)}
     except ChildFailed as e:  # the reference's forward raised (its child lives on); anything else stands
         if e.kind != "exception":
             raise
         return {"passed": None, "note": f"not judged: the reference failed on signed probe inputs ({e})"[:300]}
+    exp["native"] = on_host(exp["native"]) if staged else exp["native"]  # the candidate's run comes first
+    trim_between_cases()
     got = arms.ask(arms.cand, {"op": "bench_checks", "fresh": x, "init_inputs": case["init_inputs"],
-                               "state": case["state"], "seed": seed}, max_bytes=limit)
+                               "state": case["state"], "seed": seed}, max_bytes=limit, handed=staged)
     chk = _check(arms.task, got.pop("fresh"), exp, arms.dev)
     return chk
 
@@ -128,8 +130,20 @@ class _Arms:
             out["control"] = self.ctrl
         return out
 
-    def ask(self, child, req: dict[str, Any], max_bytes: int = 1 << 20) -> Any:
-        return child.request(req, timeout_s=wall_deadline(self.deadline), max_bytes=max_bytes)
+    def ask(self, child, req: dict[str, Any], max_bytes: int = 1 << 20, device: str | None = None,
+            handed: bool = False) -> Any:
+        """One request. device: where the reply's tensors land (None: the runner's device); handed: the
+        request's tensors are the child's to keep (courier.handing_over: a host tensor is made on the child's
+        device in one copy, and that copy is the child's own)."""
+        c = getattr(child, "courier", None) if handed else None
+        with c.handing_over() if c is not None else contextlib.nullcontext():
+            return child.request(req, timeout_s=wall_deadline(self.deadline), max_bytes=max_bytes, device=device)
+
+    def inputs(self, ref, req: dict[str, Any], staged: bool) -> Any:
+        """A case's inputs made by the reference (op "case", inputs_only); staged (a big shape on a GPU): on the
+        host, so that the runner holds no device copy while it passes them on (the receiver's is the one)."""
+        return self.ask(ref, {**req, "op": "case", "inputs_only": True}, max_bytes=1 << 42,
+                        device="cpu" if staged else None)["inputs"]
 
 
 def _pin(children, cpu: int) -> int | None:
@@ -264,6 +278,8 @@ def on_host(x: Any) -> Any:
         return x.to("cpu")
     if isinstance(x, (list, tuple)):
         return type(x)(on_host(v) for v in x)
+    if isinstance(x, dict):
+        return {k: on_host(v) for k, v in x.items()}
     return x
 
 
@@ -277,14 +293,18 @@ def _probe_summary(checks: list[dict[str, Any]], bar) -> dict[str, Any] | None:
     return bad or {"passed": True, "checked": sum(c.get("checked") or 0 for c in checks)}
 
 
-def _sampled(arms: _Arms, ref, samples: list, seed: int, hi: bool) -> dict[str, Any] | None:
-    """Outputs kept from random timed repetitions, checked against the reference on the same inputs."""
+def _sampled(arms: _Arms, ref, samples: list, seed: int, hi: bool, staged: bool = False) -> dict[str, Any] | None:
+    """Outputs kept from random timed repetitions, checked against the reference on the same inputs (staged: the
+    sample's inputs on the host while the reference gets its copy)."""
     if not samples:
         return None
     worst: dict[str, Any] = {"passed": True, "checked": 0}
     while samples:
         s = samples.pop(0)
-        exp = expected(arms, ref, s["inputs"], seed, hi)
+        if staged:
+            s["inputs"] = on_host(s["inputs"])
+            trim_between_cases()
+        exp = expected(arms, ref, s["inputs"], seed, hi, staged)
         chk = _check(arms.task, s["outputs"] if len(s["outputs"]) != 1 else s["outputs"][0], exp, arms.dev)
         worst["checked"] += 1
         if not chk.get("passed"):
@@ -334,19 +354,22 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
     case["inputs"], pool = None, None  # every arm has its copies: device memory for the checks below
     trim_between_cases()
     hi = checks_hi(out["input_bytes"], _nbytes(case["native"]))
-    out["check_sampled"] = _sampled(arms, ref, timed.pop("samples", None) or [], seed, hi)
+    out["check_sampled"] = _sampled(arms, ref, timed.pop("samples", None) or [], seed, hi, big)
     trim_between_cases()
     # inputs of other seeds, but the expected outputs from the model of the TIMED seed: a model with weights
     # (nn.Conv3d, nn.Linear) is built per seed, and the candidate's checks run the timed seed's model
     # One check at a time (inputs made, run by the candidate, judged, freed): device memory. The refill
     # check runs first, on the storage of the candidate's last timed input set; then fresh inputs.
     for key, name, off in (("check_timed", "refill", REFILL_SEED_OFFSET), ("check_fresh", "fresh", CHECK_SEED_OFFSET)):
-        x = arms.ask(ref, {"op": "case", "shape": shape, "seed": seed + off, "inputs_only": True},
-                     max_bytes=1 << 42)["inputs"]
+        # big (staged): the inputs wait on the host, each process gets its own device copy in turn
+        x = arms.inputs(ref, {"shape": shape, "seed": seed + off}, big)
         got = arms.ask(arms.cand, {"op": "bench_checks", name: x, "init_inputs": case["init_inputs"],
-                                   "state": case["state"], "seed": seed}, max_bytes=limit)
+                                   "state": case["state"], "seed": seed}, max_bytes=limit, handed=big)
         out["output_dtype"] = out.get("output_dtype") or got.get("output_dtype")
-        exp = {"inputs": x, **expected(arms, ref, x, seed, hi)}
+        if big:
+            got = on_host(got)
+            trim_between_cases()
+        exp = {"inputs": x, **expected(arms, ref, x, seed, hi, big)}
         out[key] = _check(arms.task, got.pop(name), exp, arms.dev)
         exp = got = None
         trim_between_cases()
@@ -355,12 +378,13 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
             # check before timing, a strided sum of 64 MB timed 2-4 % slower in the candidate's arm in every call,
             # and as fast as the baseline without it)
             out["settled"] = arms.ask(arms.cand, {"op": "settled", "inputs": x, "seed": seed,
-                                                  "init_inputs": case["init_inputs"], "state": case["state"]})
+                                                  "init_inputs": case["init_inputs"], "state": case["state"]},
+                                      handed=big)
         x = None
         if name == "refill":  # its timed storage served the refill check: the fresh one needs none of it
             arms.ask(arms.cand, {"op": "arm_close", "name": "candidate"})
         trim_between_cases()
-    out["check_probe"] = _probe_check(arms, ref, shape, seed, case, hi, limit)
+    out["check_probe"] = _probe_check(arms, ref, shape, seed, case, hi, limit, big)
     trim_between_cases()
     return out
 

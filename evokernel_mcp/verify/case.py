@@ -95,6 +95,8 @@ def _judge_leaf(path: str, a, b, r, h, ctx: dict) -> tuple[dict[str, Any], bool]
     arg = ctx["arg"].get(path)
     if arg is not None and 0 <= int(arg["input"]) < len(ctx["inputs"]):
         values = ctx["inputs"][int(arg["input"])]
+        if hasattr(values, "to"):  # moved here only when read: a big shape's inputs may wait on the host
+            values = values.to(ctx["device"])
         part = judge_arg_reduction(a, r, values, arg["dim"])
         return part, b is None or bitwise_equal(a, b)
     floating = a.is_floating_point() or a.is_complex()
@@ -188,8 +190,9 @@ def judge_outputs(task: Task, native: Any, hi: Any, got_a: Any, got_b: Any, *, i
     pairs = match_structure([Leaf(p, t) for p, t in out_a.items()], [Leaf(p, t) for p, t in ref.items()])
     if isinstance(pairs, StructureMismatch):
         return {"passed": False, "note": pairs.message}
-    inputs = [t.to(device) if isinstance(t, torch.Tensor) else t for t in (inputs or [])]
+    inputs = list(inputs or [])  # where they are: the one an arg-reduction reads goes to `device` when read
     ctx = {"task": task, "override": override, "chunk": chunk or DEFAULT_CHUNK, "arg": arg or {}, "inputs": inputs,
+           "device": device,
            "spread": native_spread or {}, "sampled": sampled_torch_err or {},
            "input_dtypes": [t.dtype for t in inputs if isinstance(t, torch.Tensor) and t.is_floating_point()]}
     parts, det = [], True

@@ -44,7 +44,7 @@ class _Child:
     def __init__(self, name: str, log: list):
         self.name, self.log, self.courier = name, log, None
 
-    def request(self, req, timeout_s, max_bytes):
+    def request(self, req, timeout_s, max_bytes, device=None):
         op = req["op"]
         self.log.append((self.name, op, req))
         if op == "arm_init":
@@ -88,3 +88,35 @@ def test_a_small_shape_asks_no_arm_ready_and_keeps_its_arms_warm():
     assert not any(op == "arm_ready" for _, op, _ in log)
     assert all(not r["lean"] for _, op, r in log if op == "arm_init")
     assert case["inputs"][0].device.type == "cpu"
+
+
+def test_a_big_shapes_check_inputs_land_on_the_host_and_go_to_the_reference_handed_over():
+    """The post-timing checks of a big shape: the reference's inputs come to the runner's host (no device copy
+    in the runner while the candidate and the reference each get theirs), and go out handed over."""
+    seen = []
+
+    class Courier:
+        def handing_over(self):
+            import contextlib
+
+            seen.append("handed")
+            return contextlib.nullcontext()
+
+    class Ref:
+        courier = Courier()
+
+        def request(self, req, timeout_s, max_bytes, device=None):
+            seen.append((req["op"], device, req.get("own_inputs", False)))
+            return {"inputs": [torch.zeros(2)], "native": torch.zeros(2)}
+
+    ref = Ref()
+    arms = runner_side._Arms(ref, ref, task=None, deadline=1e12, dev="cuda")
+    arms.inputs(ref, {"shape": "s", "seed": 1}, staged=True)
+    assert seen == [("case", "cpu", False)]
+    seen.clear()
+    runner_side.expected(arms, ref, [torch.zeros(2)], 0, False, staged=True)
+    assert seen == ["handed", ("expected", None, True)]
+    seen.clear()
+    arms.inputs(ref, {"shape": "s", "seed": 1}, staged=False)
+    runner_side.expected(arms, ref, [torch.zeros(2)], 0, False)
+    assert seen == [("case", None, False), ("expected", None, True)], "a small shape: as before"

@@ -238,7 +238,7 @@ def test_the_runner_asks_again_with_a_copy_when_the_reference_modified_its_input
     class Arms:
         dev, asked = "cuda", []
 
-        def ask(self, child, req, max_bytes=0):
+        def ask(self, child, req, max_bytes=0, handed=False):
             self.asked.append(req.get("own_inputs", False))
             if req.get("own_inputs"):
                 raise ChildFailed("harness", f"HarnessError: {MODIFIED_INPUTS}: ask again with a copy")
