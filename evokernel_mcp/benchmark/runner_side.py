@@ -26,7 +26,7 @@ from evokernel_mcp.benchmark.room import meta, room_for_arms
 from evokernel_mcp.benchmark.work import runner_counts
 from evokernel_mcp.runtime import cpus
 from evokernel_mcp.runtime.context import RunnerContext
-from evokernel_mcp.runtime.devmem import trim_between_cases
+from evokernel_mcp.runtime.devmem import release_host, trim_between_cases
 from evokernel_mcp.runtime.devplan import BIG_BENCH_BYTES
 from evokernel_mcp.runtime.spares import ChildFailed, note, wall_deadline
 from evokernel_mcp.tasks import Task
@@ -140,10 +140,13 @@ class _Arms:
             return child.request(req, timeout_s=wall_deadline(self.deadline), max_bytes=max_bytes, device=device)
 
     def inputs(self, ref, req: dict[str, Any], staged: bool) -> Any:
-        """A case's inputs made by the reference (op "case", inputs_only); staged (a big shape on a GPU): on the
-        host, so that the runner holds no device copy while it passes them on (the receiver's is the one)."""
-        return self.ask(ref, {**req, "op": "case", "inputs_only": True}, max_bytes=1 << 42,
-                        device="cpu" if staged else None)["inputs"]
+        """A case's inputs made by the reference (op "case", inputs_only); staged (staged_shape): moved to the
+        host (pinned) once here, so that the runner holds no device copy while it passes them on."""
+        x = self.ask(ref, {**req, "op": "case", "inputs_only": True}, max_bytes=1 << 42)["inputs"]
+        if staged:
+            x = on_host(x)
+            trim_between_cases()
+        return x
 
 
 def _pin(children, cpu: int) -> int | None:
@@ -177,16 +180,25 @@ def _run_dict(run, name: str, init: dict, report: dict, gpu: bool, cpu: int | No
             "extra": extra}
 
 
+def staged_shape(big: bool, input_bytes: int, output_bytes: int) -> bool:
+    """A big shape on a GPU whose inputs are more than twice its outputs (reductions, matrix-vector products):
+    three device copies of its inputs at once (the runner's, and the two processes it passes them to) would be
+    more than twice its own bytes, so the runner's copies wait on the host (pinned: devmem.host_empty) while it
+    passes them on. Elsewhere the device-to-device path stays (host staging costs a copy each way)."""
+    return big and input_bytes > 2 * output_bytes
+
+
 def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progress, gpu: bool,
-                bar=None, sample: int | None = None, release_inputs: bool = False) -> dict:
+                bar=None, sample: int | None = None, release_inputs: bool = False, staged: bool = False) -> dict:
     """Time every arm in interleaved rounds; raw records per arm, the rounds, the sampled outputs, the runner's
     bound on the reported times (runner_bound) and, with a ProbeBar, the check of every repetition's probes.
     sample: timed repetitions the candidate keeps (None: two, one when inputs and outputs are big);
-    release_inputs: a big shape on a GPU: the runner's copies of the inputs (and the refill pool) wait on the
-    host while the arms get theirs (each arm's is made on the device by the hand-over: courier.py), so that two
-    arms' copies, not three, are on the device at once; after the arms' set-up they go. Each arm then gives its
-    allocator's cache (outputs, working memory) back after every block and makes it again, untimed, before its
-    next one (sides.arm_ready): one arm's working memory on the device at a time, not every arm's."""
+    release_inputs: a big shape on a GPU: after the arms' set-up the runner's copies of the inputs go, and each arm
+    gives its allocator's cache (outputs, working memory) back after every block and makes it again, untimed,
+    before its next one (sides.arm_ready): one arm's working memory on the device at a time, not every arm's;
+    staged (staged_shape): the runner's copies of the inputs (and the refill pool) wait on the host while the
+    arms get theirs (each arm's is made on its device by the hand-over: courier.py), so that two arms' copies,
+    not three, are on the device at once."""
     from evokernel_mcp.benchmark import probes
     from evokernel_mcp.benchmark.interleave import run_interleaved
     from evokernel_mcp.benchmark.timing import TimingOptions
@@ -198,7 +210,7 @@ def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progr
     limit = 4 * OUTPUT_SLACK * big + (16 << 20)
     table = probes.position_table(seed) if bar is not None and not gpu else None  # GPU: chunk sums only
     lean = bool(release_inputs and gpu)  # each arm gives its working memory back between its blocks
-    if lean:
+    if lean and staged:
         case["inputs"] = on_host(case["inputs"])
         pool[:] = [on_host(p) for p in pool]
         trim_between_cases()
@@ -270,12 +282,14 @@ def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progr
 
 
 def on_host(x: Any) -> Any:
-    """The same structure with every tensor copied to pageable host memory (pinned memory would stay in torch's
-    host cache after the job), the device copies let go by the caller."""
+    """The same structure with every tensor copied to host memory (devmem.host_empty: pinned where it can be given
+    back, release_host at the shape's end), the device copies let go by the caller."""
     import torch
 
+    from evokernel_mcp.runtime.devmem import host_empty
+
     if isinstance(x, torch.Tensor):
-        return x.to("cpu")
+        return x if x.device.type == "cpu" else host_empty(x.shape, x.dtype).copy_(x)
     if isinstance(x, (list, tuple)):
         return type(x)(on_host(v) for v in x)
     if isinstance(x, dict):
@@ -332,6 +346,7 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
     i_b, o_b = _nbytes(case["inputs"]), _nbytes(case["native"])
     n_pool, sample = (2 if i_b <= POOL_FULL_BYTES or not gpu else 1), (2 if i_b + o_b <= POOL_FULL_BYTES else 1)
     big = gpu and i_b + o_b > BIG_BENCH_BYTES
+    staged = staged_shape(big, i_b, o_b)
     if gpu and ctx is not None:
         p = room_for_arms(ctx, arms, ref, case, room, n_pool, sample)
         n_pool, sample = p.refill_sets, p.sample_size
@@ -346,7 +361,8 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
     if gpu:
         trim_between_cases()  # the bar's float64 copies of the reference's outputs: freed before the arms start
     t0 = time.monotonic()
-    timed = _interleave(arms, case, pool, seed, opt, progress, gpu, bar, sample=sample, release_inputs=big)
+    timed = _interleave(arms, case, pool, seed, opt, progress, gpu, bar, sample=sample, release_inputs=big,
+                        staged=staged)
     if room.get("plan") is not None:
         out["memory_plan"] = room["plan"].model_dump(exclude={"notes", "too_big"})
     out.update({k: v for k, v in timed.items() if k != "samples"})
@@ -354,22 +370,22 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
     case["inputs"], pool = None, None  # every arm has its copies: device memory for the checks below
     trim_between_cases()
     hi = checks_hi(out["input_bytes"], _nbytes(case["native"]))
-    out["check_sampled"] = _sampled(arms, ref, timed.pop("samples", None) or [], seed, hi, big)
+    out["check_sampled"] = _sampled(arms, ref, timed.pop("samples", None) or [], seed, hi, staged)
     trim_between_cases()
     # inputs of other seeds, but the expected outputs from the model of the TIMED seed: a model with weights
     # (nn.Conv3d, nn.Linear) is built per seed, and the candidate's checks run the timed seed's model
     # One check at a time (inputs made, run by the candidate, judged, freed): device memory. The refill
     # check runs first, on the storage of the candidate's last timed input set; then fresh inputs.
     for key, name, off in (("check_timed", "refill", REFILL_SEED_OFFSET), ("check_fresh", "fresh", CHECK_SEED_OFFSET)):
-        # big (staged): the inputs wait on the host, each process gets its own device copy in turn
-        x = arms.inputs(ref, {"shape": shape, "seed": seed + off}, big)
+        # staged: the inputs wait on the host, each process gets its own device copy in turn
+        x = arms.inputs(ref, {"shape": shape, "seed": seed + off}, staged)
         got = arms.ask(arms.cand, {"op": "bench_checks", name: x, "init_inputs": case["init_inputs"],
-                                   "state": case["state"], "seed": seed}, max_bytes=limit, handed=big)
+                                   "state": case["state"], "seed": seed}, max_bytes=limit, handed=staged)
         out["output_dtype"] = out.get("output_dtype") or got.get("output_dtype")
-        if big:
+        if staged:
             got = on_host(got)
             trim_between_cases()
-        exp = {"inputs": x, **expected(arms, ref, x, seed, hi, big)}
+        exp = {"inputs": x, **expected(arms, ref, x, seed, hi, staged)}
         out[key] = _check(arms.task, got.pop(name), exp, arms.dev)
         exp = got = None
         trim_between_cases()
@@ -379,13 +395,15 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
             # and as fast as the baseline without it)
             out["settled"] = arms.ask(arms.cand, {"op": "settled", "inputs": x, "seed": seed,
                                                   "init_inputs": case["init_inputs"], "state": case["state"]},
-                                      handed=big)
+                                      handed=staged)
         x = None
         if name == "refill":  # its timed storage served the refill check: the fresh one needs none of it
             arms.ask(arms.cand, {"op": "arm_close", "name": "candidate"})
         trim_between_cases()
-    out["check_probe"] = _probe_check(arms, ref, shape, seed, case, hi, limit, big)
+    out["check_probe"] = _probe_check(arms, ref, shape, seed, case, hi, limit, staged)
     trim_between_cases()
+    if staged:
+        release_host()
     return out
 
 
@@ -499,7 +517,9 @@ def _confirm(ctx: RunnerContext, payload: BenchmarkRequest, task: Task, ref, sha
                              max_bytes=1 << 42)["inputs"] for i in range(2)]
             bar = _probe_bar(arms, ref, case, pool, s2, gpu)
         with quiet():  # the children are taken and loaded first: only the timing holds spares back
-            timed = _interleave(arms, case, pool, s2, opt, lambda *a: None, gpu, bar, sample=0, release_inputs=big)
+            timed = _interleave(arms, case, pool, s2, opt, lambda *a: None, gpu, bar, sample=0, release_inputs=big,
+                                staged=staged_shape(big, _nbytes(case["inputs"]), _nbytes(case["native"])))
+        release_host()
         return {"rounds": timed["rounds"], "timer": timed["candidate"].get("timer"),
                 "runner_bound": timed.get("runner_bound"), "check_probes": timed.get("check_probes")}
     except ChildFailed as e:

@@ -32,3 +32,35 @@ def trim_between_cases() -> None:
         return
     total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
     release_cached(int(min(KEEP_MAX_BYTES, KEEP_FRACTION * total)))
+
+
+def _host_cache_release():
+    """torch's call that gives its cached pinned host memory back (its name varies by version), or None."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    return next((f for f in (getattr(torch._C, n, None) for n in ("_accelerator_emptyHostCache", "_host_emptyCache"))
+                 if f is not None), None)
+
+
+def host_empty(shape, dtype):
+    """A host tensor to stage device data in (the runner's copies of a big shape's inputs): pinned where CUDA is
+    in use and torch can give pinned memory back (release_host), so the copies run at the link's speed, not
+    pageable memory's (a few GB/s); pageable otherwise, or when pinning is refused."""
+    import torch
+
+    if torch.cuda.is_initialized() and _host_cache_release() is not None:
+        try:
+            return torch.empty(shape, dtype=dtype, pin_memory=True)
+        except RuntimeError:
+            pass
+    return torch.empty(shape, dtype=dtype)
+
+
+def release_host() -> None:
+    """The pinned host memory torch caches after host_empty's tensors are gone goes back to the system."""
+    f = _host_cache_release()
+    if f is not None:
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            f()

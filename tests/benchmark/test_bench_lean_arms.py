@@ -67,7 +67,8 @@ def _interleave(lean: bool):
     case = {"inputs": [x], "native": [x.clone()], "init_inputs": [], "state": None}
     pool = [[torch.randn(1024)]]
     opt = {"min_reps": 2, "max_reps": 8, "max_time_s": 0.05}
-    runner_side._interleave(arms, case, pool, 0, opt, lambda *a: None, True, None, sample=0, release_inputs=lean)
+    runner_side._interleave(arms, case, pool, 0, opt, lambda *a: None, True, None, sample=0, release_inputs=lean,
+                            staged=lean)
     return log, case, pool
 
 
@@ -91,7 +92,7 @@ def test_a_small_shape_asks_no_arm_ready_and_keeps_its_arms_warm():
 
 
 def test_a_big_shapes_check_inputs_land_on_the_host_and_go_to_the_reference_handed_over():
-    """The post-timing checks of a big shape: the reference's inputs come to the runner's host (no device copy
+    """The post-timing checks of a staged shape: the reference's inputs wait on the runner's host (no device copy
     in the runner while the candidate and the reference each get theirs), and go out handed over."""
     seen = []
 
@@ -111,8 +112,8 @@ def test_a_big_shapes_check_inputs_land_on_the_host_and_go_to_the_reference_hand
 
     ref = Ref()
     arms = runner_side._Arms(ref, ref, task=None, deadline=1e12, dev="cuda")
-    arms.inputs(ref, {"shape": "s", "seed": 1}, staged=True)
-    assert seen == [("case", "cpu", False)]
+    x = arms.inputs(ref, {"shape": "s", "seed": 1}, staged=True)
+    assert seen == [("case", None, False)] and x[0].device.type == "cpu"
     seen.clear()
     runner_side.expected(arms, ref, [torch.zeros(2)], 0, False, staged=True)
     assert seen == ["handed", ("expected", None, True)]
@@ -120,3 +121,9 @@ def test_a_big_shapes_check_inputs_land_on_the_host_and_go_to_the_reference_hand
     arms.inputs(ref, {"shape": "s", "seed": 1}, staged=False)
     runner_side.expected(arms, ref, [torch.zeros(2)], 0, False)
     assert seen == [("case", None, False), ("expected", None, True)], "a small shape: as before"
+
+
+def test_only_a_big_shape_whose_inputs_dominate_is_staged_on_the_host():
+    assert runner_side.staged_shape(True, 8 << 30, 1 << 20), "a reduction: three input copies would be 3x its bytes"
+    assert not runner_side.staged_shape(True, 6 << 30, 6 << 30), "an activation stays device to device"
+    assert not runner_side.staged_shape(False, 8 << 30, 1 << 20), "a small shape, or the CPU path"

@@ -31,3 +31,13 @@ def test_small_idle_cache_stays_big_one_goes(monkeypatch):
         monkeypatch.setitem(sys.modules, "torch", torch)
         devmem.trim_between_cases()
         assert (calls == ["empty"]) is emptied, (reserved, allocated, total)
+
+
+def test_host_staging_is_pageable_without_cuda_and_releasing_it_is_a_no_op():
+    import torch
+
+    from evokernel_mcp.runtime.devmem import host_empty, release_host
+
+    t = host_empty((4, 2), torch.float32)
+    assert t.shape == (4, 2) and t.device.type == "cpu" and not t.is_pinned()
+    release_host()
