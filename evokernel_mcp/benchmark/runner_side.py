@@ -130,14 +130,12 @@ class _Arms:
             out["control"] = self.ctrl
         return out
 
-    def ask(self, child, req: dict[str, Any], max_bytes: int = 1 << 20, device: str | None = None,
-            handed: bool = False) -> Any:
-        """One request. device: where the reply's tensors land (None: the runner's device); handed: the
-        request's tensors are the child's to keep (courier.handing_over: a host tensor is made on the child's
-        device in one copy, and that copy is the child's own)."""
+    def ask(self, child, req: dict[str, Any], max_bytes: int = 1 << 20, handed: bool = False) -> Any:
+        """One request. handed: the request's tensors are the child's to keep (courier.handing_over: a host
+        tensor is made on the child's device in one copy, and that copy is the child's own)."""
         c = getattr(child, "courier", None) if handed else None
         with c.handing_over() if c is not None else contextlib.nullcontext():
-            return child.request(req, timeout_s=wall_deadline(self.deadline), max_bytes=max_bytes, device=device)
+            return child.request(req, timeout_s=wall_deadline(self.deadline), max_bytes=max_bytes)
 
     def inputs(self, ref, req: dict[str, Any], staged: bool) -> Any:
         """A case's inputs made by the reference (op "case", inputs_only); staged (staged_shape): moved to the
@@ -283,7 +281,7 @@ def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progr
 
 def on_host(x: Any) -> Any:
     """The same structure with every tensor copied to host memory (devmem.host_empty: pinned where it can be given
-    back, release_host at the shape's end), the device copies let go by the caller."""
+    back, release_host at the job's end), the device copies let go by the caller."""
     import torch
 
     from evokernel_mcp.runtime.devmem import host_empty
@@ -402,8 +400,6 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
         trim_between_cases()
     out["check_probe"] = _probe_check(arms, ref, shape, seed, case, hi, limit, staged)
     trim_between_cases()
-    if staged:
-        release_host()
     return out
 
 
@@ -491,6 +487,7 @@ def _benchmark(ctx: RunnerContext, payload: BenchmarkRequest, progress, timing_q
             if c is not None:
                 ctx.spares.retire(c)
         claim.close()
+        release_host()  # the pinned host memory of staged shapes (on_host), whatever ended the job
         note("benchmark: arms retired at %.2f s", time.monotonic() - t0)
     progress(len(payload.shapes), len(payload.shapes), "benchmark done")
     return result
@@ -519,7 +516,6 @@ def _confirm(ctx: RunnerContext, payload: BenchmarkRequest, task: Task, ref, sha
         with quiet():  # the children are taken and loaded first: only the timing holds spares back
             timed = _interleave(arms, case, pool, s2, opt, lambda *a: None, gpu, bar, sample=0, release_inputs=big,
                                 staged=staged_shape(big, _nbytes(case["inputs"]), _nbytes(case["native"])))
-        release_host()
         return {"rounds": timed["rounds"], "timer": timed["candidate"].get("timer"),
                 "runner_bound": timed.get("runner_bound"), "check_probes": timed.get("check_probes")}
     except ChildFailed as e:
