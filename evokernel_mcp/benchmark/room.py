@@ -53,6 +53,7 @@ def room_for_arms(ctx, arms, ref, case: dict, room: dict, refill_sets: int = 1, 
     if arms.ctrl is not None and not p.control:
         ctrl, arms.ctrl = arms.ctrl, None
         ctx.spares.retire(ctrl)
+        ctx.spares.wait_retired()  # its CUDA context goes before the arms get their inputs, not while they time
     if not p.runner_keeps_outputs:  # its sizes stay (meta tensors): the checks ask the reference afresh
         case["native"] = meta(case["native"])
         trim_between_cases()

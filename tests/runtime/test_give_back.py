@@ -78,7 +78,11 @@ def test_idle_spares_and_other_cached_references_are_stopped_and_no_spare_starts
 
 class _Spares:
     def __init__(self):
-        self.calls = 0
+        self.calls, self.waits = 0, 0
+
+    def wait_retired(self, timeout_s=30.0):
+        self.waits += 1
+        return 0.0
 
     def give_back_idle(self, keep, keep_spares=0):
         self.calls += 1
@@ -183,6 +187,7 @@ def test_short_of_memory_for_three_arms_the_control_arm_goes_before_the_job_does
     ctx.spares.retire = retired.append
     _room_for_arms(ctx, arms, None, case, room)
     assert arms.ctrl is None and retired == ["control-child"] and "control arm left out" in room["notes"][-1]
+    assert ctx.spares.waits == 1, "the control arm's process is gone (its CUDA context too) before the arms start"
 
 
 def test_a_7_5_gb_norm_benchmark_on_an_80_gb_card_runs_lean_and_lets_the_runners_output_copy_go(monkeypatch):
