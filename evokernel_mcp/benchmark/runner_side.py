@@ -27,7 +27,7 @@ from evokernel_mcp.benchmark.work import runner_counts
 from evokernel_mcp.runtime import cpus
 from evokernel_mcp.runtime.context import RunnerContext
 from evokernel_mcp.runtime.devmem import release_host, trim_between_cases
-from evokernel_mcp.runtime.devplan import BIG_BENCH_BYTES
+from evokernel_mcp.runtime.devplan import BIG_BENCH_BYTES, host_staged
 from evokernel_mcp.runtime.spares import ChildFailed, note, wall_deadline
 from evokernel_mcp.tasks import Task
 from evokernel_mcp.verify.runner_side import OUTPUT_SLACK, _nbytes, load_candidate, tensor_device
@@ -138,7 +138,7 @@ class _Arms:
             return child.request(req, timeout_s=wall_deadline(self.deadline), max_bytes=max_bytes)
 
     def inputs(self, ref, req: dict[str, Any], staged: bool) -> Any:
-        """A case's inputs made by the reference (op "case", inputs_only); staged (staged_shape): moved to the
+        """A case's inputs made by the reference (op "case", inputs_only); staged (devplan.host_staged): moved to the
         host (pinned) once here, so that the runner holds no device copy while it passes them on."""
         x = self.ask(ref, {**req, "op": "case", "inputs_only": True}, max_bytes=1 << 42)["inputs"]
         if staged:
@@ -178,14 +178,6 @@ def _run_dict(run, name: str, init: dict, report: dict, gpu: bool, cpu: int | No
             "extra": extra}
 
 
-def staged_shape(big: bool, input_bytes: int, output_bytes: int) -> bool:
-    """A big shape on a GPU whose inputs are more than twice its outputs (reductions, matrix-vector products):
-    three device copies of its inputs at once (the runner's, and the two processes it passes them to) would be
-    more than twice its own bytes, so the runner's copies wait on the host (pinned: devmem.host_empty) while it
-    passes them on. Elsewhere the device-to-device path stays (host staging costs a copy each way)."""
-    return big and input_bytes > 2 * output_bytes
-
-
 def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progress, gpu: bool,
                 bar=None, sample: int | None = None, release_inputs: bool = False, staged: bool = False) -> dict:
     """Time every arm in interleaved rounds; raw records per arm, the rounds, the sampled outputs, the runner's
@@ -194,7 +186,7 @@ def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progr
     release_inputs: a big shape on a GPU: after the arms' set-up the runner's copies of the inputs go, and each arm
     gives its allocator's cache (outputs, working memory) back after every block and makes it again, untimed,
     before its next one (sides.arm_ready): one arm's working memory on the device at a time, not every arm's;
-    staged (staged_shape): the runner's copies of the inputs (and the refill pool) wait on the host while the
+    staged (devplan.host_staged): the runner's copies of the inputs (and the refill pool) wait on the host while the
     arms get theirs (each arm's is made on its device by the hand-over: courier.py), so that two arms' copies,
     not three, are on the device at once."""
     from evokernel_mcp.benchmark import probes
@@ -344,7 +336,7 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
     i_b, o_b = _nbytes(case["inputs"]), _nbytes(case["native"])
     n_pool, sample = (2 if i_b <= POOL_FULL_BYTES or not gpu else 1), (2 if i_b + o_b <= POOL_FULL_BYTES else 1)
     big = gpu and i_b + o_b > BIG_BENCH_BYTES
-    staged = staged_shape(big, i_b, o_b)
+    staged = big and host_staged(i_b, o_b)
     if gpu and ctx is not None:
         p = room_for_arms(ctx, arms, ref, case, room, n_pool, sample)
         n_pool, sample = p.refill_sets, p.sample_size
@@ -515,7 +507,7 @@ def _confirm(ctx: RunnerContext, payload: BenchmarkRequest, task: Task, ref, sha
             bar = _probe_bar(arms, ref, case, pool, s2, gpu)
         with quiet():  # the children are taken and loaded first: only the timing holds spares back
             timed = _interleave(arms, case, pool, s2, opt, lambda *a: None, gpu, bar, sample=0, release_inputs=big,
-                                staged=staged_shape(big, _nbytes(case["inputs"]), _nbytes(case["native"])))
+                                staged=big and host_staged(_nbytes(case["inputs"]), _nbytes(case["native"])))
         return {"rounds": timed["rounds"], "timer": timed["candidate"].get("timer"),
                 "runner_bound": timed.get("runner_bound"), "check_probes": timed.get("check_probes")}
     except ChildFailed as e:

@@ -221,8 +221,16 @@ def per_rep_check_bytes(input_bytes: int, output_bytes: int) -> int:
 
 
 # inputs + outputs above this (BIG_JOB_BYTES: the memory cap's line): the runner lets its device copy of the
-# outputs go, and keeps its copies of the arms' inputs on the host while they get theirs (benchmark/runner_side.py)
+# outputs go, and the arms give their working memory back between blocks (benchmark/runner_side.py)
 BIG_BENCH_BYTES = BIG_JOB_BYTES
+
+
+def host_staged(input_bytes: int, output_bytes: int) -> bool:
+    """A big benchmark shape whose inputs are more than twice its outputs (reductions, matrix-vector products):
+    three device copies of its inputs at once (the runner's, and the two processes it passes them to) would be
+    more than twice its own bytes, so the runner's copies wait on the host (pinned) while it passes them on.
+    Elsewhere the device-to-device path stays (host staging costs a copy each way)."""
+    return input_bytes + output_bytes > BIG_BENCH_BYTES and input_bytes > 2 * output_bytes
 
 
 def _bench_parts(i: int, o: int, n_arms: int, copies: int, refill: int, sample: int, per_rep: int,
@@ -230,9 +238,10 @@ def _bench_parts(i: int, o: int, n_arms: int, copies: int, refill: int, sample: 
     arm = copies * i + refill * i + 2 * o + per_rep
     return {"arms": n_arms * arm, "arms' working memory": n_arms * work, "sampled repetitions": sample * (i + o),
             "refill pool": refill * i,
-            # a small shape's runner holds its device copy of the inputs while an export makes an arm's; a big
-            # one's waits on the host (the export copies it to the arm's device): no transfer margin
-            "transfer": i if margin and runner_keeps else 0, "runner's outputs freed": 0 if runner_keeps else -o}
+            # the runner holds its device copy of the inputs while an export makes an arm's; a staged shape's
+            # waits on the host (the export copies it to the arm's device): no transfer margin
+            "transfer": i if margin and not host_staged(i, o) else 0,
+            "runner's outputs freed": 0 if runner_keeps else -o}
 
 
 def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | None, control: bool,
@@ -257,14 +266,16 @@ def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | 
     if sample_size:
         steps.append((False, 0, 0, True, "no sampled timed repetitions kept (device memory): the candidate's "
                       "outputs are judged by the post-timing refill and fresh-input checks"))
-    if keeps:
+    if not host_staged(i, o):
         steps.append((False, 0, 0, False, "no transfer margin (device memory): the leanest plan, the arms adopting "
                       "the runner's copies of their inputs"))
     notes: list[str] = []
     if not keeps:
-        notes.append(f"the runner let its device copy of the reference's outputs ({_gb(o)}) go before timing, and "
-                     "kept its copies of the inputs on the host while the arms got theirs; one timed input set per "
-                     "arm (no rotation: address effects matter little for kernels of this size)")
+        notes.append(f"the runner let its device copy of the reference's outputs ({_gb(o)}) go before timing"
+                     + (", and kept its copies of the inputs on the host while the arms got theirs"
+                        if host_staged(i, o) else "")
+                     + "; one timed input set per arm (no rotation: address effects matter little for kernels of "
+                     "this size)")
     parts: dict[str, int] = {}
     over_cap: BenchPlan | None = None
     for ctrl, refill, sample, margin, why in steps:

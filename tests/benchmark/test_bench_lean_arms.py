@@ -124,6 +124,8 @@ def test_a_big_shapes_check_inputs_land_on_the_host_and_go_to_the_reference_hand
 
 
 def test_only_a_big_shape_whose_inputs_dominate_is_staged_on_the_host():
-    assert runner_side.staged_shape(True, 8 << 30, 1 << 20), "a reduction: three input copies would be 3x its bytes"
-    assert not runner_side.staged_shape(True, 6 << 30, 6 << 30), "an activation stays device to device"
-    assert not runner_side.staged_shape(False, 8 << 30, 1 << 20), "a small shape, or the CPU path"
+    from evokernel_mcp.runtime.devplan import host_staged
+
+    assert host_staged(8 << 30, 1 << 20), "a reduction: three input copies would be 3x its bytes"
+    assert not host_staged(6 << 30, 6 << 30), "an activation stays device to device"
+    assert not host_staged(300 << 20, 1 << 20), "a small shape"
