@@ -71,14 +71,21 @@ def _hint(arms) -> dict | None:
         return None
 
 
+def map_tensors(x: Any, fn) -> Any:
+    """The same structure (lists, tuples, dicts) with fn applied to every tensor in it."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return fn(x)
+    if isinstance(x, (list, tuple)):
+        return type(x)(map_tensors(v, fn) for v in x)
+    if isinstance(x, dict):
+        return {k: map_tensors(v, fn) for k, v in x.items()}
+    return x
+
+
 def meta(x: Any) -> Any:
     """The same structure with every tensor on the meta device (shape and dtype kept, no memory)."""
     import torch
 
-    if isinstance(x, torch.Tensor):
-        return torch.empty(x.shape, dtype=x.dtype, device="meta")
-    if isinstance(x, (list, tuple)):
-        return type(x)(meta(v) for v in x)
-    if isinstance(x, dict):
-        return {k: meta(v) for k, v in x.items()}
-    return x
+    return map_tensors(x, lambda t: torch.empty(t.shape, dtype=t.dtype, device="meta"))

@@ -22,7 +22,7 @@ from typing import Any
 from evokernel_mcp import settings
 from evokernel_mcp.benchmark.bound import common_host_per_rep, cushion_ms, runner_bound
 from evokernel_mcp.benchmark.messages import BenchmarkRequest
-from evokernel_mcp.benchmark.room import meta, room_for_arms
+from evokernel_mcp.benchmark.room import map_tensors, meta, room_for_arms
 from evokernel_mcp.benchmark.work import runner_counts
 from evokernel_mcp.runtime import cpus
 from evokernel_mcp.runtime.context import RunnerContext
@@ -102,8 +102,9 @@ def _probe_check(arms: _Arms, ref, shape: str, seed: int, case: dict, hi: bool, 
         if e.kind != "exception":
             raise
         return {"passed": None, "note": f"not judged: the reference failed on signed probe inputs ({e})"[:300]}
-    exp["native"] = on_host(exp["native"]) if staged else exp["native"]  # the candidate's run comes first
-    trim_between_cases()
+    if staged:  # the candidate's run comes first
+        exp["native"] = on_host(exp["native"])
+        trim_between_cases()
     got = arms.ask(arms.cand, {"op": "bench_checks", "fresh": x, "init_inputs": case["init_inputs"],
                                "state": case["state"], "seed": seed}, max_bytes=limit, handed=staged)
     chk = _check(arms.task, got.pop("fresh"), exp, arms.dev)
@@ -210,9 +211,7 @@ def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progr
                "sample_size": sample if name == "candidate" else 0,
                "refill_pool": pool, "probe_table": table,
                "probe_chunks": bar.chunks if bar is not None else None, "lean": lean}
-        c = getattr(child, "courier", None)
-        with c.handing_over() if c is not None else contextlib.nullcontext():
-            inits[name] = arms.ask(child, req, max_bytes=1 << 20)  # its inputs are its own (one device copy)
+        inits[name] = arms.ask(child, req, max_bytes=1 << 20, handed=True)  # its inputs are its own (one copy)
     if release_inputs:  # every arm has its own copy: the runner's goes (sizes kept for the limits below)
         case["inputs"] = meta(case["inputs"])
         pool[:] = [meta(p) for p in pool]
@@ -274,17 +273,9 @@ def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progr
 def on_host(x: Any) -> Any:
     """The same structure with every tensor copied to host memory (devmem.host_empty: pinned where it can be given
     back, release_host at the job's end), the device copies let go by the caller."""
-    import torch
-
     from evokernel_mcp.runtime.devmem import host_empty
 
-    if isinstance(x, torch.Tensor):
-        return x if x.device.type == "cpu" else host_empty(x.shape, x.dtype).copy_(x)
-    if isinstance(x, (list, tuple)):
-        return type(x)(on_host(v) for v in x)
-    if isinstance(x, dict):
-        return {k: on_host(v) for k, v in x.items()}
-    return x
+    return map_tensors(x, lambda t: t if t.device.type == "cpu" else host_empty(t.shape, t.dtype).copy_(t))
 
 
 def _probe_summary(checks: list[dict[str, Any]], bar) -> dict[str, Any] | None:

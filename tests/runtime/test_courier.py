@@ -216,6 +216,29 @@ def test_gpu_vmm_roundtrip_in_process_and_hostile_handles_are_frame_errors(monke
     mapping.release()
 
 
+def _adopter(monkeypatch):
+    """A child process whose courier adopts what the runner hands over (_ADOPTER), and the runner's courier."""
+    import subprocess
+    import sys
+
+    from evokernel_mcp.runtime import cuda_vmm
+
+    if not cuda_vmm.available():
+        pytest.skip("no CUDA VMM on this device")
+    monkeypatch.setattr(courier, "ARENA_BYTES", 0)
+    a, b = courier.pair()
+    proc = subprocess.Popen([sys.executable, "-c", _ADOPTER, str(b.fileno())], pass_fds=(b.fileno(),),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    b.close()
+    return proc, courier.Courier(a)
+
+
+def _line(proc) -> dict:
+    import json
+
+    return json.loads(proc.stdout.readline())
+
+
 _ADOPTER = """
 import json, socket, sys, torch
 from evokernel_mcp.runtime import courier, frames
@@ -235,28 +258,15 @@ print(json.dumps({"held": held, "after": free(), "first": first}), flush=True)
 def test_gpu_a_child_adopts_what_the_runner_sends_and_the_runner_can_take_it_on_the_host(monkeypatch):
     """A child's courier (adopt=True) keeps the runner's exported allocation as its tensor: one copy on the
     device, not two, given back when the tensor goes; the runner asking for the host gets host memory."""
-    import json
-    import subprocess
-    import sys
-
-    from evokernel_mcp.runtime import cuda_vmm
-
-    if not cuda_vmm.available():
-        pytest.skip("no CUDA VMM on this device")
-    monkeypatch.setattr(courier, "ARENA_BYTES", 0)
-    a, b = courier.pair()
-    proc = subprocess.Popen([sys.executable, "-c", _ADOPTER, str(b.fileno())], pass_fds=(b.fileno(),),
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    b.close()
-    runner = courier.Courier(a)
+    proc, runner = _adopter(monkeypatch)
     n = 1 << 30
     x = torch.randint(0, 255, (n,), dtype=torch.uint8, device="cuda")
     torch.cuda.synchronize()
-    ready = json.loads(proc.stdout.readline())["ready"]
+    ready = _line(proc)["ready"]
     with runner.handing_over():
         frames.write(proc.stdin, {"x": x}, runner)
     proc.stdin.flush()
-    rep = json.loads(proc.stdout.readline())
+    rep = _line(proc)
     proc.wait(timeout=60)
     assert rep["first"] == int(x[:4096].sum().item())
     assert ready - rep["held"] < 1.5 * n, "the child's tensor is the runner's export, not a copy of it"
@@ -274,28 +284,15 @@ def test_gpu_a_child_adopts_what_the_runner_sends_and_the_runner_can_take_it_on_
 def test_gpu_a_host_tensor_handed_over_arrives_on_the_childs_device_as_one_copy(monkeypatch):
     """The runner keeps a big shape's inputs on the host while the benchmark's arms get theirs: handed over, a
     host tensor is exported to the device (one H2D copy) and adopted there, so the runner's device holds none."""
-    import json
-    import subprocess
-    import sys
-
-    from evokernel_mcp.runtime import cuda_vmm
-
-    if not cuda_vmm.available():
-        pytest.skip("no CUDA VMM on this device")
-    monkeypatch.setattr(courier, "ARENA_BYTES", 0)
-    a, b = courier.pair()
-    proc = subprocess.Popen([sys.executable, "-c", _ADOPTER, str(b.fileno())], pass_fds=(b.fileno(),),
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    b.close()
-    runner = courier.Courier(a)
+    proc, runner = _adopter(monkeypatch)
     n = 1 << 30
     x = torch.randint(0, 255, (n,), dtype=torch.uint8)
-    ready = json.loads(proc.stdout.readline())["ready"]
+    ready = _line(proc)["ready"]
     with runner.handing_over():
         assert runner.route(x) == "vmm"
         frames.write(proc.stdin, {"x": x}, runner)
     proc.stdin.flush()
-    rep = json.loads(proc.stdout.readline())
+    rep = _line(proc)
     proc.wait(timeout=60)
     assert rep["first"] == int(x[:4096].sum().item())
     assert 0.9 * n < ready - rep["held"] < 1.5 * n, "one device copy, the child's"
