@@ -116,8 +116,9 @@ class GpuMemSampler:
     """Peaks sampled in a thread: the device's used memory (nvidia-smi / amd-smi, the whole device) and the sum
     over our own processes (per_process_mib filtered to this process's tree, `exclude` left out)."""
 
-    def __init__(self, period_s: float = 0.2, exclude: set[int] | None = None):
+    def __init__(self, period_s: float = 0.2, exclude: set[int] | None = None, timeline: bool = False):
         self.period_s, self.peak_mib, self.peak_ours_mib, self._stop = period_s, None, None, threading.Event()
+        self.timeline: list | None = [] if timeline else None  # [unix s, phase, ours MiB, {name:pid: MiB}]
         self.exclude = exclude or set()
         self.phase = "start"  # set by the sweep before each call: the peak of our processes is kept per phase
         self.by_phase: dict[str, dict] = {}  # {phase: {"peak_mib", "processes": [[name, MiB] of ours at it]}}
@@ -147,6 +148,9 @@ class GpuMemSampler:
                     mine = sorted(((_comm(pid), v) for pid, v in per.items() if pid in tree and pid not in self.exclude),
                                   key=lambda x: -x[1])
                     self.by_phase[self.phase] = {"peak_mib": o, "processes": mine}
+                if self.timeline is not None:
+                    roles = {f"{_comm(pid)}:{pid}": v for pid, v in per.items() if pid in tree and pid not in self.exclude}
+                    self.timeline.append([round(time.time(), 2), self.phase, o, roles])
             self._stop.wait(self.period_s)
 
     def __enter__(self) -> "GpuMemSampler":
@@ -294,7 +298,7 @@ def _verdict(body: dict, is_error: bool, text: str | None) -> dict:
 
 
 async def sweep(files: list[Path], seeds: int, max_time_s: float, scale: int, bench: bool, wait_s: float,
-                budget_s: float = 0.0, exclude: set[int] | None = None) -> list:
+                budget_s: float = 0.0, exclude: set[int] | None = None, timeline: bool = False) -> list:
     from mcp import Client
 
     from evokernel_mcp.kb_candidates import perturbed, same_code
@@ -314,7 +318,7 @@ async def sweep(files: list[Path], seeds: int, max_time_s: float, scale: int, be
             base = {"reference": src, "wait_s": wait_s, "timeout_s": 600, **({"overrides": ov} if ov else {})}
             row: dict = {"problem": f.name, "overrides": ov, "own_bytes": own_bytes(src, ov)}
             t_all = time.perf_counter()
-            with GpuMemSampler(exclude=exclude) as mem:
+            with GpuMemSampler(exclude=exclude, timeline=timeline) as mem:
                 mem.phase = "verify"
                 b, t, e, x = await call_tool(c, "verify_vs_pytorch",
                                              {**base, "candidate": same_code(src), "seeds": seeds})
@@ -337,6 +341,8 @@ async def sweep(files: list[Path], seeds: int, max_time_s: float, scale: int, be
             row["peak_gpu_mem_mib"] = mem.peak_mib
             row["peak_ours_mib"] = mem.peak_ours_mib
             row["peak_ours_by_phase"] = mem.by_phase  # each phase's peak and our processes' MiB at it
+            if mem.timeline is not None:
+                row["timeline"] = mem.timeline
             if mem.peak_ours_mib is None and mem.peak_mib is not None and start_mib is not None:
                 # no per-process reading matched our tree (pids of another namespace): the device's used
                 # memory over what was used before the sweep began (the ballast's share and others' left out)
@@ -422,6 +428,8 @@ def main() -> None:
                     help="start no new problem after this many seconds (0 = no limit); the results still get written")
     ap.add_argument("--combine", nargs="+", type=Path, help="merge the JSON results of several parts into one table")
     ap.add_argument("--tag", default="", help="suffix of the result files")
+    ap.add_argument("--timeline", action="store_true",
+                    help="keep every sample (time, phase, our processes' MiB by name) in the JSON rows")
     a = ap.parse_args()
     if a.combine:
         return combine(a.combine, a.tag)
@@ -430,7 +438,7 @@ def main() -> None:
     t0 = time.perf_counter()
     with Ballast(a.ballast_gb) as ballast:
         rows = anyio.run(sweep, files, a.seeds, a.max_time_s, a.overrides_scale, not a.no_benchmark, a.wait_s,
-                         a.budget_s, ballast.pids)
+                         a.budget_s, ballast.pids, a.timeline)
     v = versions()
     device = v.get("device", "cpu").replace("NVIDIA ", "").replace(" ", "-")
     date = dt.date.today().isoformat()

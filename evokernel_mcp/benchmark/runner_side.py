@@ -212,6 +212,7 @@ def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progr
                "refill_pool": pool, "probe_table": table,
                "probe_chunks": bar.chunks if bar is not None else None, "lean": lean}
         inits[name] = arms.ask(child, req, max_bytes=1 << 20, handed=True)  # its inputs are its own (one copy)
+    req = None  # the last request holds the runner's inputs too: they must go with case["inputs"] below
     if release_inputs:  # every arm has its own copy: the runner's goes (sizes kept for the limits below)
         case["inputs"] = meta(case["inputs"])
         pool[:] = [meta(p) for p in pool]

@@ -52,7 +52,8 @@ EVENTS: deque[str] = deque(maxlen=200)
 
 
 def note(fmt: str, *args: Any) -> None:
-    EVENTS.append(fmt % args)
+    t = time.time()  # the wall clock, to line events up with outside readings (the device's memory, a profiler)
+    EVENTS.append(f"[{time.strftime('%H:%M:%S', time.localtime(t))}.{int(t % 1 * 1000):03d}] {fmt % args}")
 
 
 # Per runner op: how many requests went to children, their wall time (send -> reply read, transfers included)

@@ -205,6 +205,9 @@ def main() -> None:
     from evokernel_mcp.runtime.proctree import name_self
 
     name_self("runner")
+    from evokernel_mcp.runtime.devmem import runner_alloc_env
+
+    runner_alloc_env(os.environ)  # before torch: no small allocation pins a big cached block (devmem.py)
 
     apply_runner_cpus()  # this GPU's share of the CPUs (the cpu_split setting), before torch sizes its thread pool
     proto_fd = os.dup(1)

@@ -129,3 +129,27 @@ def test_only_a_big_shape_whose_inputs_dominate_is_staged_on_the_host():
     assert host_staged(8 << 30, 1 << 20), "a reduction: three input copies would be 3x its bytes"
     assert not host_staged(6 << 30, 6 << 30), "an activation stays device to device"
     assert not host_staged(300 << 20, 1 << 20), "a small shape"
+
+
+def test_once_the_arms_have_their_inputs_nothing_in_the_runner_keeps_its_copy_alive():
+    """An activation's big shape (not staged: the device-to-device path): the runner's copy of the inputs must
+    be gone, not merely renamed, before the first block (a request it sent must not keep it alive)."""
+    import gc
+    import weakref
+
+    alive = []
+
+    class Child(_Child):
+        def request(self, req, timeout_s, max_bytes, device=None):
+            if req["op"] == "arm_block" and not alive:
+                gc.collect()
+                alive.append(ref() is not None)
+            return super().request({"op": req["op"], "k": req.get("k")}, timeout_s, max_bytes, device)
+
+    log: list = []
+    arms = runner_side._Arms(Child("candidate", log), Child("baseline", log), task=None, deadline=1e12, dev="cpu")
+    case = {"inputs": [torch.randn(1024)], "native": [torch.randn(1024)], "init_inputs": [], "state": None}
+    ref = weakref.ref(case["inputs"][0])
+    opt = {"min_reps": 2, "max_reps": 8, "max_time_s": 0.05}
+    runner_side._interleave(arms, case, [], 0, opt, lambda *a: None, True, None, sample=0, release_inputs=True)
+    assert alive == [False]

@@ -41,3 +41,23 @@ def test_host_staging_is_pageable_without_cuda_and_releasing_it_is_a_no_op():
     t = host_empty((4, 2), torch.float32)
     assert t.shape == (4, 2) and t.device.type == "cpu" and not t.is_pinned()
     release_host()
+
+
+def test_runner_allocator_never_splits_big_blocks_unless_the_user_set_it():
+    env: dict[str, str] = {}
+    devmem.runner_alloc_env(env)
+    assert env == {"PYTORCH_CUDA_ALLOC_CONF": f"max_split_size_mb:{devmem.RUNNER_MAX_SPLIT_MB}"}
+    for var in devmem.ALLOC_CONF_VARS:  # the user's settings stand, under any of the names torch reads
+        mine = {var: "expandable_segments:True"}
+        devmem.runner_alloc_env(mine)
+        assert mine == {var: "expandable_segments:True"}
+
+
+def test_the_runner_applies_it_before_torch_and_children_never_get_it():
+    import inspect
+
+    from evokernel_mcp.runtime import envs, runner
+
+    src = inspect.getsource(runner.main)
+    assert src.index("runner_alloc_env(os.environ)") < src.index("serve(")
+    assert not any(k.startswith("PYTORCH_") for k in envs.ENV_ALLOW)  # a sandboxed child's allow-list
