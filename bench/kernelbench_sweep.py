@@ -469,7 +469,7 @@ def combine(paths: list[Path], tag: str) -> None:
         for r in d["rows"]:
             by_problem[r["problem"]] = r
     rows = sorted(by_problem.values(), key=lambda r: int(r["problem"].split("_")[0]))
-    m0 = metas[0]
+    m0 = metas[-1]  # the newest run names the table (device, date)
     meta = {**m0, "problems": len(rows), "ok": sum(r["ok"] for r in rows), "wall_s": sum(m["wall_s"] for m in metas),
             "only": None, "part": f"combined from {len(paths)} runs: " + ", ".join(p.name for p in paths),
             "peak_over_own_over_1gb": ratio_summary(rows), "error_kinds": kinds_summary(rows)}
