@@ -39,14 +39,9 @@ import stat
 import time
 from typing import Any
 
-from evokernel_mcp.runtime.devmem import trim_between_cases
-
 THRESHOLD = 1 << 20  # bytes: smaller tensors stay in the pipe
 ARENA_BYTES = 64 << 20  # 0: a VMM allocation per tensor
 _ALIGN = 512  # bytes: each tensor's offset in the arena
-# A CUDA tensor at least this big goes out only after the sender's allocator gave back what it keeps idle (a
-# forward's working memory, cached): the export's copy is made by the driver, beside that cache, not from it.
-EXPORT_TRIM_BYTES = 256 << 20
 _CHUNK = 1 << 30
 _TAG = 8  # bytes of sequence number sent with each fd
 
@@ -210,8 +205,6 @@ class Courier:
         from evokernel_mcp.runtime import cuda_vmm
         from evokernel_mcp.runtime.protocol import classify_text
 
-        if t.device.type == "cuda" and t.numel() * t.element_size() >= EXPORT_TRIM_BYTES:
-            trim_between_cases()  # the export is a new allocation: not on top of what the allocator keeps idle
         for attempt in (0, 1):
             try:
                 self._exported = cuda_vmm.export(t)

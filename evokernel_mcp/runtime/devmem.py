@@ -19,9 +19,10 @@ def release_cached(min_idle_bytes: int = 0) -> None:
 
 # The runner's allocator never splits a cached block bigger than this for a smaller request. Without it, a
 # long-lived small allocation (cuBLAS's workspace at the first matmul, a cached tensor) carved out of a
-# gigabyte block that a big job left cached pins that whole block for the runner's life: on an H100, 2 GiB
-# stayed held by the runner after its first benchmark (the ceilings' 2 GiB copy buffers), through every later
-# job. Set for the runner's process only (runner_alloc_env); a child's allocator is torch's default.
+# gigabyte block that a big job left cached pins that whole block for the runner's life. On an H100 the runner
+# held 2 GiB beyond its context from its first benchmark on, through every later job (most likely a block of
+# the ceilings' 2 GiB copy buffers); with this setting its floor is its context again. Set for the runner's
+# process only (runner_alloc_env); a child's allocator is torch's default.
 RUNNER_MAX_SPLIT_MB = 256
 ALLOC_CONF_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 

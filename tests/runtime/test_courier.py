@@ -432,25 +432,3 @@ def test_no_room_for_an_export_in_a_sender_that_may_not_write_a_file_that_big_se
     assert torch.equal(got["x"], t) and torch.equal(got["y"], small)
     assert len(tries) == 2, "one more export after the allocator cache was emptied"
     assert tx.stats["vmm_to_pipe_bytes"] == t.numel() * 4 and len(wire) > t.numel() * 4, "the bytes came by pipe"
-
-
-def test_a_big_device_tensor_is_exported_after_the_senders_allocator_gave_back_its_idle_cache(monkeypatch):
-    """The export's copy is a new allocation: a big one is made beside the sender's cached working memory only
-    after that cache went back (devmem.trim_between_cases); small tensors and host tensors skip the trim."""
-    from types import SimpleNamespace
-
-    from evokernel_mcp.runtime import cuda_vmm
-
-    order: list[str] = []
-    monkeypatch.setattr(courier, "trim_between_cases", lambda: order.append("trim"))
-    monkeypatch.setattr(cuda_vmm, "export", lambda t: order.append("export") or (0, 0, None))
-
-    def tensor(kind: str, nbytes: int):
-        return SimpleNamespace(device=SimpleNamespace(type=kind), numel=lambda: nbytes // 4, element_size=lambda: 4)
-    tx, _ = _pair()
-    for kind, nbytes, want in (("cuda", courier.EXPORT_TRIM_BYTES, ["trim", "export"]),
-                               ("cuda", courier.EXPORT_TRIM_BYTES - 4, ["export"]),
-                               ("cpu", 4 * courier.EXPORT_TRIM_BYTES, ["export"])):
-        order.clear()
-        assert tx._no_room_for_export(tensor(kind, nbytes)) is False
-        assert order == want, (kind, nbytes)
