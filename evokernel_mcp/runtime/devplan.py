@@ -10,8 +10,10 @@ A verify case at its peak (tensors on one device, each held by the process named
               comparison blocks (its copy of the inputs goes once the candidate has its own; an arg-reduction's
               inputs stay, beside outputs too small to matter)
   candidate   inputs + its pristine copy + one run's outputs
-  (lean, within a job's memory cap: the candidate keeps a digest of its inputs instead of the pristine copy, and
-  the runner judges run A before run B arrives, keeping a digest of run A's outputs, not the outputs)
+  (lean, within a job's memory cap: no process keeps a second copy of the inputs, the reference's forwards and
+  the candidate's runs are on the inputs themselves, checked by digest; the candidate gets its inputs before
+  run A and the runner lets its own copy go first; the runner judges run A before run B arrives, keeping a
+  digest of run A's outputs, not the outputs)
   transfer    the largest tensor once more (a VMM export is a second allocation until the peer has copied it)
 The reference's float64 copy is transient (its forward, then sent and dropped) and does not coincide with the
 candidate's runs, so the peak is the larger of the two phases.
@@ -19,8 +21,8 @@ candidate's runs, so the peak is the larger of the two phases.
 A job whose own bytes (inputs + outputs) exceed BIG_JOB_BYTES is planned within a cap as well: our processes
 together within `memory_factor` (settings; 3 by default) times its own bytes, the CUDA contexts of the job's
 processes counted (data_cap). Under the cap the plan gives up accuracy and robustness aids before it would
-need more: the float64 reference sampled instead of whole, the candidate's inputs checked for mutation by a
-digest instead of a second copy (verify); the refill pool, the control arm, the sampled repetitions
+need more: the float64 reference sampled instead of whole; always (verify) no second copy of the inputs in
+any process, a mutation found by a digest instead; the refill pool, the control arm, the sampled repetitions
 (benchmark). The cap is soft: a job whose leanest plan exceeds it still runs where the free memory holds it.
 
 Idle processes of ours (spares, cached reference processes of other sources, the runner's allocator cache) are
@@ -79,7 +81,8 @@ class VerifyNeeds(BaseModel):
         the candidate keeping a pristine copy of its inputs (else a digest of them)."""
         i, o = self.input_bytes, self.output_bytes
         hi = float64 == "whole"
-        ref_phase = 2 * i + o + (self.hi_input_bytes + self.hi_output_bytes if hi else 0)  # (its forward's clone)
+        # the forward on a copy of the inputs, or (pristine=False) on the inputs themselves, checked by digest
+        ref_phase = (2 if pristine else 1) * i + o + (self.hi_input_bytes + self.hi_output_bytes if hi else 0)
         # lean: run A judged, then only its digest kept while run B arrives (verify/runner_side._lean_case)
         judge_phase = {"runner": (3 if pristine else 2) * o + (self.hi_output_bytes if hi else 0) + self.mask_bytes,
                        "candidate": (2 if pristine else 1) * i + o}
@@ -144,13 +147,15 @@ def plan_verify(needs: VerifyNeeds, free: int, total: int | None, holdings: list
                 overrides: dict | None = None, cap: int | None = None) -> DevicePlan:
     """The fullest case that fits: the float64 reference whole where it fits in what is free (and within `cap`,
     data_cap's bytes, where set); else sampled (PyTorch's own error measured in float64 on a slice of the batch:
-    verify/refout.py); under a cap, then the candidate's inputs checked by digest instead of a pristine copy,
-    and where even that exceeds the cap, the leanest that fits what is free. Else the same with idle processes
-    of ours given back first; else too_big. Giving back comes after dropping the whole float64 copy: it is an
-    accuracy aid, and a stopped spare costs the next job a process start."""
-    modes: list[tuple[Literal["whole", "sampled"], bool]] = [("whole", True), ("sampled", True)]
-    if cap is not None:
-        modes.append(("sampled", False))
+    verify/refout.py); and where even that exceeds the cap, the leanest that fits what is free. Else the same
+    with idle processes of ours given back first; else too_big. Giving back comes after dropping the whole
+    float64 copy: it is an accuracy aid, and a stopped spare costs the next job a process start.
+    Under a cap no process keeps a second copy of the inputs (pristine=False): the reference's forwards and the
+    candidate's runs are on the inputs themselves, checked by digest. A copy finds no mutation a digest misses
+    that matters (a case whose inputs changed fails either way), and the forward's own temporaries, which no
+    plan sees before it runs (a loss's elementwise terms: 2 x its inputs), come on top of it."""
+    pristine = cap is None
+    modes: list[tuple[Literal["whole", "sampled"], bool]] = [("whole", pristine), ("sampled", pristine)]
 
     def plan(mode: tuple[Literal["whole", "sampled"], bool], **kw) -> DevicePlan:
         return DevicePlan(needed_bytes=needs.peak(*mode), parts=needs.by_process(*mode), free_bytes=free,

@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 OUTPUT_COPIES = 3
 JUDGE_ARRAYS = 8
 DEFAULT_CHUNK = 2**24
+LEAN_CHUNK = 2**22  # a job within its memory cap: the judge's float64 blocks ~256 MiB, not ~1 GiB
 MIN_CHUNK = 2**16
 HEADROOM = 0.9  # plan within this fraction of the free memory reported
 
@@ -209,19 +210,20 @@ def plan_device_case(input_specs: list[TensorSpec], output_specs: list[TensorSpe
     error then measured on a float64 sample of the batch where the model allows), else a refusal naming the
     bytes needed, the bytes the device has and the overrides that shrink it. The host must still hold the
     inputs while they are generated. A job of more than 1 GB of its own is planned within memory_factor x its
-    own bytes where it can (runtime/devplan.data_cap): the float64 reference then sampled, the candidate's inputs
-    checked by digest."""
+    own bytes where it can (runtime/devplan.data_cap): the float64 reference then sampled, the inputs checked by
+    digest, not copied, and the comparison blocks smaller (LEAN_CHUNK)."""
     from evokernel_mcp.runtime.devplan import data_cap, plan_verify
 
     est = estimate_case(input_specs, output_specs, ref_hi=want_hi, clones=2)
     if est.input_bytes > HEADROOM * free_host:
         return plan_case(est, free_device, free_host, suggested_overrides=suggested_overrides)
-    needs = verify_needs(input_specs, output_specs)
+    cap = data_cap(sum(s.nbytes() for s in [*input_specs, *output_specs]), memory_factor, VERIFY_PROCESSES)
+    chunk = DEFAULT_CHUNK if cap is None else LEAN_CHUNK
+    needs = verify_needs(input_specs, output_specs, chunk_elems=chunk)
     if not want_hi:
         needs = needs.model_copy(update={"hi_input_bytes": 0, "hi_output_bytes": 0})
-    cap = data_cap(needs.input_bytes + needs.output_bytes, memory_factor, VERIFY_PROCESSES)
     dp = plan_verify(needs, free_device, total_device, [], suggested_overrides, cap=cap)
-    return Plan(ref_hi=want_hi and dp.float64 == "whole", chunk_elems=DEFAULT_CHUNK, where="device",
+    return Plan(ref_hi=want_hi and dp.float64 == "whole", chunk_elems=chunk, where="device",
                 needed_bytes=dp.needed_bytes, budget_bytes=int(HEADROOM * free_device), refuse=dp.too_big,
                 ref_hi_bytes=est.ref_hi_bytes if want_hi else 0, pristine=dp.pristine, cap_bytes=cap)
 

@@ -14,6 +14,7 @@ memory as "too_big", with the sizes), never as the candidate's.
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import time
 from typing import Any
@@ -236,27 +237,55 @@ def _lean_case(task: Task, shape: str, seed: int, case: dict, cand, deadline: fl
 
 def _candidate_runs(cand, case: dict, seed: int, deadline: float, dev: str | None, what: str,
                     model_key: int | None = None, only: int | None = None) -> list[dict]:
+    """Runs A (poison NaN) and B (poison -320) of the candidate on the case's inputs (`only`: one of them).
+    Within the job's memory cap (plan pristine=False, on a device) the inputs go over first, handed over (the
+    child keeps the runner's export as its own: one copy), and the runner's copy is let go before run A: its
+    forward's temporaries (a loss's: 2 x its inputs) then have that room."""
     limit = OUTPUT_SLACK * _nbytes(case["native"]) + (16 << 20)
     pristine = bool((case.get("plan") or {}).get("pristine", True))  # False: a digest instead of a second copy
+    base = {"op": "run", "init_inputs": case["init_inputs"], "state": case["state"], "seed": seed,
+            "pristine": pristine}
+    if model_key is not None:  # one child serving several steps: a step's ModelNew is built for its own sizes
+        base["model_key"] = f"{model_key}:{seed}"
+    loaded_first = not pristine and dev not in (None, "cpu") and only in (None, 0)
+    if loaded_first:
+        _ask(cand, {**base, "inputs": case["inputs"], "keep": True, "load_only": True}, deadline, 1 << 20, dev,
+             what, handed=True)
+        _let_inputs_go(case)
     runs = []
     for i, poison in enumerate(("nan", "sentinel")):
         if only is not None and i != only:
             continue
-        req = {"op": "run", "init_inputs": case["init_inputs"], "state": case["state"], "seed": seed,
-               "poison": poison, "keep": i == 0, "same_inputs": i == 1, "pristine": pristine}
-        if model_key is not None:  # one child serving several steps: a step's ModelNew is built for its own sizes
-            req["model_key"] = f"{model_key}:{seed}"
-        if i == 0:
+        same = i == 1 or loaded_first
+        req = {**base, "poison": poison, "keep": i == 0, "same_inputs": same}
+        if not same:
             req["inputs"] = case["inputs"]
-        try:
-            runs.append(cand.request(req, timeout_s=wall_deadline(deadline), max_bytes=limit, device=dev))
-        except ChildFailed as e:
-            if e.kind == "exception":
-                e.message = f"candidate raised {e.message} ({what})"
-            raise
-        if i == 0 and not case.get("arg_reductions"):  # the candidate keeps them: the judge needs only their dtypes
-            case["inputs"] = _dtype_stubs(case["inputs"])
+        runs.append(_ask(cand, req, deadline, limit, dev, what))
+        if i == 0:
+            _let_inputs_go(case)
     return runs
+
+
+def _ask(cand, req: dict, deadline: float, limit: int, dev: str | None, what: str, handed: bool = False) -> dict:
+    """One request to the candidate; handed: its tensors are the child's to keep (courier.handing_over)."""
+    c = getattr(cand, "courier", None) if handed else None
+    try:
+        with c.handing_over() if c is not None else contextlib.nullcontext():
+            return cand.request(req, timeout_s=wall_deadline(deadline), max_bytes=limit, device=dev)
+    except ChildFailed as e:
+        if e.kind == "exception":
+            e.message = f"candidate raised {e.message} ({what})"
+        raise
+
+
+def _let_inputs_go(case: dict) -> None:
+    """The candidate keeps the inputs: the runner's copy goes (the judge needs only their dtypes), and with it
+    the cache it leaves; an arg-reduction's inputs stay (the values its indices select)."""
+    if case.get("arg_reductions") or not isinstance(case.get("inputs"), (list, tuple)):
+        return
+    if any(getattr(t, "numel", lambda: 0)() for t in case["inputs"]):
+        case["inputs"] = _dtype_stubs(case["inputs"])
+        trim_between_cases()
 
 
 def _dtype_stubs(inputs: Any) -> Any:

@@ -469,7 +469,9 @@ def cand_run(loaded, req: dict[str, Any]) -> dict[str, Any]:
     """Run the candidate on its own copies of the inputs; poison 'nan' | 'sentinel' | None.
     keep=true keeps the pristine inputs for the next request with same_inputs=true (which carries none);
     pristine=false (a job planned within its memory cap) keeps the inputs themselves and a digest of them instead
-    of a second copy: a mutation is then found by the digest, and the next run gets the inputs as they are."""
+    of a second copy: a mutation is then found by the digest, and the next run gets the inputs as they are.
+    load_only=true receives and keeps the inputs (with keep=true) and runs nothing: the runner lets its own copy go
+    before the forward that needs the room (verify/runner_side._candidate_runs)."""
     import torch
 
     from evokernel_mcp.verify.compare import SENTINEL, bitwise_equal, poisoned_allocations
@@ -487,6 +489,8 @@ def cand_run(loaded, req: dict[str, Any]) -> dict[str, Any]:
         pristine = _clone(inputs) if copy else inputs
         want = None if copy else _digests(inputs)
     loaded.kept_inputs = (pristine, want) if req.get("keep") else None
+    if req.get("load_only"):
+        return {"loaded": loaded.kept_inputs is not None}
     poison = {"nan": float("nan"), "sentinel": SENTINEL}.get(req.get("poison") or "")
     with torch.no_grad():
         if poison is None:

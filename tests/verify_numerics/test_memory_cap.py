@@ -276,3 +276,85 @@ def test_verifys_reference_runs_on_its_inputs_in_a_lean_case_and_again_on_fresh_
         inputs, out = sides._own_inputs_outputs(None, given, req, lambda xs: _native_forward(model, xs))
         assert torch.equal(inputs[0], x) and torch.equal(out, x * 3)
         assert (inputs is given) is (not inplace), "the same tensors unless the reference wrote into them"
+
+
+LOSS_IN = [TensorSpec(shape=[32768, 32768], dtype="float32")] * 2  # 94_MSELoss: 8.6 GB in, a scalar out
+SCALAR = [TensorSpec(shape=[], dtype="float32")]
+
+
+def test_within_a_cap_no_process_keeps_a_second_copy_of_the_inputs_even_where_one_would_fit_the_cap():
+    """A loss's forward makes temporaries of twice its inputs that no plan sees before it runs: with a pristine
+    copy beside them the reference and the candidate each held 3 x the inputs (25 GiB of 8 GiB on an H100).
+    Under a cap the inputs are checked by digest, and the comparison blocks are the smaller LEAN_CHUNK."""
+    from evokernel_mcp.verify.memory import DEFAULT_CHUNK, LEAN_CHUNK
+
+    plan = plan_device_case(LOSS_IN, SCALAR, FREE, 200 * GB, total_device=H100, memory_factor=_factor())
+    assert plan.cap_bytes is not None and plan.refuse is None
+    assert 2 * sum(s.nbytes() for s in LOSS_IN) <= plan.cap_bytes, "a pristine copy alone would fit the cap"
+    assert plan.pristine is False and plan.chunk_elems == LEAN_CHUNK < DEFAULT_CHUNK
+    off = plan_device_case(LOSS_IN, SCALAR, FREE, 200 * GB, total_device=H100, memory_factor=0)
+    assert off.pristine is True and off.chunk_elems == DEFAULT_CHUNK, "no cap: the copy and the full blocks"
+
+
+def test_a_candidate_loads_its_inputs_then_runs_on_them_and_still_finds_a_mutation():
+    from evokernel_mcp.verify.sides import cand_run
+
+    x = torch.randn(64, 5)
+    for fn, mutated in ((lambda a: a * 2, False), (lambda a: a.mul_(2), True)):
+        loaded = _loaded(fn)
+        got = cand_run(loaded, {"op": "run", "seed": 0, "inputs": [x.clone()], "keep": True, "load_only": True,
+                                "pristine": False})
+        assert got == {"loaded": True} and "out" not in got, "nothing ran"
+        a = cand_run(loaded, {"op": "run", "seed": 0, "poison": "nan", "keep": True, "same_inputs": True,
+                              "pristine": False})
+        assert a["inputs_mutated"] is mutated and torch.equal(a["out"], x * 2)
+        b = cand_run(loaded, {"op": "run", "seed": 0, "poison": "sentinel", "same_inputs": True,
+                              "pristine": False})
+        assert b["inputs_mutated"] is mutated
+
+
+class _Courier:
+    def __init__(self):
+        self.handing = False
+
+    def handing_over(self):
+        import contextlib
+
+        @contextlib.contextmanager
+        def cm():
+            self.handing = True
+            try:
+                yield self
+            finally:
+                self.handing = False
+        return cm()
+
+
+class _DeviceCand:
+    """A candidate child on a device: records each request, whether it was handed over, and whether the runner
+    still held its copy of the inputs when it was made."""
+
+    def __init__(self, case):
+        self.courier, self.case, self.log = _Courier(), case, []
+
+    def request(self, req, **kw):
+        held = any(t.numel() for t in self.case["inputs"])
+        self.log.append((req.get("load_only", False), "inputs" in req, req.get("same_inputs"), self.courier.handing,
+                         held))
+        return {"loaded": True} if req.get("load_only") else {"out": torch.zeros(3), "inputs_mutated": False}
+
+
+@pytest.mark.parametrize("pristine", [True, False])
+def test_within_a_cap_the_runner_lets_its_copy_of_the_inputs_go_before_the_candidates_forward(pristine):
+    from evokernel_mcp.verify.runner_side import _candidate_runs
+
+    case = {"native": torch.zeros(3), "inputs": [torch.randn(100)], "init_inputs": [], "state": {},
+            "plan": {"pristine": pristine}}
+    cand = _DeviceCand(case)
+    runs = _candidate_runs(cand, case, 0, 1e18, "cuda", "test")
+    assert len(runs) == 2 and case["inputs"][0].numel() == 0, "the runner's copy is gone after run A"
+    if pristine:  # the full plan: run A carries the inputs, the runner's copy goes after it
+        assert cand.log == [(False, True, False, False, True), (False, False, True, False, False)]
+    else:  # loaded first (handed over: one copy), then both runs on the kept inputs without the runner's copy
+        assert cand.log == [(True, True, None, True, True), (False, False, True, False, False),
+                            (False, False, True, False, False)]
