@@ -15,7 +15,9 @@ memory while the problem ran, sampled every 0.2 s in a thread:
                      (peak_ours_source says so)
   peak_gpu_mem_mib   the peak of the whole device's used memory (nvidia-smi --query-gpu / amd-smi), ballast included
   own_bytes          the problem's own bytes: its inputs + its outputs (shapes from meta tensors, no data)
-and the distribution of peak_ours / own over the problems whose own bytes exceed 1 GB.
+  floor_bytes        its inputs + the peak of the tensors PyTorch's own forward makes (verify/forward_peak.py,
+                     forwards on meta tensors: a lower bound of the reference process's need, no context)
+and the distributions of peak_ours / own and peak_ours / floor over the problems whose own bytes exceed 1 GB.
 `--ballast-gb N` starts a separate process holding N GB of the device (torch.empty) for the sweep's duration:
 every problem must then run or say too_big/oom cleanly (the summary counts the error kinds; none may be crash).
 Writes bench/results/kernelbench_sweep_<device>_<date>[_part-i-of-n].{md,json} (and a copy under $OUT)
@@ -203,12 +205,14 @@ class Ballast:
                 self.proc.kill()
 
 
-def own_bytes(src: str, overrides: dict | None = None) -> int | None:
-    """The problem's inputs + outputs in bytes, from get_inputs and one forward on meta tensors (no data); None
-    where meta cannot tell."""
+def problem_bytes(src: str, overrides: dict | None = None) -> dict:
+    """{own_bytes: the problem's inputs + outputs, floor_bytes: its inputs + the peak of the tensors PyTorch's own
+    forward makes (verify/forward_peak.py: a lower bound of what the reference's process needs, context left
+    out)}, from get_inputs and forwards on meta tensors (no data); None where meta cannot tell."""
     try:
         import torch
 
+        from evokernel_mcp.verify.forward_peak import forward_peak_bytes
         from evokernel_mcp.verify.memory import meta_input_specs, meta_output_specs
 
         if overrides:
@@ -223,16 +227,25 @@ def own_bytes(src: str, overrides: dict | None = None) -> int | None:
             inputs = [torch.empty(s.shape, dtype=getattr(torch, s.dtype)) for s in ins or []]
         outs = meta_output_specs(model, inputs) if ins is not None else None
         if ins is None or outs is None:
-            return None
-        return sum(s.nbytes() for s in ins) + sum(s.nbytes() for s in outs)
+            return {"own_bytes": None, "floor_bytes": None}
+        i = sum(s.nbytes() for s in ins)
+        peak = forward_peak_bytes(model, inputs)
+        return {"own_bytes": i + sum(s.nbytes() for s in outs), "floor_bytes": None if peak is None else i + peak}
     except Exception:  # noqa: BLE001 - a file meta cannot run
-        return None
+        return {"own_bytes": None, "floor_bytes": None}
 
 
-def ratio_summary(rows: list, min_own: int = 10**9) -> dict:
-    """Distribution of peak_ours / own_bytes over the problems whose own bytes exceed min_own."""
-    rs = sorted(r["peak_ours_mib"] * 2**20 / r["own_bytes"] for r in rows
-                if r.get("own_bytes") and r["own_bytes"] > min_own and r.get("peak_ours_mib"))
+def _with_floor(r: dict) -> dict:
+    """The row with peak_over_floor: our peak over the floor of PyTorch's own forward (problem_bytes)."""
+    f, p = r.get("floor_bytes"), r.get("peak_ours_mib")
+    return {**r, "peak_over_floor": round(p * 2**20 / f, 2) if f and p else None}
+
+
+def ratio_summary(rows: list, min_own: int = 10**9, over: str = "own_bytes") -> dict:
+    """Distribution of peak_ours / `over` (own_bytes, or floor_bytes) over the problems whose own bytes exceed
+    min_own."""
+    rs = sorted(r["peak_ours_mib"] * 2**20 / r[over] for r in rows
+                if r.get("own_bytes") and r["own_bytes"] > min_own and r.get("peak_ours_mib") and r.get(over))
     if not rs:
         return {"n": 0}
 
@@ -316,7 +329,7 @@ async def sweep(files: list[Path], seeds: int, max_time_s: float, scale: int, be
             src = f.read_text()
             ov = scaled_overrides(src, max_elems=scale) if scale else None
             base = {"reference": src, "wait_s": wait_s, "timeout_s": 600, **({"overrides": ov} if ov else {})}
-            row: dict = {"problem": f.name, "overrides": ov, "own_bytes": own_bytes(src, ov)}
+            row: dict = {"problem": f.name, "overrides": ov, **problem_bytes(src, ov)}
             t_all = time.perf_counter()
             with GpuMemSampler(exclude=exclude, timeline=timeline) as mem:
                 mem.phase = "verify"
@@ -350,6 +363,7 @@ async def sweep(files: list[Path], seeds: int, max_time_s: float, scale: int, be
                 row["peak_ours_source"] = "device used minus used at the sweep's start"
             row["peak_over_own"] = (round(row["peak_ours_mib"] * 2**20 / row["own_bytes"], 2)
                                     if row["peak_ours_mib"] and row["own_bytes"] else None)
+            row = _with_floor(row)
             row["wall_s"] = round(time.perf_counter() - t_all, 2)
             sc = row["benchmark"].get("speedup_ci") if bench else None
             row["ok"] = (row["same"]["passed"] is True and row["perturbed"]["passed"] is False
@@ -387,9 +401,14 @@ def _markdown(meta: dict, rows: list) -> str:
              f"{json.dumps(meta.get('error_kinds') or {})}", "",
              "peak device memory of our processes / the problem's own bytes (inputs + outputs), problems over 1 GB: "
              f"{json.dumps(meta.get('peak_over_own_over_1gb') or {})}", "",
-             "| problem | same-code | perturbed | benchmark | speedup [CI] | own MB | peak ours MiB | ours/own | "
-             "peak ours by phase GiB (verify/perturbed/benchmark) | peak GPU MiB | wall s | error |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "the floor: the problem's inputs + the peak of the tensors PyTorch's own forward makes (forwards on meta "
+             "tensors, a lower bound; no CUDA context); floor / own bytes, problems over 1 GB: "
+             f"{json.dumps(meta.get('floor_over_own_over_1gb') or {})}; peak of our processes / the floor: "
+             f"{json.dumps(meta.get('peak_over_floor_over_1gb') or {})}", "",
+             "| problem | same-code | perturbed | benchmark | speedup [CI] | own MB | floor MB | peak ours MiB | "
+             "ours/own | ours/floor | peak ours by phase GiB (verify/perturbed/benchmark) | peak GPU MiB | wall s | "
+             "error |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         b = r.get("benchmark") or {}
         ci = b.get("speedup_ci")
@@ -398,8 +417,10 @@ def _markdown(meta: dict, rows: list) -> str:
         lines.append(f"| {r['problem']} | {r['same']['passed']} ({r['same']['wall_s']} s) | "
                      f"{r['perturbed']['passed']} ({r['perturbed']['wall_s']} s) | {b.get('completed', '-')} "
                      f"({b.get('wall_s', '-')} s) | {sp} | "
-                     f"{round(r['own_bytes'] / 1e6) if r.get('own_bytes') else '-'} | {r.get('peak_ours_mib')} | "
-                     f"{r.get('peak_over_own')} | {_phases(r)} | {r['peak_gpu_mem_mib']} | {r['wall_s']} | "
+                     f"{round(r['own_bytes'] / 1e6) if r.get('own_bytes') else '-'} | "
+                     f"{round(r['floor_bytes'] / 1e6) if r.get('floor_bytes') else '-'} | {r.get('peak_ours_mib')} | "
+                     f"{r.get('peak_over_own')} | {r.get('peak_over_floor')} | {_phases(r)} | {r['peak_gpu_mem_mib']} | "
+                     f"{r['wall_s']} | "
                      f"{str(err)[:160].replace('|', '/')} |")
     return "\n".join(lines) + "\n"
 
@@ -432,7 +453,7 @@ def main() -> None:
                     help="keep every sample (time, phase, our processes' MiB by name) in the JSON rows")
     a = ap.parse_args()
     if a.combine:
-        return combine(a.combine, a.tag)
+        return combine(a.combine, a.tag, _kb_dir(a.kb))
     kb = _kb_dir(a.kb)
     files = _select(sorted(kb.glob("*.py"), key=lambda p: int(p.name.split("_")[0])), a.only, a.part)
     t0 = time.perf_counter()
@@ -445,7 +466,7 @@ def main() -> None:
     meta = {"device": device, "date": date, "versions": v, "seeds": a.seeds, "max_time_s": a.max_time_s,
             "overrides_scale": a.overrides_scale, "problems": len(rows), "ok": sum(r["ok"] for r in rows),
             "wall_s": time.perf_counter() - t0, "only": a.only, "part": a.part, "ballast_gb": a.ballast_gb,
-            "peak_over_own_over_1gb": ratio_summary(rows), "error_kinds": kinds_summary(rows)}
+            **_summaries(rows)}
     stem = f"kernelbench_sweep_{device}_{date}" + (f"_part-{a.part.replace('/', '-of-')}" if a.part else "") + \
         ("_only" if a.only else "") + (f"_ballast{a.ballast_gb:g}" if a.ballast_gb else "") + \
         (f"_{a.tag}" if a.tag else "")
@@ -460,19 +481,39 @@ def _write(stem: str, meta: dict, rows: list) -> None:
         (d / f"{stem}.md").write_text(_markdown(meta, rows))
 
 
-def combine(paths: list[Path], tag: str) -> None:
-    """One table from the parts (each run in its own device call); a problem run twice keeps its last row."""
+def _summaries(rows: list) -> dict:
+    return {"peak_over_own_over_1gb": ratio_summary(rows), "peak_over_floor_over_1gb": ratio_summary(rows, over=
+            "floor_bytes"), "floor_over_own_over_1gb": _floor_summary(rows), "error_kinds": kinds_summary(rows)}
+
+
+def _floor_summary(rows: list) -> dict:
+    """The floor of PyTorch's own forward over the problem's own bytes (problems over 1 GB), and how many have a
+    floor above 3x / above 2.4x (with the three processes' contexts, ~1.8 GiB, even a harness adding nothing else
+    would pass 3x there)."""
+    rs = [r["floor_bytes"] / r["own_bytes"] for r in rows
+          if r.get("own_bytes") and r["own_bytes"] > 10**9 and r.get("floor_bytes")]
+    return {"n": len(rs), "max": round(max(rs), 2) if rs else None, "over_2.4x": sum(x > 2.4 for x in rs),
+            "over_3x": sum(x > 3 for x in rs)}
+
+
+def combine(paths: list[Path], tag: str, kb: Path | None = None) -> None:
+    """One table from the parts (each run in its own device call); a problem run twice keeps its last row. A row
+    without floor_bytes (an older run) gets it from the problem's file in `kb` (meta tensors, on this host)."""
     metas, by_problem = [], {}
     for p in paths:
         d = json.loads(p.read_text())
         metas.append(d["meta"])
         for r in d["rows"]:
             by_problem[r["problem"]] = r
+    for name, r in by_problem.items():
+        if "floor_bytes" not in r and kb is not None and (kb / name).is_file():
+            r["floor_bytes"] = problem_bytes((kb / name).read_text(), r.get("overrides"))["floor_bytes"]
+        by_problem[name] = _with_floor(r)
     rows = sorted(by_problem.values(), key=lambda r: int(r["problem"].split("_")[0]))
     m0 = metas[-1]  # the newest run names the table (device, date)
     meta = {**m0, "problems": len(rows), "ok": sum(r["ok"] for r in rows), "wall_s": sum(m["wall_s"] for m in metas),
             "only": None, "part": f"combined from {len(paths)} runs: " + ", ".join(p.name for p in paths),
-            "peak_over_own_over_1gb": ratio_summary(rows), "error_kinds": kinds_summary(rows)}
+            **_summaries(rows)}
     stem = f"kernelbench_sweep_{m0['device']}_{m0['date']}_combined" + (f"_{tag}" if tag else "")
     _write(stem, meta, rows)
     print(f"{meta['ok']}/{meta['problems']} right; {meta['wall_s']:.0f} s of sweeping -> bench/results/{stem}.md")
