@@ -168,6 +168,7 @@ class RunRequest(_Case):
     keep: bool = False
     same_inputs: bool = False
     pristine: bool = True  # keep: a pristine copy of the inputs for the next run; False: the inputs and a digest
+    load_only: bool = False  # receive and keep the inputs (keep=true), run nothing
     model_key: str | None = None
     inputs: Any = None
 

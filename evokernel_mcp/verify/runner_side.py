@@ -249,8 +249,8 @@ def _candidate_runs(cand, case: dict, seed: int, deadline: float, dev: str | Non
         base["model_key"] = f"{model_key}:{seed}"
     loaded_first = not pristine and dev not in (None, "cpu") and only in (None, 0)
     if loaded_first:
-        _ask(cand, {**base, "inputs": case["inputs"], "keep": True, "load_only": True}, deadline, 1 << 20, dev,
-             what, handed=True)
+        _ask(cand, {**base, "poison": "nan", "inputs": case["inputs"], "keep": True, "load_only": True}, deadline,
+             1 << 20, dev, what, handed=True)
         _let_inputs_go(case)
     runs = []
     for i, poison in enumerate(("nan", "sentinel")):

@@ -338,6 +338,9 @@ class _DeviceCand:
         self.courier, self.case, self.log = _Courier(), case, []
 
     def request(self, req, **kw):
+        from evokernel_mcp.runtime.messages import CHILD_REQUEST
+
+        CHILD_REQUEST.validate_python(req)  # what the child's end checks first
         held = any(t.numel() for t in self.case["inputs"])
         self.log.append((req.get("load_only", False), "inputs" in req, req.get("same_inputs"), self.courier.handing,
                          held))
