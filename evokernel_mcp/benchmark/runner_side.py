@@ -30,6 +30,7 @@ from evokernel_mcp.runtime.devmem import release_host, trim_between_cases
 from evokernel_mcp.runtime.devplan import BIG_BENCH_BYTES, host_staged
 from evokernel_mcp.runtime.spares import ChildFailed, note, wall_deadline
 from evokernel_mcp.tasks import Task
+from evokernel_mcp.verify.memory import LEAN_CHUNK
 from evokernel_mcp.verify.runner_side import OUTPUT_SLACK, _nbytes, load_candidate, tensor_device
 
 CHECK_SEED_OFFSET = 7919
@@ -68,17 +69,18 @@ def checks_hi(input_bytes: int, output_bytes: int) -> bool:
     return data_cap(input_bytes + output_bytes, settings.get().memory_factor, 1) is None
 
 
-def _check(task: Task, got: Any, expected: dict[str, Any], dev: str = "cpu") -> dict[str, Any]:
+def _check(task: Task, got: Any, expected: dict[str, Any], dev: str = "cpu", chunk: int | None = None) -> dict[str, Any]:
     """The candidate's output vs the reference's for the same inputs, with verify's bar (verify/case.py:
     RMS-floored, PyTorch's own error as the floor, outputs of every kind, arg-reductions by the values
     selected), compared on the runner's device. `expected`: a reply of the reference's "case" or
     "expected" op (native, hi or None when the float64 copy did not fit, arg_reductions, inputs); `dev`: where
-    the runner compares (verify/runner_side.py tensor_device)."""
+    the runner compares (verify/runner_side.py tensor_device); `chunk`: the comparison's block (elements), else
+    the plan's or the judge's default."""
     from evokernel_mcp.verify.case import judge_outputs
 
     plan = expected.get("plan") or {}
     m = judge_outputs(task, expected["native"], expected.get("hi"), got, None, inputs=expected.get("inputs"),
-                      arg=expected.get("arg_reductions"), chunk=plan.get("chunk_elems"), device=dev,
+                      arg=expected.get("arg_reductions"), chunk=chunk or plan.get("chunk_elems"), device=dev,
                       native_spread=expected.get("native_spread"), sampled_torch_err=expected.get("sampled_torch_err"))
     out = {k: m.get(k) for k in ("passed", "max_abs_err", "rel_l2_err", "mismatches", "nan_count", "note", "bar")}
     if m.get("passed") is False and m.get("max_rel_err") is not None and m.get("tol"):
@@ -367,10 +369,6 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
         if staged:
             got = on_host(got)
             trim_between_cases()
-        exp = {"inputs": x, **expected(arms, ref, x, seed, hi, staged)}
-        out[key] = _check(arms.task, got.pop(name), exp, arms.dev)
-        exp = got = None
-        trim_between_cases()
         if name == "fresh":  # is the output a plain tensor, its work done at return? Asked only now: a call
             # before timing gives the candidate's process a history the baseline's have not (on an H100, with this
             # check before timing, a strided sum of 64 MB timed 2-4 % slower in the candidate's arm in every call,
@@ -378,7 +376,12 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
             out["settled"] = arms.ask(arms.cand, {"op": "settled", "inputs": x, "seed": seed,
                                                   "init_inputs": case["init_inputs"], "state": case["state"]},
                                       handed=staged)
-        x = None
+        exp = {"inputs": x, **expected(arms, ref, x, seed, hi, staged)}
+        if not exp.get("arg_reductions"):  # the judge needs the inputs only for an arg-reduction's values
+            exp["inputs"] = x = None
+            trim_between_cases()
+        out[key] = _check(arms.task, got.pop(name), exp, arms.dev, chunk=LEAN_CHUNK if big else None)
+        exp = got = x = None
         if name == "refill":  # its timed storage served the refill check: the fresh one needs none of it
             arms.ask(arms.cand, {"op": "arm_close", "name": "candidate"})
         trim_between_cases()

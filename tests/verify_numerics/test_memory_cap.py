@@ -141,15 +141,30 @@ def test_the_benchmarks_post_timing_checks_leave_the_float64_copy_out_under_the_
     assert checks_hi(8 * GB, 8 << 20), "no cap: only the outputs' size decides"
 
 
-def test_the_perturbed_kernelbench_candidate_makes_one_new_tensor_and_still_fails():
+@pytest.mark.parametrize("body, new", [("return x.relu()", False), ("return x", True), ("return x.view(-1)", True),
+                                       ("return x.relu_()", True)])
+def test_the_perturbed_kernelbench_candidate_changes_its_own_output_in_place_and_never_an_input(body, new):
+    """Outputs x1.01 + 1e-3: in place where the forward made the output (no second copy of a big output), a new
+    tensor where the output is an input's storage (returned as is, a view, an in-place op's result)."""
     from evokernel_mcp.kb_candidates import perturbed
 
     ns: dict = {}
-    exec(perturbed("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x.relu()\n"), ns)
+    exec(perturbed(f"import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        {body}\n"), ns)
     x = torch.rand(100) - 0.5
-    x0 = x.clone()
+    want = ns["Model"]()(x.clone()).reshape(-1) * 1.01 + 1e-3
+    x0 = x.clone() if "relu_" not in body else x.clone().relu_()
+    made = []
+    orig = ns["_evk_perturb"]
+
+    def spy(o, given):
+        made.append(o.untyped_storage().data_ptr())
+        got = orig(o, given)
+        made.append(got.untyped_storage().data_ptr())
+        return got
+    ns["_evk_perturb"] = spy
     got = ns["ModelNew"]()(x)
-    assert torch.allclose(got, x0.relu() * 1.01 + 1e-3) and torch.equal(x, x0), "inputs untouched"
+    assert torch.allclose(got.reshape(-1), want) and torch.equal(x, x0), "the inputs as the forward left them"
+    assert (made[0] != made[1]) is new
 
 
 class _Cand:
