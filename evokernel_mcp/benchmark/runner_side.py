@@ -363,19 +363,20 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
     for key, name, off in (("check_timed", "refill", REFILL_SEED_OFFSET), ("check_fresh", "fresh", CHECK_SEED_OFFSET)):
         # staged: the inputs wait on the host, each process gets its own device copy in turn
         x = arms.inputs(ref, {"shape": shape, "seed": seed + off}, staged)
+        if name == "fresh":  # is the output a plain tensor, its work done at return? Asked only after timing: a
+            # call before timing gives the candidate's process a history the baseline's have not (on an H100, with
+            # this check before timing, a strided sum of 64 MB timed 2-4 % slower in the candidate's arm in every
+            # call, and as fast as the baseline without it). Asked before the check's outputs exist: the runner
+            # holds only the inputs then (after the check, a big output's run twice beside them: 9 of 4 GiB)
+            out["settled"] = arms.ask(arms.cand, {"op": "settled", "inputs": x, "seed": seed,
+                                                  "init_inputs": case["init_inputs"], "state": case["state"]},
+                                      handed=staged)
         got = arms.ask(arms.cand, {"op": "bench_checks", name: x, "init_inputs": case["init_inputs"],
                                    "state": case["state"], "seed": seed}, max_bytes=limit, handed=staged)
         out["output_dtype"] = out.get("output_dtype") or got.get("output_dtype")
         if staged:
             got = on_host(got)
             trim_between_cases()
-        if name == "fresh":  # is the output a plain tensor, its work done at return? Asked only now: a call
-            # before timing gives the candidate's process a history the baseline's have not (on an H100, with this
-            # check before timing, a strided sum of 64 MB timed 2-4 % slower in the candidate's arm in every call,
-            # and as fast as the baseline without it)
-            out["settled"] = arms.ask(arms.cand, {"op": "settled", "inputs": x, "seed": seed,
-                                                  "init_inputs": case["init_inputs"], "state": case["state"]},
-                                      handed=staged)
         exp = {"inputs": x, **expected(arms, ref, x, seed, hi, staged)}
         if not exp.get("arg_reductions"):  # the judge needs the inputs only for an arg-reduction's values
             exp["inputs"] = x = None

@@ -376,3 +376,15 @@ def test_within_a_cap_the_runner_lets_its_copy_of_the_inputs_go_before_the_candi
     else:  # loaded first (handed over: one copy), then both runs on the kept inputs without the runner's copy
         assert cand.log == [(True, True, None, True, True), (False, False, True, False, False),
                             (False, False, True, False, False)]
+
+
+def test_a_nan_anywhere_in_a_big_output_is_found_block_by_block(monkeypatch):
+    from evokernel_mcp.verify import compare
+    from evokernel_mcp.verify.case import has_nan
+
+    monkeypatch.setattr(compare, "BLOCK_ELEMS", 64)
+    x = torch.zeros(1000)
+    assert has_nan({"o": x}, "cpu") is False and has_nan([x.view(10, 100).t()], "cpu") is False
+    x[999] = float("nan")  # the last, partial block
+    assert has_nan([x], "cpu") is True and has_nan([x.view(10, 100).t()], "cpu") is True
+    assert has_nan([torch.zeros(0)], "cpu") is False
