@@ -314,7 +314,8 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
     from evokernel_mcp.verify.runner_side import plan_of, with_room, within_cap
 
     def ask() -> dict:
-        return arms.ask(ref, {"op": "case", "shape": shape, "seed": seed, "hi": False, "work": True},
+        return arms.ask(ref, {"op": "case", "shape": shape, "seed": seed, "hi": False, "work": True,
+                              "memory_factor": settings.get().memory_factor},  # its plan within the cap: no copy
                         max_bytes=1 << 42)
     room: dict = {}
     if gpu and ctx is not None:  # a shape over the memory cap: our idle processes go before the reference's peak
@@ -491,7 +492,8 @@ def _confirm(ctx: RunnerContext, payload: BenchmarkRequest, task: Task, ref, sha
         base = _baseline_child(ctx, payload.baseline, task, deadline)
         arms = _Arms(child, base, task, deadline, cpu=cpu, dev=tensor_device(ctx) or "cpu")
         s2 = seed + 31337
-        case = arms.ask(ref, {"op": "case", "shape": shape, "seed": s2, "hi": False}, max_bytes=1 << 42)
+        case = arms.ask(ref, {"op": "case", "shape": shape, "seed": s2, "hi": False,
+                              "memory_factor": settings.get().memory_factor}, max_bytes=1 << 42)
         big = gpu and _nbytes(case["inputs"]) + _nbytes(case["native"]) > BIG_BENCH_BYTES
         if big:  # nothing here reads the outputs' values: only the arms' copies of the inputs take room
             case["native"] = meta(case["native"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from evokernel_mcp.benchmark import runner_side, sides, timing
@@ -153,3 +154,23 @@ def test_once_the_arms_have_their_inputs_nothing_in_the_runner_keeps_its_copy_al
     opt = {"min_reps": 2, "max_reps": 8, "max_time_s": 0.05}
     runner_side._interleave(arms, case, [], 0, opt, lambda *a: None, True, None, sample=0, release_inputs=True)
     assert alive == [False]
+
+
+def test_the_benchmarks_case_is_planned_within_the_jobs_memory_cap_as_verifys_is():
+    """The reference's case for a benchmark shape carries memory_factor: a big shape's reference then runs its
+    forward on its inputs themselves (no copy beside the forward's temporaries: 16.6 GiB of 4 GiB on an H100)."""
+    from evokernel_mcp import settings
+    from evokernel_mcp.benchmark.runner_side import _bench_shape
+
+    class Stop(Exception):
+        pass
+
+    class Arms:
+        def ask(self, child, req, max_bytes=0, handed=False):
+            self.req = req
+            raise Stop
+
+    arms = Arms()
+    with pytest.raises(Stop):
+        _bench_shape(arms, None, "full", 0, {}, lambda *a: None, gpu=False)
+    assert arms.req["op"] == "case" and arms.req["memory_factor"] == settings.get().memory_factor > 0
