@@ -48,6 +48,9 @@ def config(src: str, target: str = "nvidia") -> dict:
     v["NCHUNK"] = (v["NPB"] + 2) * 2 * v["WCH"]
     v["CPT"] = -(-v["NCHUNK"] // v["THREADS"])
     v["NOUT"] = v["NPB"] * 4 * v["WCH"]
+    # the flush: thread t < FTHR takes chunk t % WCH of output rows (plane, row) t // WCH + FRS k, k < NFL
+    v["FRS"] = v["THREADS"] // v["WCH"] // 4 * 4
+    v["FTHR"], v["NFL"] = v["FRS"] * v["WCH"], -(-4 * v["NPB"] // max(v["FRS"], 1))
     return v
 
 
@@ -200,13 +203,23 @@ def emulate(x, w, src: str, target: str = "nvidia") -> np.ndarray:
             pend = -1
 
             def flush(b):
-                for tid in range(THREADS):
-                    for cid in range(tid, cf["NOUT"], THREADS):
-                        p, r, ch = cid // (4 * WCH), (cid // WCH) & 3, cid % WCH
-                        oh = 4 * b + r
-                        if ch < wch and d0 + p < Dout and oh < H:
-                            a = otile + _tile(b, cf) * cf["NPB"] * OPLANEE + p * OPLANEE + r * OROWE + 8 * ch
-                            y[c, d0 + p, oh, 8 * ch:8 * ch + 8] = smem[a:a + 8]
+                if not cf["TMA"]:  # the kernel's map: a thread's steps k are planes apart
+                    assert cf["FRS"] >= 4 and cf["FRS"] % 4 == 0
+                    cids = []
+                    for tid in range(cf["FTHR"]):
+                        for k in range(cf["NFL"]):
+                            pr = tid // WCH + cf["FRS"] * k
+                            if pr < 4 * NPB:
+                                cids.append(pr * WCH + tid % WCH)
+                    assert sorted(cids) == list(range(cf["NOUT"])), "the flush map does not cover the tile once"
+                else:
+                    cids = range(cf["NOUT"])
+                for cid in cids:
+                    p, r, ch = cid // (4 * WCH), (cid // WCH) & 3, cid % WCH
+                    oh = 4 * b + r
+                    if ch < wch and d0 + p < Dout and oh < H:
+                        a = otile + _tile(b, cf) * cf["NPB"] * OPLANEE + p * OPLANEE + r * OROWE + 8 * ch
+                        y[c, d0 + p, oh, 8 * ch:8 * ch + 8] = smem[a:a + 8]
 
             def body(i):
                 """One pair's MMAs; an odd pair completes a block into output tile (block % NPPS). Returns the
@@ -224,8 +237,10 @@ def emulate(x, w, src: str, target: str = "nvidia") -> np.ndarray:
                                 for k, off in b_reads(target, lane, ROWE):
                                     assert sl <= base + off < sl + SLOTE, "B read outside its ring slot"
                                     B[k, b_col(target, lane)] = smem[base + off]
-                            acc[warp, sn, q] += A[kd, jn] @ B  # past the last block too: never stored
-                            acc[warp, so, q] += A[kd, jo] @ B
+                            # no MMAs for block -1 (pairs 0, 1) and block nb (the last two pairs): their
+                            # accumulators are poisoned instead, so that a stored block that needed them shows
+                            acc[warp, sn, q] += A[kd, jn] @ B if i < npairs - 2 else np.nan
+                            acc[warp, so, q] += A[kd, jo] @ B if i >= 2 else np.nan
                 done = -1
                 if P & 1:
                     if bn >= 1:  # to_tile: the completed block -> its output tile

@@ -151,6 +151,13 @@ __device__ __forceinline__ void zero_c(CFrag& c) {
 __device__ __forceinline__ void cp_async16(uint32_t saddr, const void* g, bool ok) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(saddr), "l"(g), "r"(ok ? 16 : 0));
 }
+// 16 bytes shared -> global where ok (a predicated read and store, no branch)
+__device__ __forceinline__ void copy16_if(void* g, const void* s, bool ok) {
+  const uint32_t saddr = (uint32_t)__cvta_generic_to_shared(s);
+  asm volatile("{\n .reg .pred q;\n .reg .b32 a, b, c, d;\n setp.ne.b32 q, %2, 0;\n"
+               " @q ld.shared.v4.b32 {a, b, c, d}, [%1];\n @q st.global.v4.b32 [%0], {a, b, c, d};\n}\n"
+               ::"l"(g), "r"(saddr), "r"((int)ok) : "memory");
+}
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // before a barrier interval: this thread's copies of the interval's NPPS pairs have landed
 __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(NSTAGE - 2 * NPPS)); }
@@ -221,6 +228,9 @@ __device__ __forceinline__ int c_n(int lane, int i) { (void)i; return lane & 15;
 __device__ __forceinline__ float c_get(const CFrag& c, int i) { return c.v[i]; }
 __device__ __forceinline__ void zero_c(CFrag& c) { c.v = f32x4_t{0.f, 0.f, 0.f, 0.f}; }
 __device__ __forceinline__ void cp_wait() {}
+__device__ __forceinline__ void copy16_if(void* g, const void* s, bool ok) {
+  if (ok) *reinterpret_cast<uint4*>(g) = *reinterpret_cast<const uint4*>(s);
+}
 #endif
 #ifndef TMA_READ_DONE
 #define TMA_READ_DONE() ((void)0)
@@ -296,6 +306,25 @@ conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__
   // zero the ring once: the halo columns stay zero
   for (int i = tid; i < NSTAGE * SLOTE / 8; i += THREADS) smem_dyn[i] = make_uint4(0u, 0u, 0u, 0u);
 
+  const long long xoff = ((long long)c * D + d0) * (long long)plane;   // the block's first plane, in elements of x
+#if !defined(__HIP_PLATFORM_AMD__)
+  // this thread's copies: row e of the pair, j = 0 .. CPR - 1: chunk id = tid + THREADS j of the row -> plane p,
+  // chunk ch; the same for both rows (row 1: the row's own pointer, ROWE further in the slot). Per j: the offset in
+  // x from the row's pointer (bytes; a plane past the tensor reads the first plane: an address inside x) and in the
+  // slot (bytes; no chunk: the slot's first 8 columns, halo zeros anyway), and whether it is a chunk of the tensor
+  constexpr int CPR = ((NPB + 2) * WCH + THREADS - 1) / THREADS;
+  int csrc[CPR], cdst[CPR];
+  bool cok[CPR];
+#pragma unroll
+  for (int j = 0; j < CPR; ++j) {
+    const int id = tid + THREADS * j, p = id / WCH, ch = id % WCH;
+    const bool cin = id < (NPB + 2) * WCH && ch < wch;
+    cok[j] = cin && d0 + p < D;
+    csrc[j] = 2 * (cin ? (cok[j] ? p * (int)plane : 0) + 8 * ch : 0);
+    cdst[j] = 2 * (cin ? p * PLANEE + 8 + 8 * ch : 0);
+  }
+  const char* const xblk = reinterpret_cast<const char*>(x + xoff);
+#else
   // this thread's copies: chunk id = tid + THREADS k -> plane p, row e of the pair, chunk ch of the row
   int csrc[CPT], cdst[CPT], crow[CPT];
   bool cin[CPT], cok[CPT];   // a chunk of the pair at all; a chunk inside the tensor's planes
@@ -308,8 +337,6 @@ conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__
     csrc[k] = cok[k] ? p * (int)plane + e * W + 8 * ch : 0;
     cdst[k] = p * PLANEE + e * ROWE + 8 + 8 * ch;
   }
-  const long long xoff = ((long long)c * D + d0) * (long long)plane;   // the block's first plane, in elements of x
-#if defined(__HIP_PLATFORM_AMD__)
   const uint16_t* xc = x + xoff;
 #endif
 #endif
@@ -335,14 +362,14 @@ conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__
 #elif !defined(__HIP_PLATFORM_AMD__)
   const uint32_t sring = (uint32_t)__cvta_generic_to_shared(ring);
   auto issue = [&](int i) {   // pair i (input rows 2i - 2, 2i - 1) into slot i % NSTAGE
-    const int slot = i % NSTAGE;
-    const long long row = xoff + (long long)(2 * i - 2) * W;   // the pair's first row, from x
+    const uint32_t sslot = sring + 2 * (i % NSTAGE) * SLOTE;
 #pragma unroll
-    for (int k = 0; k < CPT; ++k) {
-      // no branch: a chunk outside the tensor is a zero fill from x itself; a thread without a chunk k zero-fills
-      // the slot's first 8 columns, which are halo zeros anyway
-      const bool ok = cok[k] && (unsigned)(2 * i - 2 + crow[k]) < (unsigned)H;
-      cp_async16(sring + 2 * (slot * SLOTE + (cin[k] ? cdst[k] : 0)), x + (ok ? row + csrc[k] : 0), ok);
+    for (int e = 0; e < 2; ++e) {   // no branch: a row outside the tensor is a zero fill from the nearest row inside
+      const int r = 2 * i - 2 + e;
+      const char* xrow = xblk + 2 * W * max(min(r, H - 1), 0);
+      const bool rin = (unsigned)r < (unsigned)H;
+#pragma unroll
+      for (int j = 0; j < CPR; ++j) cp_async16(sslot + cdst[j] + 2 * ROWE * e, xrow + (uint32_t)csrc[j], cok[j] && rin);
     }
     cp_commit();
   };
@@ -410,14 +437,14 @@ conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__
 
 
   // completed block b: accumulator slot -> output tile (bf16); flushed to y after the next barrier
-  auto to_tile = [&](int s, int b) {   // block b into output tile b % NPPS
+  auto to_tile = [&](int s, int t) {   // a completed block into output tile t (its index % NPPS)
 #pragma unroll
     for (int q = 0; q < NTW; ++q) {   // tiles past W too: their columns past W are never flushed (no branch)
 #if !defined(__HIP_PLATFORM_AMD__)
 #pragma unroll
       for (int i = 0; i < 2; ++i) {   // C (g, n) and (g + 8, n): adjacent columns (m_col), one bf16x2 store
         const int m = c_m(lane, i), n = c_n(lane, i);
-        *reinterpret_cast<uint32_t*>(otile + (b % NPPS) * NPB * OPLANEE + oofs[q] + (n / SPN) * OPLANEE +
+        *reinterpret_cast<uint32_t*>(otile + t * NPB * OPLANEE + oofs[q] + (n / SPN) * OPLANEE +
                                      m_row(m) * OROWE + 4 * (n % SPN) + m_col(m)) =
             to_bf16x2(c_get(acc[s][q], i), c_get(acc[s][q], i + 2));
       }
@@ -425,7 +452,7 @@ conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__
 #pragma unroll
       for (int i = 0; i < CN; ++i) {
         const int m = c_m(lane, i), n = c_n(lane, i);
-        otile[(b % NPPS) * NPB * OPLANEE + oofs[q] + (n / SPN) * OPLANEE + m_row(m) * OROWE + 4 * (n % SPN) + m_col(m)] =
+        otile[t * NPB * OPLANEE + oofs[q] + (n / SPN) * OPLANEE + m_row(m) * OROWE + 4 * (n % SPN) + m_col(m)] =
             to_bf16(c_get(acc[s][q], i));
       }
 #endif
@@ -440,79 +467,115 @@ conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__
   auto pair_ready = [&](int i) { (void)i; cp_wait(); };
 #endif
 #if TMA_ST
-  auto flush = [&](int b) {   // output tile -> y rows 4b .. 4b + 3 (rows, planes past the tensor clipped)
+  auto flush = [&](int b, int t, bool last) {   // output tile -> y rows 4b .. 4b + 3 (rows, planes past the tensor clipped)
+    (void)t, (void)last;
     if (tid == 0) tma_store(tout, sotile, 0, 4 * b, d0, c);
   };
 #else
   const long long yoff = ((long long)c * Dout + d0) * (long long)plane;   // the block's first output plane
-  auto flush = [&](int b) {   // output tile -> y rows 4b .. 4b + 3, 16 bytes a thread
+  // The flush: thread t < FTHR takes chunk ch = t % WCH of the output rows (plane, row) = 4 p + r = t / WCH + FRS k,
+  // k = 0 .. NFL - 1. FRS is a multiple of 4, so step k is the same row of plane p + FRS / 4 k: its offsets are
+  // the first step's plus a constant (one block-wide stride in y). Per thread: the first step's output-tile
+  // offset, its offset in y from the block's row 0 (bytes), and its plane (NPB when it has no chunk).
+  constexpr int FRS = (THREADS / WCH) / 4 * 4, FTHR = FRS * WCH, NFL = (NPB * 4 + FRS - 1) / FRS;
+  static_assert(FRS >= 4, "a block has at least 4 WCH threads");
+  int fso, fgo, fpl;
+  {
+    const int pr = tid / WCH, p = pr / 4, r = pr % 4, ch = tid % WCH;
+    fso = p * OPLANEE + r * OROWE + 8 * ch;
+    fgo = 2 * ((p * H + r) * W + 8 * ch);
+    fpl = tid < FTHR && ch < wch ? p : NPB;
+  }
+  const int fplanes = min(NPB, Dout - d0);   // output planes of this block
+  // output tile t -> y rows 4b .. 4b + 3, 16 bytes a thread; every row is inside the tensor but the last block's
+  char* const yblk = reinterpret_cast<char*>(y + yoff);
+  auto flush = [&](int b, int t, bool last) {
+    const uint16_t* ot = otile + t * NPB * OPLANEE + fso;
+    const int lim = last && 4 * b + (tid / WCH) % 4 >= H ? 0 : fplanes;   // the last block: rows past H
+    char* const yb = yblk + 8 * b * W;
 #pragma unroll
-    for (int k = 0; k < (NOUT + THREADS - 1) / THREADS; ++k) {   // the read unconditional, the store predicated
-      const int id0 = tid + THREADS * k, id = min(id0, NOUT - 1);
-      const int p = id / (4 * WCH), r = (id / WCH) & 3, ch = id % WCH, oh = 4 * b + r;
-      const uint4 v = *reinterpret_cast<const uint4*>(otile + (b % NPPS) * NPB * OPLANEE + p * OPLANEE + r * OROWE + 8 * ch);
-      if (id0 < NOUT && ch < wch && d0 + p < Dout && oh < H)
-        *reinterpret_cast<uint4*>(y + yoff + (p * H + oh) * W + 8 * ch) = v;
-    }
+    for (int k = 0; k < NFL; ++k)   // no branch: the shared read and the global store predicated together
+      copy16_if(yb + (FRS / 4) * k * 2 * (int)plane + (uint32_t)fgo,
+                ot + (FRS / 4) * k * OPLANEE, fpl < lim - (FRS / 4) * k);
   };
 #endif
 
   // pair i = 4u + P: P even starts block 2u + P/2 (j = 0) and continues block 2u + P/2 - 1 (j = 2);
-  // P odd continues the block it started (j = 1) and completes the other (j = 3).
-  int pend = -1;
-  for (int base = 0; base < npairs; base += 4) {
+  // P odd continues the block it started (j = 1) and completes the other (j = 3). So the blocks complete at
+  // fixed places: pair 4u + 1 completes block 2u - 1 (odd: output tile 1 % NPPS; none at u = 0), pair 4u + 3
+  // block 2u (even: tile 0); each leaves at the next even pair's barrier (pairs 4u + 2 and 4u + 4), the last
+  // block (nb - 1) after the loop. The first two pairs' MMAs for block -1 and the last two pairs' for block nb
+  // are left out: the first 4 pairs (FIRST) and the last 2 or 4 (LASTN) are their own copies of the loop body.
 // HEAD: the barrier of an interval of NPPS pairs (i, i + 1): their copies have landed, everyone is past the
 // reads of the previous interval's slots, which take pairs i + NSTAGE - NPPS .. i + NSTAGE - 1; the previous
 // completed block leaves. BODY: one pair's MMAs; an odd pair completes a block into its output tile.
-#define HEAD(P)                                                                                    \
+#define HEAD(P, FIRST)                                                                             \
     {                                                                                              \
       const int i = base + P;                                                                      \
-      if (i < npairs) {                                                                            \
-        pair_ready(i);                                                                             \
-        /* TMA: the last store has read the output tile before an odd pair refills it */          \
-        if (TMA_ST && (P & 1) && tid == 0) TMA_READ_DONE();                                         \
-        __syncthreads();                                                                           \
-        _Pragma("unroll") for (int u = 0; u < NPPS; ++u)                                           \
-          issue(i + NSTAGE - NPPS + u);   /* the copies first: they have the longest way to go */  \
-        if (pend >= 0) { flush(pend); pend = -1; }                                                 \
-      }                                                                                            \
+      pair_ready(i);                                                                               \
+      /* TMA: the last store has read the output tile before an odd pair refills it */            \
+      if (TMA_ST && (P & 1) && tid == 0) TMA_READ_DONE();                                          \
+      __syncthreads();                                                                             \
+      _Pragma("unroll") for (int u = 0; u < NPPS; ++u)                                             \
+        issue(i + NSTAGE - NPPS + u);   /* the copies first: they have the longest way to go */    \
+      if (!(P & 1) && !(FIRST)) flush(base / 2 - 2 + P / 2, (P / 2) % NPPS, false);               \
     }
-#define BODY(P)                                                                                    \
+#define BODY(P, FIRST, LASTN)                                                                      \
     {                                                                                              \
       const int i = base + P;                                                                      \
-      if (i < npairs) {                                                                            \
-        constexpr int sn = (P >> 1) & 1, so = sn ^ 1, jn = P & 1, jo = jn + 2;                     \
-        const int bn = i >> 1;   /* the block this pair starts/continues (slot sn) */              \
-        const uint16_t* sl = ring + (i % NSTAGE) * SLOTE;                                          \
-        /* every tile of the warp, also past W (columns past W; never flushed): no branch */             \
-        /* between the MMAs; the pairs past the last block feed a block that is never stored */            \
-        BFrag b[NTW][3];                                                                           \
-        _Pragma("unroll") for (int q = 0; q < NTW; ++q)                                            \
-          _Pragma("unroll") for (int kd = 0; kd < 3; ++kd)                                         \
-            load_b(b[q][kd], sl + bofs[q] + kd * PLANEE, ROWE);                                    \
+      constexpr int sn = (P >> 1) & 1, so = sn ^ 1, jn = P & 1, jo = jn + 2;                       \
+      /* the block this pair starts or continues (slot sn) and the one it continues or completes */ \
+      constexpr bool liven = !(LASTN) || P < (LASTN) - 2, liveo = !(FIRST) || P >= 2;              \
+      const uint16_t* sl = ring + (i % NSTAGE) * SLOTE;                                            \
+      /* every tile of the warp, also past W (columns past W; never flushed): no branch */         \
+      BFrag b[NTW][3];                                                                             \
+      _Pragma("unroll") for (int q = 0; q < NTW; ++q)                                              \
         _Pragma("unroll") for (int kd = 0; kd < 3; ++kd)                                           \
-          _Pragma("unroll") for (int q = 0; q < NTW; ++q) {                                        \
-            /* an even pair starts its block: the first MMA writes the accumulators afresh */      \
-            if (!(P & 1) && kd == 0) mma0(acc[sn][q], a[kd][jn], b[q][kd]);                        \
-            else mma(acc[sn][q], a[kd][jn], b[q][kd]);                                             \
-            mma(acc[so][q], a[kd][jo], b[q][kd]);                                                  \
-          }                                                                                        \
-        if ((P & 1) && bn >= 1) { to_tile(so, bn - 1); pend = bn - 1; }                           \
-      }                                                                                            \
+          load_b(b[q][kd], sl + bofs[q] + kd * PLANEE, ROWE);                                      \
+      _Pragma("unroll") for (int kd = 0; kd < 3; ++kd)                                             \
+        _Pragma("unroll") for (int q = 0; q < NTW; ++q) {                                          \
+          /* an even pair starts its block: the first MMA writes the accumulators afresh */        \
+          if (liven && !(P & 1) && kd == 0) mma0(acc[sn][q], a[kd][jn], b[q][kd]);                 \
+          else if (liven) mma(acc[sn][q], a[kd][jn], b[q][kd]);                                    \
+          if (liveo) mma(acc[so][q], a[kd][jo], b[q][kd]);                                         \
+        }                                                                                          \
+      if ((P & 1) && !((FIRST) && P == 1)) to_tile(so, ((P >> 1) ^ 1) % NPPS);   /* block i/2 - 1 */ \
     }
 #if NPPS == 1
-    HEAD(0) BODY(0) if (base < npairs) land();   /* AMD: the prefetched pair into LDS after the MMAs */
-    HEAD(1) BODY(1) if (base + 1 < npairs) land();
-    HEAD(2) BODY(2) if (base + 2 < npairs) land();
-    HEAD(3) BODY(3) if (base + 3 < npairs) land();
+#define ITER(FIRST, LASTN)                                                                         \
+    HEAD(0, FIRST) BODY(0, FIRST, LASTN) land();   /* AMD: the prefetched pair into LDS after the MMAs */ \
+    HEAD(1, FIRST) BODY(1, FIRST, LASTN) land();                                                   \
+    if ((LASTN) != 2) {                                                                            \
+      HEAD(2, FIRST) BODY(2, FIRST, LASTN) land();                                                 \
+      HEAD(3, FIRST) BODY(3, FIRST, LASTN) land();                                                 \
+    }
 #else
-    HEAD(0) BODY(0) BODY(1) HEAD(2) BODY(2) BODY(3)   /* NVIDIA only: land() is empty */
+#define ITER(FIRST, LASTN)   /* NVIDIA only: land() is empty */                                     \
+    HEAD(0, FIRST) BODY(0, FIRST, LASTN) BODY(1, FIRST, LASTN)                                     \
+    if ((LASTN) != 2) { HEAD(2, FIRST) BODY(2, FIRST, LASTN) BODY(3, FIRST, LASTN) }
 #endif
+  // npairs = 2 nb + 2: 4, 6, 8, ...
+  if (npairs == 4) {
+    const int base = 0;
+    ITER(true, 4)
+  } else {
+    {
+      const int base = 0;
+      ITER(true, 0)
+    }
+    int base = 4;
+    for (; base + 4 < npairs; base += 4) { ITER(false, 0) }
+    if (npairs - base == 2) {
+      ITER(false, 2)
+    } else {
+      ITER(false, 4)
+    }
+  }
+#undef ITER
 #undef HEAD
 #undef BODY
-  }
   __syncthreads();
-  if (pend >= 0) flush(pend);
+  flush(nb - 1, (nb - 1) % NPPS, true);
 #if TMA_ST
   if (tid == 0) tma_store_done();   // the last store has left shared memory before the block ends
 #endif

@@ -71,8 +71,8 @@ def _tensor_map(t, box):
 
 def run(x, weight):
     N, C, D, H, W = x.shape
-    if N != 1 or D < 3 or tuple(weight.shape) != (C, 1, 3, 5, 5) or x.dtype != torch.bfloat16:
-        raise ValueError("this step handles N = 1, D >= 3, a [C,1,3,5,5] bf16 filter")
+    if N != 1 or D < 3 or H < 2 or tuple(weight.shape) != (C, 1, 3, 5, 5) or x.dtype != torch.bfloat16:
+        raise ValueError("this step handles N = 1, D >= 3, H >= 2, a [C,1,3,5,5] bf16 filter")
     threads, npb, wmax, tilew, smem = _config(CUDA_SRC, torch.version.hip is not None)
     if W % 8 or W % tilew or W > wmax:
         raise ValueError(f"this variant handles W % 8 == 0, W % {tilew} == 0 and W <= {wmax} (one block covers all of W)")
