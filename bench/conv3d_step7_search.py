@@ -67,6 +67,8 @@ VARIANTS = {  # v1..v6 as in the first H100 round (commit c31f27b), v7..v12 adde
     "v21": {"WARPS": 2, "NPB": 4, "NPN": 4, "NT": 5, "MINB": 8, "STAGES": 4, "PPS": 1},  # v3 at 16 warps/SM
     "v23": {"STAGES": 8},  # v22 with an 8-stage ring (a slot index without a division): no faster (run 14)
     "v22": {},  # kernel.cu's defaults: v20 with 2 row pairs per barrier and a 6-stage ring (MINB 4, PPS 2, STAGES 6)
+    # the last block of a channel (3 of 8 output planes at D = 61) as 4 planes x 2 halves of W: 3 tiles a warp, not 5
+    "v24": {"SPLIT": 0},  # v22 with every block the same (no split)
 }
 DEFAULT = ["v3", "v1", "v22"]
 # The lessons of the search that made v22 (bench/results/conv3d_step7_search_NVIDIA_H100_80GB_HBM3_2026-11-26.md):
