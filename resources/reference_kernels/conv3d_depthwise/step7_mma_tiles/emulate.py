@@ -45,12 +45,6 @@ def config(src: str, target: str = "nvidia") -> dict:
     v.update(LANES=lanes, NB=nb, NSTAGE=nstage, SPN=spn, TILEW=tilew, WMAX=wmax, ROWE=rowe, PLANEE=planee, OTILE_AT=otile_at,
              SLOTE=slote, OROWE=orowe, OPLANEE=oplanee, THREADS=v["WARPS"] * lanes, WCH=wmax // 8,
              SMEM_BYTES=smem)
-    # a split block (NVIDIA, N = NPN planes, one plane group): at most NPN / 2 output planes; N column n -> plane
-    # n % (NPN / 2), columns from (n // (NPN / 2)) W / 2; NTS tiles a warp
-    m = re.search(r"#define SPLIT (\d+)", src)
-    v["NTS"] = (v["NT"] + 1) // 2
-    v["SPLIT_OK"] = bool(m and int(m.group(1)) and target == "nvidia" and not v["TMA"] and v["NPB"] == v["NPN"]
-                         and spn == 1 and 4 * v["WARPS"] * v["NTS"] <= wmax // 2 + 8)
     v["NCHUNK"] = (v["NPB"] + 2) * 2 * v["WCH"]
     v["CPT"] = -(-v["NCHUNK"] // v["THREADS"])
     v["NOUT"] = v["NPB"] * 4 * v["WCH"]
@@ -192,26 +186,16 @@ def emulate(x, w, src: str, target: str = "nvidia") -> np.ndarray:
                     smem[a:a + len(v)] = v
 
             acc = np.zeros((WARPS, 2, NT, 16, NB))
-            split = cf["SPLIT_OK"] and Dout - d0 <= NPN // 2
-            ntq = cf["NTS"] if split else NT  # tiles a warp
-
-            def lane_split(lane):  # a split block moves the lane's B and C offsets by a constant (the kernel's)
-                if not split:
-                    return 0, 0
-                h, nb_, nc = NPN // 2, b_col(target, lane), c_cells(target, lane)[0][1]
-                return ((nb_ % h - nb_) * PLANEE + (nb_ // h) * (W // 2),
-                        (nc % h - nc) * OPLANEE + (nc // h) * (W // 2))
             bofs, oofs = {}, {}
             for warp in range(WARPS):
-                for q in range(ntq):
+                for q in range(NT):
                     T = warp + WARPS * q  # tiles past W: columns past W, inside the row, never flushed
                     pg, ct = T % NPG, T // NPG
                     oofs[warp, q] = pg * NPN * OPLANEE + ct * cf["TILEW"]
                     for lane in range(LANES):
                         n = b_col(target, lane)
                         pl, col = pg * NPN + n // SPN, ct * cf["TILEW"] + 4 * (n % SPN)
-                        bofs[warp, q, lane] = (pl * PLANEE + b_e(target, lane) * ROWE + 8 + col - 2 + b_k0(target, lane)
-                                               + lane_split(lane)[0])
+                        bofs[warp, q, lane] = pl * PLANEE + b_e(target, lane) * ROWE + 8 + col - 2 + b_k0(target, lane)
             NPPS = cf["NPPS"]
             assert NPPS == 1 or NSTAGE >= 4
             for i in range(NSTAGE - NPPS):
@@ -245,7 +229,7 @@ def emulate(x, w, src: str, target: str = "nvidia") -> np.ndarray:
                 so, jo, bn = sn ^ 1, jn + 2, i >> 1
                 sl = (i % NSTAGE) * SLOTE
                 for warp in range(WARPS):
-                    for q in range(ntq):  # every tile, also past W (columns past W, never flushed)
+                    for q in range(NT):  # every tile, also past W (columns past W, never flushed)
                         for kd in range(3):
                             B = np.full((16, NB), np.nan)
                             for lane in range(LANES):
@@ -261,13 +245,11 @@ def emulate(x, w, src: str, target: str = "nvidia") -> np.ndarray:
                 if P & 1:
                     if bn >= 1:  # to_tile: the completed block -> its output tile
                         for warp in range(WARPS):
-                            for q in range(ntq):  # tiles past W too: columns past W, never flushed
+                            for q in range(NT):  # tiles past W too: columns past W, never flushed
                                 for lane in range(LANES):
                                     for m, n in c_cells(target, lane):
                                         a = otile + _tile(bn - 1, cf) * cf["NPB"] * OPLANEE + oofs[warp, q] \
-                                            + lane_split(lane)[1] + (n // SPN) * OPLANEE + m_row(m) * OROWE \
-                                            + 4 * (n % SPN) + m_col(m)
-                                        assert otile <= a < len(smem), "C write outside the output tiles"
+                                            + (n // SPN) * OPLANEE + m_row(m) * OROWE + 4 * (n % SPN) + m_col(m)
                                         smem[a] = acc[warp, so, q, m, n]
                         done = bn - 1
                     acc[:, so] = 0.0

@@ -30,12 +30,10 @@
 #define NPB 8      // output planes per block (NPN divides it)
 #define NPN 8      // output planes in one MMA's N (the rest of N is SPN = NB / NPN column segments of 4)
 #define NT 5       // NVIDIA (plane group, column tile) tiles per warp (AMD: (NT + 1) / 2, tiles twice as wide)
-#define STAGES 6   // NVIDIA: input row pairs in the shared ring (STAGES - 1 in flight); AMD uses 2
+#define STAGES 8   // NVIDIA: input row pairs in the shared ring (STAGES - 1 in flight); AMD uses 2
 #define MINB 4     // NVIDIA __launch_bounds__ min blocks per SM (4 x 128 threads: <= 128 registers, 16 warps/SM)
 #define MINB_AMD 3 // AMD's (3 x 256 lanes a CU: 4 waves a SIMD at MINB 4 would cap VGPR + AGPR at 128)
 #define PPS 2      // NVIDIA: input row pairs per barrier (1, or 2 with STAGES >= 4 and a second output tile)
-#define SPLIT 1    // NVIDIA, N = 8 planes, one plane group: a block with at most 4 output planes (the last of a
-                   // channel) takes N as 4 planes x 2 halves of W, half the tiles a warp (0: every block the same)
 #define TMA 0      // NVIDIA: the Hopper tensor-memory accelerator (one instruction of one thread; zero fill and edge
                    // clipping in hardware) moves 1 = the input pairs in and the output tiles out, 2 = only the
                    // output tiles out (the pairs by cp.async), 0 = neither
@@ -60,7 +58,6 @@
 #define TMA_ST 0
 #endif
 #define SPN (NB / NPN)
-#define NTS ((NTW + 1) / 2)   // tiles a warp in a split block
 #define THREADS (WARPS * LANES)
 #define TILEW (4 * SPN)                                   // output columns of one tile
 #define WMAX (WARPS * NTW * TILEW * NPN / NPB)            // widest W one block covers
@@ -68,13 +65,6 @@
 #define NCHUNK ((NPB + 2) * 2 * WCH)                      // 16-byte chunks of one staged pair
 #define CPT ((NCHUNK + THREADS - 1) / THREADS)            // 16-byte copies per thread per pair
 #define NOUT (NPB * 4 * WCH)                              // 16-byte chunks of the output tile
-// a split block's second half of W: columns W / 2 .. from N column NPN / 2 on; its tiles past W / 2 reach column
-// W / 2 + 4 WARPS NTS - 1, inside the output tile's rows (WMAX + 8)
-#if !defined(__HIP_PLATFORM_AMD__) && !TMA_LD && !TMA_ST
-#define SPLIT_OK (SPLIT && NPB == NPN && SPN == 1 && 4 * WARPS * NTS <= WMAX / 2 + 8)
-#else
-#define SPLIT_OK 0
-#endif
 
 __device__ __forceinline__ uint16_t to_bf16(float f) {   // round to nearest even
 #if defined(__HIP_PLATFORM_AMD__)
@@ -242,7 +232,6 @@ __device__ __forceinline__ void copy16_if(void* g, const void* s, bool ok) {
   if (ok) *reinterpret_cast<uint4*>(g) = *reinterpret_cast<const uint4*>(s);
 }
 #endif
-template <int N> struct IntC { static constexpr int value = N; };   // a loop bound through a generic lambda
 #ifndef TMA_READ_DONE
 #define TMA_READ_DONE() ((void)0)
 #endif
@@ -288,25 +277,18 @@ static_assert(2 * NPB * OPLANEE >= 4 * TABN + 2 * 75, "the A table and the taps 
 
 #if TMA_ST
 #define TMA_PARAMS , const __grid_constant__ TmaDesc tin_, const __grid_constant__ TmaDesc tout_
-#define TMA_ARGS_DECL , const TmaDesc* tin, const TmaDesc* tout
-#define TMA_ARGS , &tin_, &tout_   /* the tensor maps, in the kernel's parameter space */
 #else
 #define TMA_PARAMS
-#define TMA_ARGS_DECL
-#define TMA_ARGS
 #endif
 
-// The kernel's body; SPL: a split block (SPLIT_OK). With SPLIT_OK each kind of block is its own function (called
-// once a block), so that neither one's registers are allocated around the other's loop (inlined, ptxas spilled).
-#if SPLIT_OK
-#define BODY_ATTR __noinline__
-#else
-#define BODY_ATTR __forceinline__
-#endif
-template <bool SPL>
-__device__ BODY_ATTR void conv3d_body(const uint16_t* __restrict__ x, const uint16_t* __restrict__ wt,
-                                            uint16_t* __restrict__ y, int D, int H, int W TMA_ARGS_DECL) {
+extern "C" __global__ void __launch_bounds__(THREADS, LB_MINB)
+conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__ wt, uint16_t* __restrict__ y,
+                    int D, int H, int W TMA_PARAMS) {
   extern __shared__ __align__(128) uint4 smem_dyn[];
+#if TMA_ST
+  const TmaDesc* tin = &tin_;   // the tensor maps, in the kernel's parameter space
+  const TmaDesc* tout = &tout_;
+#endif
   uint16_t* ring = reinterpret_cast<uint16_t*>(smem_dyn);
   uint16_t* otile = ring + OTILE_AT;
   const int tid = threadIdx.x, lane = tid % LANES, warp = tid / LANES;
@@ -437,26 +419,15 @@ __device__ BODY_ATTR void conv3d_body(const uint16_t* __restrict__ x, const uint
 
   // this warp's tiles: tile T = warp + WARPS q -> plane group T % (NPB / NPN), column tile T / (NPB / NPN)
   constexpr int NPG = NPB / NPN;
-  // a split block: N column n -> plane n % (NPN / 2), columns from (n / (NPN / 2)) W / 2: the same for every tile,
-  // so it moves this lane's B and C offsets by a constant (its own copy of the loop sets them up)
-#define TILES(S)                                                                                   \
-  int bofs[NTW], oofs[NTW];                                                                        \
-  {                                                                                                \
-    int bsplit = 0, osplit = 0;                                                                    \
-    if (S) {                                                                                       \
-      const int nb_ = b_col(lane), nc = c_n(lane, 0);   /* nc and nc + 1 (i = 1): the same half */ \
-      bsplit = (nb_ % (NPN / 2) - nb_) * PLANEE + (nb_ / (NPN / 2)) * (W / 2);                     \
-      osplit = (nc % (NPN / 2) - nc) * OPLANEE + (nc / (NPN / 2)) * (W / 2);                       \
-    }                                                                                              \
-    _Pragma("unroll") for (int q = 0; q < NTW; ++q) {                                              \
-      /* tiles past W read staged columns past W, still inside the row, and are never flushed: no */ \
-      /* clamp, so that a tile's offsets are the first tile's plus a constant (immediates) */      \
-      const int T = warp + WARPS * q, pg = T % NPG, ct = T / NPG;                                  \
-      const int n = b_col(lane), pl = pg * NPN + n / SPN, col = ct * TILEW + 4 * (n % SPN);        \
-      /* staged (e0, col - 2 + k0) of plane pl; the output tile's first plane and column */        \
-      bofs[q] = pl * PLANEE + b_e(lane) * ROWE + 8 + col - 2 + b_k0(lane) + bsplit;                \
-      oofs[q] = pg * NPN * OPLANEE + ct * TILEW + osplit;                                          \
-    }                                                                                              \
+  int bofs[NTW], oofs[NTW];
+#pragma unroll
+  for (int q = 0; q < NTW; ++q) {
+    // tiles past W read staged columns past W, still inside the row, and are never flushed: no
+    // clamp, so that a tile's offsets are the first tile's plus a constant (immediates in the shared accesses)
+    const int T = warp + WARPS * q, pg = T % NPG, ct = T / NPG;
+    const int n = b_col(lane), pl = pg * NPN + n / SPN, col = ct * TILEW + 4 * (n % SPN);
+    bofs[q] = pl * PLANEE + b_e(lane) * ROWE + 8 + col - 2 + b_k0(lane);   // staged (e0, col - 2 + k0) of plane pl
+    oofs[q] = pg * NPN * OPLANEE + ct * TILEW;            // output tile: this tile's first plane and column
   }
   CFrag acc[2][NTW];
 #pragma unroll
@@ -466,9 +437,9 @@ __device__ BODY_ATTR void conv3d_body(const uint16_t* __restrict__ x, const uint
 
 
   // completed block b: accumulator slot -> output tile (bf16); flushed to y after the next barrier
-  auto to_tile = [&](auto ntq, int s, int t, const int (&oofs)[NTW]) {   // a completed block into output tile t (its index % NPPS)
+  auto to_tile = [&](int s, int t) {   // a completed block into output tile t (its index % NPPS)
 #pragma unroll
-    for (int q = 0; q < decltype(ntq)::value; ++q) {   // tiles past W too: their columns past W are never flushed (no branch)
+    for (int q = 0; q < NTW; ++q) {   // tiles past W too: their columns past W are never flushed (no branch)
 #if !defined(__HIP_PLATFORM_AMD__)
 #pragma unroll
       for (int i = 0; i < 2; ++i) {   // C (g, n) and (g + 8, n): adjacent columns (m_col), one bf16x2 store
@@ -548,7 +519,7 @@ __device__ BODY_ATTR void conv3d_body(const uint16_t* __restrict__ x, const uint
         issue(i + NSTAGE - NPPS + u);   /* the copies first: they have the longest way to go */    \
       if (!(P & 1) && !(FIRST)) flush(base / 2 - 2 + P / 2, (P / 2) % NPPS, false);               \
     }
-#define BODY(P, FIRST, LASTN, NTQ)                                                                      \
+#define BODY(P, FIRST, LASTN)                                                                      \
     {                                                                                              \
       const int i = base + P;                                                                      \
       constexpr int sn = (P >> 1) & 1, so = sn ^ 1, jn = P & 1, jo = jn + 2;                       \
@@ -556,59 +527,49 @@ __device__ BODY_ATTR void conv3d_body(const uint16_t* __restrict__ x, const uint
       constexpr bool liven = !(LASTN) || P < (LASTN) - 2, liveo = !(FIRST) || P >= 2;              \
       const uint16_t* sl = ring + (i % NSTAGE) * SLOTE;                                            \
       /* every tile of the warp, also past W (columns past W; never flushed): no branch */         \
-      BFrag b[NTQ][3];                                                                             \
-      _Pragma("unroll") for (int q = 0; q < NTQ; ++q)                                              \
+      BFrag b[NTW][3];                                                                             \
+      _Pragma("unroll") for (int q = 0; q < NTW; ++q)                                              \
         _Pragma("unroll") for (int kd = 0; kd < 3; ++kd)                                           \
           load_b(b[q][kd], sl + bofs[q] + kd * PLANEE, ROWE);                                      \
       _Pragma("unroll") for (int kd = 0; kd < 3; ++kd)                                             \
-        _Pragma("unroll") for (int q = 0; q < NTQ; ++q) {                                          \
+        _Pragma("unroll") for (int q = 0; q < NTW; ++q) {                                          \
           /* an even pair starts its block: the first MMA writes the accumulators afresh */        \
           if (liven && !(P & 1) && kd == 0) mma0(acc[sn][q], a[kd][jn], b[q][kd]);                 \
           else if (liven) mma(acc[sn][q], a[kd][jn], b[q][kd]);                                    \
           if (liveo) mma(acc[so][q], a[kd][jo], b[q][kd]);                                         \
         }                                                                                          \
-      if ((P & 1) && !((FIRST) && P == 1)) to_tile(IntC<NTQ>(), so, ((P >> 1) ^ 1) % NPPS, oofs);  /* block i/2 - 1 */ \
+      if ((P & 1) && !((FIRST) && P == 1)) to_tile(so, ((P >> 1) ^ 1) % NPPS);   /* block i/2 - 1 */ \
     }
 #if NPPS == 1
-#define ITER(FIRST, LASTN, NTQ)                                                                    \
-    HEAD(0, FIRST) BODY(0, FIRST, LASTN, NTQ) land();   /* AMD: the prefetched pair into LDS after the MMAs */ \
-    HEAD(1, FIRST) BODY(1, FIRST, LASTN, NTQ) land();                                              \
+#define ITER(FIRST, LASTN)                                                                         \
+    HEAD(0, FIRST) BODY(0, FIRST, LASTN) land();   /* AMD: the prefetched pair into LDS after the MMAs */ \
+    HEAD(1, FIRST) BODY(1, FIRST, LASTN) land();                                                   \
     if ((LASTN) != 2) {                                                                            \
-      HEAD(2, FIRST) BODY(2, FIRST, LASTN, NTQ) land();                                            \
-      HEAD(3, FIRST) BODY(3, FIRST, LASTN, NTQ) land();                                            \
+      HEAD(2, FIRST) BODY(2, FIRST, LASTN) land();                                                 \
+      HEAD(3, FIRST) BODY(3, FIRST, LASTN) land();                                                 \
     }
 #else
-#define ITER(FIRST, LASTN, NTQ)   /* NVIDIA only: land() is empty */                                \
-    HEAD(0, FIRST) BODY(0, FIRST, LASTN, NTQ) BODY(1, FIRST, LASTN, NTQ)                           \
-    if ((LASTN) != 2) { HEAD(2, FIRST) BODY(2, FIRST, LASTN, NTQ) BODY(3, FIRST, LASTN, NTQ) }
+#define ITER(FIRST, LASTN)   /* NVIDIA only: land() is empty */                                     \
+    HEAD(0, FIRST) BODY(0, FIRST, LASTN) BODY(1, FIRST, LASTN)                                     \
+    if ((LASTN) != 2) { HEAD(2, FIRST) BODY(2, FIRST, LASTN) BODY(3, FIRST, LASTN) }
 #endif
-  // npairs = 2 nb + 2: 4, 6, 8, ...; NTQ tiles a warp
-#define LOOP(NTQ)                                                                                  \
-  if (npairs == 4) {                                                                               \
-    const int base = 0;                                                                            \
-    ITER(true, 4, NTQ)                                                                             \
-  } else {                                                                                         \
-    {                                                                                              \
-      const int base = 0;                                                                          \
-      ITER(true, 0, NTQ)                                                                           \
-    }                                                                                              \
-    int base = 4;                                                                                  \
-    for (; base + 4 < npairs; base += 4) { ITER(false, 0, NTQ) }                                   \
-    if (npairs - base == 2) {                                                                      \
-      ITER(false, 2, NTQ)                                                                          \
-    } else {                                                                                       \
-      ITER(false, 4, NTQ)                                                                          \
-    }                                                                                              \
-  }
-  if (SPLIT_OK && SPL) {
-    TILES(true)
-    LOOP(NTS)
+  // npairs = 2 nb + 2: 4, 6, 8, ...
+  if (npairs == 4) {
+    const int base = 0;
+    ITER(true, 4)
   } else {
-    TILES(false)
-    LOOP(NTW)
+    {
+      const int base = 0;
+      ITER(true, 0)
+    }
+    int base = 4;
+    for (; base + 4 < npairs; base += 4) { ITER(false, 0) }
+    if (npairs - base == 2) {
+      ITER(false, 2)
+    } else {
+      ITER(false, 4)
+    }
   }
-#undef LOOP
-#undef TILES
 #undef ITER
 #undef HEAD
 #undef BODY
@@ -620,16 +581,4 @@ __device__ BODY_ATTR void conv3d_body(const uint16_t* __restrict__ x, const uint
 #if !TMA_LD && !defined(__HIP_PLATFORM_AMD__)
   asm volatile("cp.async.wait_all;\n" ::);   // the zero-filled copies of pairs past the end
 #endif
-}
-
-extern "C" __global__ void __launch_bounds__(THREADS, LB_MINB)
-conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__ wt, uint16_t* __restrict__ y,
-                    int D, int H, int W TMA_PARAMS) {
-#if SPLIT_OK
-  if (D - 2 - (int)blockIdx.x * NPB <= NPN / 2) {   // the last block of a channel, at most NPN / 2 output planes
-    conv3d_body<true>(x, wt, y, D, H, W TMA_ARGS);
-    return;
-  }
-#endif
-  conv3d_body<false>(x, wt, y, D, H, W TMA_ARGS);
 }
