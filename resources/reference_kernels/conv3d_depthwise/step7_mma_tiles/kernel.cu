@@ -476,26 +476,27 @@ conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__
   // The flush: thread t < FTHR takes chunk ch = t % WCH of the output rows (plane, row) = 4 p + r = t / WCH + FRS k,
   // k = 0 .. NFL - 1. FRS is a multiple of 4, so step k is the same row of plane p + FRS / 4 k: its offsets are
   // the first step's plus a constant (one block-wide stride in y). Per thread: the first step's output-tile
-  // offset and, from bit 16, its plane (NPB when it has no chunk), and its offset in y from the block's row 0 (bytes).
+  // offset, its offset in y from the block's row 0 (bytes), and its plane (NPB when it has no chunk).
   constexpr int FRS = (THREADS / WCH) / 4 * 4, FTHR = FRS * WCH, NFL = (NPB * 4 + FRS - 1) / FRS;
-  static_assert(FRS >= 4 && NPB * OPLANEE < 65536, "a block has at least 4 WCH threads; tile offsets in 16 bits");
-  int fsp, fgo;
+  static_assert(FRS >= 4, "a block has at least 4 WCH threads");
+  int fso, fgo, fpl;
   {
     const int pr = tid / WCH, p = pr / 4, r = pr % 4, ch = tid % WCH;
-    fsp = p * OPLANEE + r * OROWE + 8 * ch + ((tid < FTHR && ch < wch ? p : NPB) << 16);
+    fso = p * OPLANEE + r * OROWE + 8 * ch;
     fgo = 2 * ((p * H + r) * W + 8 * ch);
+    fpl = tid < FTHR && ch < wch ? p : NPB;
   }
   const int fplanes = min(NPB, Dout - d0);   // output planes of this block
   // output tile t -> y rows 4b .. 4b + 3, 16 bytes a thread; every row is inside the tensor but the last block's
   char* const yblk = reinterpret_cast<char*>(y + yoff);
   auto flush = [&](int b, int t, bool last) {
-    const uint16_t* ot = otile + t * NPB * OPLANEE + (fsp & 0xffff);
+    const uint16_t* ot = otile + t * NPB * OPLANEE + fso;
     const int lim = last && 4 * b + (tid / WCH) % 4 >= H ? 0 : fplanes;   // the last block: rows past H
     char* const yb = yblk + 8 * b * W;
 #pragma unroll
     for (int k = 0; k < NFL; ++k)   // no branch: the shared read and the global store predicated together
       copy16_if(yb + (FRS / 4) * k * 2 * (int)plane + (uint32_t)fgo,
-                ot + (FRS / 4) * k * OPLANEE, fsp < (lim - (FRS / 4) * k) * 65536);   // its plane + FRS / 4 k < lim
+                ot + (FRS / 4) * k * OPLANEE, fpl < lim - (FRS / 4) * k);
   };
 #endif
 
