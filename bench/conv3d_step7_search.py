@@ -105,8 +105,8 @@ LESSONS = [
      "text": "v22's SASS: 691 instructions per 4 pairs, 240 of them MMAs and B reads; the rest mostly the flush "
              "(each store's 64-bit address rebuilt from the chunk id) and the copies. Copies from one row pointer "
              "per row of the pair, a flush whose steps are planes apart (one offset a thread, immediates), blocks "
-             "completing at fixed places, no MMAs for blocks -1 and nb: 478 instructions, v22 0.1690 ms against "
-             "0.1754 (1.04x); 30 % fewer instructions for 4 % less time: no longer bound by issue alone"},
+             "completing at fixed places, no MMAs for blocks -1 and nb: 479 instructions, v22 0.1690 ms against "
+             "0.1754 (1.04x); 31 % fewer instructions for 3.6 % less time: no longer bound by issue alone"},
     {"variant": "v23", "ms": 0.1682, "source": _SRC27,
      "text": "with the lean loop an 8-stage ring (v23) is 0.4 % faster than 6 stages in two runs (0.1682 against "
              "0.1690, 0.1688 against 0.1694 ms); profile_pmc memory: DRAM 74.4 and 75.3 % of peak (two dispatches, "
