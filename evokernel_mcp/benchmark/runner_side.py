@@ -28,7 +28,7 @@ from evokernel_mcp.runtime import cpus
 from evokernel_mcp.runtime.context import RunnerContext
 from evokernel_mcp.runtime.devmem import release_host, trim_between_cases
 from evokernel_mcp.runtime.devplan import BIG_BENCH_BYTES, host_staged
-from evokernel_mcp.runtime.spares import ChildFailed, note, wall_deadline
+from evokernel_mcp.runtime.spares import ChildFailed, handed_over, note, wall_deadline
 from evokernel_mcp.tasks import Task
 from evokernel_mcp.verify.memory import LEAN_CHUNK
 from evokernel_mcp.verify.runner_side import OUTPUT_SLACK, _nbytes, load_candidate, tensor_device
@@ -136,8 +136,7 @@ class _Arms:
     def ask(self, child, req: dict[str, Any], max_bytes: int = 1 << 20, handed: bool = False) -> Any:
         """One request. handed: the request's tensors are the child's to keep (courier.handing_over: a host
         tensor is made on the child's device in one copy, and that copy is the child's own)."""
-        c = getattr(child, "courier", None) if handed else None
-        with c.handing_over() if c is not None else contextlib.nullcontext():
+        with handed_over(child, handed):
             return child.request(req, timeout_s=wall_deadline(self.deadline), max_bytes=max_bytes)
 
     def inputs(self, ref, req: dict[str, Any], staged: bool) -> Any:

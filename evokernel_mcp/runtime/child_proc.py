@@ -10,6 +10,7 @@ spares that hold these processes are in spares.py.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import os
@@ -78,6 +79,14 @@ def drain_events() -> list[str]:
 # "internal" and "cancelled" are the runner's to say, and a kind outside the list is a protocol violation.
 CHILD_KINDS = ("exception", "oom", "gpu_fault", "bad_candidate", "compile_error", "harness", "too_big",
                "missing_module")
+
+
+def handed_over(child, on: bool = True):
+    """The context in which a request's tensors are the child's to keep (courier.handing_over: a VMM export, or
+    a host tensor made on the child's device in one copy, becomes the child's own tensor); none when `on` is
+    False or the child has no courier."""
+    c = getattr(child, "courier", None) if on else None
+    return c.handing_over() if c is not None else contextlib.nullcontext()
 
 
 class ChildFailed(Exception):

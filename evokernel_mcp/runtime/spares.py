@@ -31,6 +31,7 @@ from evokernel_mcp.runtime.child_proc import (  # noqa: F401 - re-exported: the 
     Child,
     ChildFailed,
     drain_events,
+    handed_over,
     note,
 )
 

@@ -14,7 +14,6 @@ memory as "too_big", with the sizes), never as the candidate's.
 
 from __future__ import annotations
 
-import contextlib
 import platform
 import time
 from typing import Any
@@ -22,7 +21,7 @@ from typing import Any
 from evokernel_mcp import settings
 from evokernel_mcp.runtime.context import RunnerContext
 from evokernel_mcp.runtime.devmem import trim_between_cases
-from evokernel_mcp.runtime.spares import ChildFailed, note, wall_deadline
+from evokernel_mcp.runtime.spares import ChildFailed, handed_over, note, wall_deadline
 from evokernel_mcp.tasks import Task
 from evokernel_mcp.verify.messages import VerifyRequest, VerifyStep, VerifyStepsRequest
 
@@ -268,9 +267,8 @@ def _candidate_runs(cand, case: dict, seed: int, deadline: float, dev: str | Non
 
 def _ask(cand, req: dict, deadline: float, limit: int, dev: str | None, what: str, handed: bool = False) -> dict:
     """One request to the candidate; handed: its tensors are the child's to keep (courier.handing_over)."""
-    c = getattr(cand, "courier", None) if handed else None
     try:
-        with c.handing_over() if c is not None else contextlib.nullcontext():
+        with handed_over(cand, handed):
             return cand.request(req, timeout_s=wall_deadline(deadline), max_bytes=limit, device=dev)
     except ChildFailed as e:
         if e.kind == "exception":
