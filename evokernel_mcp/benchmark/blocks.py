@@ -76,6 +76,8 @@ class BlockTimer:
         self.host_enqueue_s: float | None = None
         self._pending: Any = None
         self.lean = False  # a big shape's arm on a GPU: its device memory goes back between blocks (give_back, ready)
+        self.parked: list[tuple[Any, Any, Any]] | None = None  # (tensor, host buffer, device) while parked
+        self._host_bufs: dict[int, Any] = {}  # host buffers kept for the next park (pinned where it can)
 
     def _call_of(self, a: tuple) -> Callable[[], None]:
         def call() -> None:
@@ -165,9 +167,47 @@ class BlockTimer:
             self.last = None
             torch.cuda.empty_cache()
 
+    def park(self) -> None:
+        """A lean arm whose turn has passed, where the arms do not fit the device together (devplan.plan_benchmark:
+        park_idle_arms): its input sets and refill pool wait in host memory and their device storage goes back,
+        so the next arm's block runs beside none of this arm's data. The tensors stay the same objects (their
+        storage swapped), so every call, sampler and check that holds them sees them back on unpark."""
+        if not self.lean or self.parked is not None:
+            return
+        import torch
+
+        self.last, parked = None, []
+        for t in self._own_tensors():
+            buf = self._host_bufs.get(id(t))
+            if buf is None:
+                buf = self._host_bufs[id(t)] = _host_like(t)
+            buf.copy_(t.data)
+            parked.append((t, buf, t.device))
+            t.data = buf
+        self.parked = parked
+        torch.cuda.empty_cache()
+
+    def unpark(self) -> None:
+        """The parked data back on the device (new storage, same tensors), before this arm's next block."""
+        parked, self.parked = self.parked, None
+        for t, buf, dev in parked or ():
+            t.data = buf.to(dev)
+
+    def _own_tensors(self) -> list[Any]:
+        import torch
+
+        seen: dict[int, Any] = {}
+        for group in (*self.arg_sets, *self.pool, *self.contents):
+            for t in group:
+                if isinstance(t, torch.Tensor):
+                    seen.setdefault(id(t), t)
+        return list(seen.values())
+
     def ready(self) -> None:
-        """A lean arm before its block: one untimed call makes the allocations that give_back returned, so
-        no timed repetition pays for them; its output goes before the block's first call."""
+        """A lean arm before its block: its parked data back (unpark), then one untimed call makes the
+        allocations that give_back returned, so no timed repetition pays for them; its output goes before the
+        block's first call."""
+        self.unpark()
         if self.lean:
             self.calls[self.rep % len(self.calls)]()
             self.api["sync"]()
@@ -269,3 +309,13 @@ class BlockTimer:
                 "refilled_from_pool": len(self.pool), "activity_timer_unused": str(self.failure or "") or None,
                 "contents_per_rep": len(self.contents), "probes": self.prober is not None,
                 "probes_unreadable": self.prober.why_not if self.prober is not None else self.probes_off}
+
+
+def _host_like(t: Any) -> Any:
+    """A host buffer for a parked device tensor: pinned (a copy each way at the link's speed), else pageable."""
+    import torch
+
+    try:
+        return torch.empty_like(t, device="cpu", pin_memory=True)  # strides kept (dense tensors)
+    except RuntimeError:  # pinning refused (no accelerator runtime, host memory locked up): slower, the same bytes
+        return torch.empty_like(t, device="cpu")

@@ -12,7 +12,8 @@ from evokernel_mcp.runtime.spares import ChildFailed
 from evokernel_mcp.verify.runner_side import _nbytes
 
 
-def room_for_arms(ctx, arms, ref, case: dict, room: dict, refill_sets: int = 1, sample_size: int = 1):
+def room_for_arms(ctx, arms, ref, case: dict, room: dict, refill_sets: int = 1, sample_size: int = 1,
+                  can_park: bool = False):
     """Before any arm gets its inputs: the fullest benchmark that fits the device's free memory (all processes),
     counted part by part (devplan.plan_benchmark); when that is less than asked, our idle processes give theirs
     back first (once per shape) and it is planned again; then what the plan cut is applied (the control arm
@@ -38,10 +39,11 @@ def room_for_arms(ctx, arms, ref, case: dict, room: dict, refill_sets: int = 1, 
         free, total = torch.cuda.mem_get_info()
         return devplan.plan_benchmark(i, o, free, total, arms.ctrl is not None, refill_sets, sample_size,
                                       per_rep, overrides=hint, reclaimed=freed, workspace_bytes=min(work, total),
-                                      cap=cap)
+                                      cap=cap, can_park=can_park)
 
     p = plan()
-    full = (p.control == (arms.ctrl is not None) and p.refill_sets == refill_sets and p.sample_size == sample_size)
+    full = (p.control == (arms.ctrl is not None) and p.refill_sets == refill_sets and p.sample_size == sample_size
+            and not p.park_idle_arms)
     if not full:
         g = room.get("gave_back") or give_back(ctx, (ref,), room)
         freed = int(g.get("freed_bytes") or 0)

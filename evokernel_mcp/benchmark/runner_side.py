@@ -181,7 +181,8 @@ def _run_dict(run, name: str, init: dict, report: dict, gpu: bool, cpu: int | No
 
 
 def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progress, gpu: bool,
-                bar=None, sample: int | None = None, release_inputs: bool = False, staged: bool = False) -> dict:
+                bar=None, sample: int | None = None, release_inputs: bool = False, staged: bool = False,
+                park: bool = False) -> dict:
     """Time every arm in interleaved rounds; raw records per arm, the rounds, the sampled outputs, the runner's
     bound on the reported times (runner_bound) and, with a ProbeBar, the check of every repetition's probes.
     sample: timed repetitions the candidate keeps (None: two, one when inputs and outputs are big);
@@ -190,7 +191,9 @@ def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progr
     before its next one (sides.arm_ready): one arm's working memory on the device at a time, not every arm's;
     staged (devplan.host_staged): the runner's copies of the inputs (and the refill pool) wait on the host while the
     arms get theirs (each arm's is made on its device by the hand-over: courier.py), so that two arms' copies,
-    not three, are on the device at once."""
+    not three, are on the device at once; park (devplan.plan_benchmark's park_idle_arms, lean arms only): an arm's
+    data waits in its host memory from the end of its set-up and whenever another arm's block is next, so one
+    arm's data is on the device at a time (the ABBA order switches arms about once per round)."""
     from evokernel_mcp.benchmark import probes
     from evokernel_mcp.benchmark.interleave import run_interleaved
     from evokernel_mcp.benchmark.timing import TimingOptions
@@ -211,7 +214,7 @@ def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progr
                "init_inputs": case["init_inputs"], "state": case["state"], "options": opt,
                "sample_size": sample if name == "candidate" else 0,
                "refill_pool": pool, "probe_table": table,
-               "probe_chunks": bar.chunks if bar is not None else None, "lean": lean}
+               "probe_chunks": bar.chunks if bar is not None else None, "lean": lean, "park": lean and park}
         inits[name] = arms.ask(child, req, max_bytes=1 << 20, handed=True)  # its inputs are its own (one copy)
     req = None  # the last request holds the runner's inputs too: they must go with case["inputs"] below
     if release_inputs:  # every arm has its own copy: the runner's goes (sizes kept for the limits below)
@@ -223,10 +226,16 @@ def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progr
 
     host = common_host_per_rep({n: i.get("host_enqueue_s") for n, i in inits.items()}) if gpu else None
 
+    on_device: list[str] = []  # park: the arm whose data is on the device now (none after the set-up)
+
     def arm(child, name: str, ovh: float | None):
         def call(k: int) -> list[float]:  # event times less the measured empty-event pair, when asked
             req = {"op": "arm_block", "name": name, "k": k}
-            if lean:  # its allocations made again, off the runner's clock
+            if lean and park and on_device != [name]:  # the last arm's data goes to its host before this one's returns
+                if on_device:
+                    arms.ask(arms.children()[on_device[0]], {"op": "arm_park", "name": on_device[0]})
+                on_device[:] = [name]
+            if lean:  # its allocations (and parked data) made again, off the runner's clock
                 arms.ask(child, {"op": "arm_ready", "name": name})
             if gpu:  # every arm of a round behind the same GPU sleep; the clock stops when the block has run
                 req.update(defer=True, cushion_ms=cushion_ms(k, host) if host is not None else None)
@@ -331,9 +340,10 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
     n_pool, sample = (2 if i_b <= POOL_FULL_BYTES or not gpu else 1), (2 if i_b + o_b <= POOL_FULL_BYTES else 1)
     big = gpu and i_b + o_b > BIG_BENCH_BYTES
     staged = big and host_staged(i_b, o_b)
-    if gpu and ctx is not None:
-        p = room_for_arms(ctx, arms, ref, case, room, n_pool, sample)
-        n_pool, sample = p.refill_sets, p.sample_size
+    park = False
+    if gpu and ctx is not None:  # graph replays keep their buffers' addresses: those arms cannot park
+        p = room_for_arms(ctx, arms, ref, case, room, n_pool, sample, can_park=big and not opt.get("use_graph"))
+        n_pool, sample, park = p.refill_sets, p.sample_size, p.park_idle_arms
     pool = [arms.ask(ref, {"op": "case", "shape": shape, "seed": seed + 1 + i, "inputs_only": True},
                      max_bytes=1 << 42)["inputs"] for i in range(n_pool)]
     out: dict[str, Any] = {"shape": shape, "input_bytes": _nbytes(case["inputs"]), "refill_pool_sets": n_pool,
@@ -346,7 +356,7 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
         trim_between_cases()  # the bar's float64 copies of the reference's outputs: freed before the arms start
     t0 = time.monotonic()
     timed = _interleave(arms, case, pool, seed, opt, progress, gpu, bar, sample=sample, release_inputs=big,
-                        staged=staged)
+                        staged=staged, park=park)
     if room.get("plan") is not None:
         out["memory_plan"] = room["plan"].model_dump(exclude={"notes", "too_big"})
     out.update({k: v for k, v in timed.items() if k != "samples"})

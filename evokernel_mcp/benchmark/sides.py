@@ -70,6 +70,8 @@ def arm_init(loaded, req: dict[str, Any]) -> dict[str, Any]:
     _sync(loaded.device)
     timer.lean = bool(req.get("lean")) and gpu
     timer.give_back()  # a lean arm waits for its first block beside the others holding its inputs only
+    if req.get("park"):  # ... or holding nothing: its data waits on the host while the next arm sets up
+        timer.park()
     return {"copies": k, "warmup_calls": warm, "flush_bytes": flusher.nbytes if flusher else None,
             "event_overhead_ms": overhead, "graph": bool(gpu and opt.use_graph), "copies_note": copies_note,
             "host_enqueue_s": timer.host_enqueue_s}
@@ -79,6 +81,13 @@ def arm_ready(loaded, req: dict[str, Any]) -> dict[str, Any]:
     """A lean arm (a big shape: runner_side._interleave) before its block, off the runner's clock around it:
     one untimed call makes again the allocations its last block gave back (blocks.BlockTimer.ready)."""
     loaded.arms[req["name"]].ready()
+    return {}
+
+
+def arm_park(loaded, req: dict[str, Any]) -> dict[str, Any]:
+    """A lean arm whose turn has passed, where the arms do not fit the device together: its input sets and
+    refill pool wait in host memory until its next arm_ready (blocks.BlockTimer.park)."""
+    loaded.arms[req["name"]].park()
     return {}
 
 
@@ -161,6 +170,8 @@ def cand_checks(loaded, req: dict[str, Any]) -> dict[str, Any]:
     with torch.no_grad():
         if "refill" in req:
             timer = loaded.__dict__.get("arms", {}).get("candidate")
+            if timer is not None:  # a parked arm's timed storage back on the device first
+                timer.unpark()
             sets = timer.arg_sets if timer is not None else [_to(req["refill"], loaded.device)]
             target = sets[(max(timer.rep, 1) - 1) % len(sets)] if timer is not None else sets[0]
             for t, v in zip(target, _to(req["refill"], loaded.device)):

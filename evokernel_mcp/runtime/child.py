@@ -29,8 +29,8 @@ from evokernel_mcp.runtime import frames
 from evokernel_mcp.runtime.devmem import release_cached
 from evokernel_mcp.runtime.messages import CHILD_REQUEST, ChildErr, ChildError, ChildGate, ChildOk, ChildReady
 
-_ARM = {op: f"evokernel_mcp.benchmark.sides:{op}" for op in ("arm_init", "arm_ready", "arm_block", "arm_times",
-                                                                 "arm_report", "arm_close")}
+_ARM = {op: f"evokernel_mcp.benchmark.sides:{op}" for op in ("arm_init", "arm_ready", "arm_park", "arm_block",
+                                                                 "arm_times", "arm_report", "arm_close")}
 OPS = {
     "reference": {"case": "evokernel_mcp.verify.sides:ref_case", "plan": "evokernel_mcp.verify.sides:ref_plan",
                   "expected": "evokernel_mcp.verify.sides:ref_expected", **_ARM},

@@ -110,6 +110,8 @@ class DevicePlan(BaseModel):
                            "starts from it; a mutation is found by comparing); False: a digest of them instead.")
     cap_bytes: int | None = Field(default=None, description="The tensors' bytes the job planned within "
                                   "(data_cap); None: only the free memory limits it.")
+    park_idle_arms: bool = Field(default=False, description="Each arm's data waits in host memory between its "
+                                 "turns: one arm's inputs and working memory on the device at a time.")
     copies: int | None = Field(default=None, description="Benchmark: timed input sets rotated per arm.")
     too_big: str | None = None
     note: str | None = None
@@ -214,6 +216,8 @@ class BenchPlan(BaseModel):
                                      "adds (filled by the check that needs them; counted in every arm).")
     cap_bytes: int | None = Field(default=None, description="The tensors' bytes the job planned within "
                                   "(data_cap); None: only the free memory limits it.")
+    park_idle_arms: bool = Field(default=False, description="Each arm's data waits in host memory between its "
+                                 "turns: one arm's inputs and working memory on the device at a time.")
     notes: list[str] = Field(default_factory=list)
     too_big: str | None = None
 
@@ -239,9 +243,10 @@ def host_staged(input_bytes: int, output_bytes: int) -> bool:
 
 
 def _bench_parts(i: int, o: int, n_arms: int, copies: int, refill: int, sample: int, per_rep: int,
-                 runner_keeps: bool, margin: bool = True, work: int = 0) -> dict[str, int]:
+                 runner_keeps: bool, margin: bool = True, work: int = 0, park: bool = False) -> dict[str, int]:
     arm = copies * i + refill * i + 2 * o + per_rep
-    return {"arms": n_arms * arm, "arms' working memory": n_arms * work, "sampled repetitions": sample * (i + o),
+    on_device = 1 if park else n_arms  # parked arms hold nothing on the device between their turns
+    return {"arms": on_device * arm, "arms' working memory": on_device * work, "sampled repetitions": sample * (i + o),
             "refill pool": refill * i,
             # the runner holds its device copy of the inputs while an export makes an arm's; a staged shape's
             # waits on the host (the export copies it to the arm's device): no transfer margin
@@ -249,19 +254,29 @@ def _bench_parts(i: int, o: int, n_arms: int, copies: int, refill: int, sample: 
             "runner's outputs freed": 0 if runner_keeps else -o}
 
 
+PARK_NOTE = ("the arms take turns on the device (device memory): each arm's inputs wait in host memory while "
+             "another arm runs its block, copied back before its own, off the timed repetitions; the copies count "
+             "against the time budget, so the run may have fewer rounds")
+
+
 def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | None, control: bool,
                    refill_sets: int, sample_size: int, per_rep_check_bytes: int = 0,
                    overrides: dict | None = None, reclaimed: int = 0, workspace_bytes: int = 0,
-                   cap: int | None = None) -> BenchPlan:
+                   cap: int | None = None, can_park: bool = False) -> BenchPlan:
     """The fullest benchmark that fits in what is free (and within `cap`, data_cap's bytes, where set): as
-    asked; else, one cut at a time, no refill pool (the post-timing refill check still catches caching by
-    address), no control arm (the noise floor then comes from the rounds), no sampled repetitions (the refill
-    and fresh checks still judge the outputs); where even the leanest exceeds the cap, the leanest that fits
-    what is free; else too_big with the bytes of the leanest plan, the device's and the overrides."""
+    asked; else, one change at a time: the arms parked (`can_park`: a big shape's lean arms, no graph replay;
+    every check kept, each switch of arms copies the data out and back, off the timed repetitions), no refill pool
+    (the post-timing refill check still catches caching by address), no control arm (the noise floor then comes
+    from the rounds), no sampled repetitions (the refill and fresh checks still judge the outputs); where even
+    the leanest exceeds the cap, the leanest that fits what is free; else too_big with the bytes of the leanest
+    plan, the device's and the overrides."""
     i, o = max(0, input_bytes), max(0, output_bytes)
     keeps = i + o <= BIG_BENCH_BYTES
     # (control arm, refill sets, sampled repetitions, transfer margin, the note saying what this step cut)
     steps: list[tuple[bool, int, int, bool, str | None]] = [(control, refill_sets, sample_size, True, None)]
+    park = False
+    if can_park:
+        steps.append((control, refill_sets, sample_size, True, PARK_NOTE))
     if refill_sets:
         steps.append((control, 0, sample_size, True, "no refill pool (device memory): the timed inputs keep their "
                       "content between blocks; the post-timing refill check still catches caching by address"))
@@ -286,13 +301,15 @@ def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | 
     for ctrl, refill, sample, margin, why in steps:
         if why:
             notes.append(why)
+        park = park or why == PARK_NOTE
         parts = _bench_parts(i, o, 3 if ctrl else 2, 1, refill, sample, per_rep_check_bytes, keeps, margin,
-                             max(0, workspace_bytes))
+                             max(0, workspace_bytes), park)
         need = sum(parts.values())
         if need <= _usable(free):
             plan = BenchPlan(parts=parts, needed_bytes=need, free_bytes=free, total_bytes=total, control=ctrl,
                              refill_sets=refill, sample_size=sample, runner_keeps_outputs=keeps,
-                             per_rep_check_bytes=per_rep_check_bytes, notes=list(notes), cap_bytes=cap)
+                             per_rep_check_bytes=per_rep_check_bytes, notes=list(notes), cap_bytes=cap,
+                             park_idle_arms=park)
             if cap is None or need <= cap:
                 if cap is not None and len(notes) > (0 if keeps else 1):
                     plan.notes.append(f"planned within the job's memory cap: {_gb(cap)} of tensors (memory_factor "
@@ -307,7 +324,7 @@ def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | 
     msg = too_big_message(need, free, total, reclaimed, parts, overrides)
     return BenchPlan(parts=parts, needed_bytes=need, free_bytes=free, total_bytes=total, control=False,
                      refill_sets=0, sample_size=0, runner_keeps_outputs=keeps,
-                     per_rep_check_bytes=per_rep_check_bytes, notes=notes,
+                     per_rep_check_bytes=per_rep_check_bytes, notes=notes, park_idle_arms=park,
                      too_big=msg.replace("this job does not fit the device", "the benchmark's arms do not fit", 1))
 
 

@@ -183,10 +183,16 @@ class ArmInitRequest(_Case):
     probe_table: Any = None
     probe_chunks: list[int] | None = None
     lean: bool = False  # give the device memory back after each block, made again by arm_ready before the next
+    park: bool = False  # lean, and the data waits on the host between turns (arm_park; arm_ready brings it back)
 
 
 class ArmReadyRequest(_ChildReq):
     op: Literal["arm_ready"]
+    name: str
+
+
+class ArmParkRequest(_ChildReq):
+    op: Literal["arm_park"]
     name: str
 
 
@@ -234,8 +240,8 @@ class ProfileRunRequest(_Case):
 
 ChildRequest = Annotated[Union[GoRequest, WarmProfilerRequest, LoadRequest, CaseRequest, PlanRequest,
                                ExpectedRequest, RunRequest,
-                               ArmInitRequest, ArmReadyRequest, ArmBlockRequest, ArmTimesRequest, ArmReportRequest,
-                               ArmCloseRequest, SettledRequest,
+                               ArmInitRequest, ArmReadyRequest, ArmParkRequest, ArmBlockRequest, ArmTimesRequest,
+                               ArmReportRequest, ArmCloseRequest, SettledRequest,
                                BenchChecksRequest, ProfileRunRequest], Field(discriminator="op")]
 CHILD_REQUEST: TypeAdapter[Any] = TypeAdapter(ChildRequest)
 CHILD_OPS = tuple(m.model_fields["op"].annotation.__args__[0] for m in ChildRequest.__origin__.__args__)  # type: ignore[attr-defined]

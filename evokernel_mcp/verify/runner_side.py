@@ -179,9 +179,15 @@ def with_room(ctx, ask, keep: tuple, state: dict) -> dict:
     return case
 
 
+# Spares a job planned within its memory cap keeps at most (the next job's candidate starts from one); the plan's
+# headroom is an estimate (a forward's temporaries are not in it), and six idle contexts are 3.6 GiB on an H100
+SPARES_WITHIN_CAP = 1
+
+
 def within_cap(ctx, ref, plan: dict | None, state: dict, spares_room: bool = True) -> str | None:
     """A case planned within the job's memory cap (runtime/devplan.data_cap): our idle processes (spares, cached
-    references of other sources) count against it too, so those beyond what the cap leaves room for are stopped
+    references of other sources) count against it too, so those beyond what the cap leaves room for (at most
+    SPARES_WITHIN_CAP) are stopped
     (once per job; spares start again when it ends; none is kept without `spares_room`). `plan`: the case's,
     asked before the reference makes anything (op "plan"). Returns what was given back, or None."""
     from evokernel_mcp.runtime.devplan import CONTEXT_BYTES_ASSUMED
@@ -191,7 +197,7 @@ def within_cap(ctx, ref, plan: dict | None, state: dict, spares_room: bool = Tru
     cap, needed = plan.get("cap_bytes"), plan.get("needed_bytes") or 0
     if not _count(cap) or not _count(needed) or "gave_back" in state or ctx.device == "cpu":
         return None
-    room = max(0, cap - needed) // CONTEXT_BYTES_ASSUMED
+    room = min(max(0, cap - needed) // CONTEXT_BYTES_ASSUMED, SPARES_WITHIN_CAP)
     return give_back(ctx, (ref,), state, keep_spares=room if spares_room else 0)["what"]
 
 

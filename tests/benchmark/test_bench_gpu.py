@@ -168,3 +168,53 @@ def test_gpu_kernelbench_matmul_reports_a_fraction_of_peak():
     assert r.roofline.flops == 2 * 2048 ** 3 and r.roofline.bytes == 3 * 2048 * 2048 * 4
     assert r.fraction_of_peak is not None and 0 < r.fraction_of_peak, r.roofline.peak_note
     assert r.roofline.peak_note.startswith("of the datasheet") and "flop_counter" in r.roofline.counts_source
+
+
+BIG_RELU = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(16384, 32768)]
+
+
+def get_init_inputs():
+    return []
+"""
+CACHED_BIG = BIG_RELU + """
+
+_seen = {}
+
+
+class ModelNew(Model):
+    def forward(self, x):
+        if x.data_ptr() not in _seen:
+            _seen.clear()
+            _seen[x.data_ptr()] = torch.relu(x)
+        return _seen[x.data_ptr()]
+"""
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_gpu_a_big_shape_over_its_memory_cap_parks_its_arms_and_keeps_every_check(cached):
+    """A 4.3 GB ReLU (2.1 GB in, 2.1 GB out) at default arguments: over the job's memory cap with both arms holding
+    their data, so the arms take turns on the device (each parks its data in host memory between its turns).
+    The result is valid for the same code, and a result cached by input address is still caught after timing
+    (the parked inputs come back in new storage, and the refill check runs on them)."""
+    cand = CACHED_BIG if cached else BIG_RELU + "\n\nclass ModelNew(Model):\n    pass\n"
+    res = anyio.run(lambda: benchmark(reference=BIG_RELU, candidate=cand, wait_s=300, timeout_s=300))
+    assert res.error is None, res.error
+    r = res.results[0]
+    assert any("take turns on the device" in f for f in r.flags), r.flags
+    if cached:
+        assert r.valid is False and r.correct_after_timing is False, r.flags
+    else:
+        assert r.valid is True and r.correct_after_timing is True and abs(r.speedup - 1) < 0.1, (r.speedup, r.flags)

@@ -174,3 +174,68 @@ def test_the_benchmarks_case_is_planned_within_the_jobs_memory_cap_as_verifys_is
     with pytest.raises(Stop):
         _bench_shape(arms, None, "full", 0, {}, lambda *a: None, gpu=False)
     assert arms.req["op"] == "case" and arms.req["memory_factor"] == settings.get().memory_factor > 0
+
+
+def test_a_parked_arm_keeps_its_tensors_and_values_and_times_the_same_inputs_after_it_comes_back():
+    """park() moves an arm's input sets and pool to host buffers (the same tensor objects, their storage swapped),
+    unpark() brings them back; the calls, which hold those objects, then run on the same values."""
+    x, pool = torch.randn(256), [torch.randn(256)]
+    seen = []
+    bt = BlockTimer(lambda t: seen.append(t.clone()) or t * 2, [(x,)], timing.TimingOptions(max_time_s=0.1),
+                    gpu=False, sample_size=0, refill_pool=[pool])
+    bt.lean = True
+    want = x.clone()
+    ptr = x.data_ptr()
+    bt.park()
+    assert bt.parked is not None and x.data_ptr() != ptr and torch.equal(x, want), "its own host buffer, same values"
+    bt.park()  # a second park while parked changes nothing
+    assert len(bt.parked) == 3, "the input set, the pool set and (host path) its copy of the first content"
+    bt.ready()  # unpark, then the untimed call
+    assert bt.parked is None and torch.equal(seen[-1], want) and bt.rep == 0
+    bt.lean = False
+    bt.park()
+    assert bt.parked is None, "an arm that is not lean never parks"
+
+
+def test_parked_arms_take_turns_one_park_per_switch_and_none_while_an_arm_runs_twice():
+    log: list = []
+    cand, base = _Child("candidate", log), _Child("baseline", log)
+    arms = runner_side._Arms(cand, base, task=None, deadline=1e12, dev="cpu")
+    x = torch.randn(1024)
+    case = {"inputs": [x], "native": [x.clone()], "init_inputs": [], "state": None}
+    opt = {"min_reps": 2, "max_reps": 8, "max_time_s": 0.05}
+    runner_side._interleave(arms, case, [], 0, opt, lambda *a: None, True, None, sample=0, release_inputs=True,
+                            staged=True, park=True)
+    assert all(r["park"] for _, op, r in log if op == "arm_init"), "each arm parks at the end of its set-up"
+    ops = [(n, op) for n, op, _ in log if op in ("arm_park", "arm_ready", "arm_block")]
+    holder = None
+    for i, (name, op) in enumerate(ops):
+        if op == "arm_block":
+            assert ops[i - 1] == (name, "arm_ready")
+            if holder not in (None, name):
+                assert ops[i - 2] == (holder, "arm_park"), "the arm before it parked first"
+            else:
+                assert ops[i - 2][1] != "arm_park", "no park when the same arm runs again"
+            holder = name
+    blocks = [n for n, op in ops if op == "arm_block"]
+    switches = sum(a != b for a, b in zip(blocks, blocks[1:]))
+    assert sum(op == "arm_park" for _, op in ops) == switches > 0
+
+
+def test_a_big_shape_over_its_cap_parks_its_arms_before_cutting_any_check():
+    from evokernel_mcp.runtime.devplan import PARK_NOTE, plan_benchmark
+
+    gib = 2**30
+    i, o, work = 8 * gib, 4, 8 * gib  # 94_MSELoss: 8 GiB in, a scalar out, 8 GiB of the forward's temporaries
+    cap = 24 * gib - 4 * (600 << 20)
+    kept = plan_benchmark(i, o, 75 * gib, 80 * gib, False, 0, 0, workspace_bytes=work, cap=cap)
+    assert not kept.park_idle_arms and kept.needed_bytes > cap, "without parking: over the cap"
+    p = plan_benchmark(i, o, 75 * gib, 80 * gib, False, 0, 0, workspace_bytes=work, cap=cap, can_park=True)
+    assert p.park_idle_arms and p.needed_bytes <= cap and p.parts["arms"] == i + 2 * o
+    assert p.parts["arms' working memory"] == work and PARK_NOTE in p.notes
+    roomy = plan_benchmark(i, o, 75 * gib, 80 * gib, False, 0, 0, workspace_bytes=0, cap=None, can_park=True)
+    assert not roomy.park_idle_arms, "a plan that fits as asked does not park (parking costs rounds)"
+    full = plan_benchmark(i, o, 75 * gib, 80 * gib, True, 1, 1, workspace_bytes=work, cap=cap, can_park=True)
+    cuts = [k for k, n in enumerate(full.notes) if n.startswith(("no refill pool", "control arm", "no sampled"))]
+    assert full.park_idle_arms and all(full.notes.index(PARK_NOTE) < k for k in cuts), \
+        "parking is the first change, before any check is cut"
