@@ -204,6 +204,22 @@ def _error(e: BaseException, kind: str | None = None) -> ChildError:
     return ChildError(kind=k, message=tail(text, 2000), detail=tail(tb, 6000))
 
 
+def _peak_reset(device: str) -> None:
+    if device != "cpu":
+        import torch
+
+        torch.cuda.reset_peak_memory_stats()
+
+
+def _peak(device: str) -> int | None:
+    """The allocator's peak reserved bytes since _peak_reset (GPU), for the runner's log."""
+    if device == "cpu":
+        return None
+    import torch
+
+    return int(torch.cuda.max_memory_reserved())
+
+
 def _side(target: str):
     """The harness function a "module:function" target of OPS names."""
     module, _, func = target.partition(":")
@@ -252,8 +268,10 @@ def serve(device: str, out, courier=None, warm: bool = True, gated: bool = False
                 target = OPS[loaded.role].get(req.get("op"))
                 if target is None:
                     raise ValueError(f"op {req.get('op')!r} is not served to a {loaded.role}")
+                _peak_reset(loaded.device)
                 result = _side(target)(loaded, req)
-            reply: BaseModel = ChildOk(ok=True, result=result, duration_s=time.perf_counter() - t0)
+            reply: BaseModel = ChildOk(ok=True, result=result, duration_s=time.perf_counter() - t0,
+                                       peak_reserved_bytes=_peak(loaded.device if loaded is not None else "cpu"))
         except cand.CandidateError as e:
             reply = ChildErr(ok=False, error=_error(e, "bad_candidate"))
         except Exception as e:  # noqa: BLE001 - every failure becomes an error reply

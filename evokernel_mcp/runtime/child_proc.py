@@ -41,6 +41,7 @@ from evokernel_mcp.runtime.protocol import OUTPUT_TAIL_CHARS, classify_text
 
 log = logging.getLogger(__name__)
 TRACE_OPS_S = 1.0  # ops at least this long go in the events
+TRACE_PEAK_BYTES = 1 << 30  # ... and ops whose child's allocator reached this much
 WARM_TIMEOUT_S = 120.0
 # A spare boots at this nice value (its start is off every job's clock, so the runner and the children
 # serving jobs come first on a busy host) and is set back to 0 when a job takes it, where allowed.
@@ -333,9 +334,12 @@ class Child:
             REQUESTS["child_s"] += took
         big = [f"{k[:-6]} {v / 2**20:.0f} MiB in {moved.get(k[:-6] + '_s', 0.0):.2f} s"
                for k, v in sorted(moved.items()) if k.endswith("_bytes") and v >= courier.THRESHOLD]
-        if big or (isinstance(took, (int, float)) and took >= TRACE_OPS_S):
-            note("%s %s%s", msg.get("op"), f"{took:.2f} s in the child" if isinstance(took, (int, float)) else "",
-                  "; moved " + ", ".join(big) if big else "")
+        peak = getattr(answer, "peak_reserved_bytes", None)
+        peak = peak if isinstance(peak, int) and peak >= TRACE_PEAK_BYTES else None
+        if big or peak or (isinstance(took, (int, float)) and took >= TRACE_OPS_S):
+            note("%s %s%s%s", msg.get("op"), f"{took:.2f} s in the child" if isinstance(took, (int, float)) else "",
+                 "; moved " + ", ".join(big) if big else "",
+                 f"; the {self.role}'s allocator reached {peak / 2**20:.0f} MiB (said by the child)" if peak else "")
         if isinstance(answer, ChildOk):
             return answer.result
         err = answer.error

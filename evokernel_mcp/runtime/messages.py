@@ -261,6 +261,9 @@ class ChildOk(Model):
     ok: Literal[True]
     result: Any = None
     duration_s: float | None = None
+    # the child's allocator at its fullest during the op (GPU; torch's reserved bytes: VMM transfers and the
+    # context not in it): for the runner's log only, a number agent code could change, never a decision's input
+    peak_reserved_bytes: int | None = None
 
 
 class ChildErr(Model):
