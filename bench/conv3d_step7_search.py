@@ -118,6 +118,19 @@ LESSONS = [
 ]
 
 
+def lesson_note(lesson: dict, labelled: set) -> dict:
+    """record_note's arguments for one of LESSONS. record_note takes only a label the journal already holds, so a
+    lesson about a variant this run did not verify (its label absent from a fresh journal) is a note of the task,
+    its text led by the variant's name."""
+    note = {"task": "conv3d_depthwise", "kind": "lesson", "text": lesson["text"],
+            "evidence": {"kind": "measured", "value": lesson["ms"], "unit": "ms", "source": lesson["source"]}}
+    if lesson["variant"] in labelled:
+        note["experiment"] = f"conv3d/step7/{lesson['variant']}"
+    else:
+        note["text"] = f"step 7 {lesson['variant']}: {lesson['text']}"
+    return note
+
+
 def variant_source(overrides: dict, step_dir: Path = STEP7, strict: bool = True) -> str:
     """step_dir's kernel.cu with these #define values (strict: every name must be defined there; else the names
     it lacks are left out, as an earlier source may lack a newer define)."""
@@ -301,11 +314,9 @@ async def search(args, rep_cpu: dict) -> dict:
                         f"{ok[0][0]} ms on the full shape in its benchmark against step 6.",
                 "evidence": {"kind": "measured", "value": ok[0][0], "unit": "ms",
                              "source": f"benchmark tool on {rep['device']}"}})
+            labelled = {n for n, v in rep["variants"].items() if v.get("verify")}  # labels this journal holds
             for lesson in LESSONS if args.lessons else []:  # what each step of the search taught (its numbers)
-                rep.setdefault("lessons", []).append(await call(client, "record_note", {
-                    "task": "conv3d_depthwise", "experiment": f"conv3d/step7/{lesson['variant']}", "kind": "lesson",
-                    "text": lesson["text"], "evidence": {"kind": "measured", "value": lesson["ms"], "unit": "ms",
-                                                         "source": lesson["source"]}}))
+                rep.setdefault("lessons", []).append(await call(client, "record_note", lesson_note(lesson, labelled)))
             if not args.no_export:
                 out = await call(client, "export_trajectory", {"task": "conv3d_depthwise", "preview_chars": 0})
                 rep["trajectory"] = {k: out.get(k) for k in ("artifact_id", "chart_uri", "report_uri", "points") if k in out}

@@ -285,6 +285,22 @@ def test_step7_search_variants_cover_the_full_shape():
         assert ways["b_read"] == 1 and ways["c_write"] <= 2, (name, ways)
 
 
+def test_step7_search_lessons_name_only_labels_the_run_made():
+    """record_note refuses a label the journal does not hold: a lesson about a variant the run did not verify goes
+    to the task, named in its text; one about a verified variant keeps its label."""
+    spec = importlib.util.spec_from_file_location("step7_search", HERE.parents[2] / "bench" / "conv3d_step7_search.py")
+    search = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(search)
+    notes = [search.lesson_note(lesson, {"v23"}) for lesson in search.LESSONS]
+    assert len(notes) == len(search.LESSONS)
+    for lesson, note in zip(search.LESSONS, notes):
+        assert note["task"] == "conv3d_depthwise" and note["evidence"]["value"] == lesson["ms"]
+        if lesson["variant"] == "v23":
+            assert note["experiment"] == "conv3d/step7/v23" and note["text"] == lesson["text"]
+        else:
+            assert "experiment" not in note and note["text"].startswith(f"step 7 {lesson['variant']}: ")
+
+
 def test_step7_emulation_catches_a_shared_output_tile_with_two_pairs_a_barrier(monkeypatch):
     """With 2 pairs a barrier, a block's flush and the next block's writes share an interval: the emulation runs
     them in the worst order, so one output tile for both shows (the kernel has two)."""
