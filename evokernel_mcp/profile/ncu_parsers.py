@@ -215,7 +215,9 @@ def parse_ncu_source_csv(text: str, where: str = "source.csv") -> list[TraceInst
     instruction carries `file:line`; the source-line rows are sums and are not counted again. That layout is
     as recorded on an H100 (tests/fixtures/cuda/ncu_source_cuda_sass_quotes_h100.csv: ncu leaves the quotes
     inside a source line's text undoubled), and collect.py falls back to the sass view when it yields no line
-    info."""
+    info. An instruction of an inlined function appears there twice, under the function's line and again under
+    its call site's, with the same counts (seen on an H100 with ncu 2025.3.1); it is read once, under the line that
+    comes first, so per-line and per-class shares do not count it twice."""
     rows = _rows(text, where)
     if not any(r and r[0].strip() == "Line No" for _, r in rows):
         return _parse_sass_view(rows, where)
@@ -282,6 +284,7 @@ def _parse_cuda_sass_view(rows: list[tuple[int, list[str]]], where: str) -> list
     cols = None
     file, lineno, text = "?", None, None
     addr_i = src_i = 0
+    seen: set[str] = set()  # addresses already read: each instruction counts once, under its first line
     for line, r in rows:
         first = r[0].strip() if r else ""
         if first == "File Path":
@@ -315,6 +318,10 @@ def _parse_cuda_sass_view(rows: list[tuple[int, list[str]]], where: str) -> list
             continue
         if not is_sass:
             continue
+        addr = r[addr_i].strip().lower()
+        if addr in seen:  # an inlined instruction is listed again under its call site, with the same counts
+            continue
+        seen.add(addr)
         src = f"{file.rsplit('/', 1)[-1]}:{lineno}" if lineno is not None else None
         out.append(_instruction(len(out), r, col, cols, addr_i, src_i, w, src, text))
     if header is None:

@@ -129,3 +129,17 @@ def test_an_unreadable_source_view_is_named_as_such_not_as_missing_line_info():
     assert rows and len(notes) == 1 and "could not be read" in notes[0] and "-lineinfo" not in notes[0]
     _, _, notes = _source_rows(sass, None)
     assert "compile with -lineinfo" in notes[0]
+
+
+def test_cuda_sass_view_counts_an_inlined_instruction_once():
+    """ncu lists an inlined function's instruction under the function's line and again under its call site's,
+    with the same counts: the parser keeps the first, so shares per line and class do not count it twice."""
+    text = (CU / "ncu_source_cuda_sass_quotes_h100.csv").read_text()
+    once = parse_ncu_source_csv(text, "src.csv")
+    lines = text.splitlines()
+    fadd = next(ln for ln in lines if "FADD" in ln)
+    call_site = '"9","copy(y);"' + ',"-"' * (fadd.count('","') - 1)
+    twice = parse_ncu_source_csv("\n".join(lines + [call_site, fadd]) + "\n", "src.csv")
+    assert len(twice) == len(once)
+    assert [r.source for r in twice if r.instruction.startswith("FADD")] == ["quotes_lineinfo.cu:6"]
+    assert sum(r.cycles for r in twice) == sum(r.cycles for r in once)
