@@ -217,6 +217,20 @@ def _depth(line: bytes) -> int:
     return deepest
 
 
+def _typed(raw, dt, shape: list[int]):
+    """The received bytes (uint8) as a tensor of dtype dt and `shape` on the same storage, made with set_ rather
+    than as a view: a view keeps its uint8 base alive, so a receiver that gives the tensor other storage (a
+    parked benchmark arm: blocks.BlockTimer.park) would still hold the bytes (a whole input set on the device)."""
+    import torch
+
+    size = torch.empty(0, dtype=dt).element_size()
+    if raw.storage_offset() % size or not raw.is_contiguous():
+        return raw.view(dt).reshape(shape)
+    strides = torch.empty(shape, dtype=dt, device="meta").stride()
+    return torch.empty(0, dtype=dt, device=raw.device).set_(raw.untyped_storage(), raw.storage_offset() // size,
+                                                            shape, strides)
+
+
 def _tensors(stream: IO[bytes], specs: list, device: str | None, courier: Courier | None) -> list:
     import torch
 
@@ -227,7 +241,7 @@ def _tensors(stream: IO[bytes], specs: list, device: str | None, courier: Courie
             if courier is None:
                 raise FrameError("a tensor was sent by fd on a channel without an fd socket")
             try:
-                t = courier.recv(s, device).view(dt).reshape(s["shape"])
+                t = _typed(courier.recv(s, device), dt, s["shape"])
             except CourierError as e:
                 raise FrameError(f"tensor sent by fd: {e}") from e
         elif s["nbytes"] == 0:

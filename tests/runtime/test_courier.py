@@ -432,3 +432,21 @@ def test_no_room_for_an_export_in_a_sender_that_may_not_write_a_file_that_big_se
     assert torch.equal(got["x"], t) and torch.equal(got["y"], small)
     assert len(tries) == 2, "one more export after the allocator cache was emptied"
     assert tx.stats["vmm_to_pipe_bytes"] == t.numel() * 4 and len(wire) > t.numel() * 4, "the bytes came by pipe"
+
+
+def test_a_tensor_received_by_fd_is_no_view_so_giving_it_other_storage_frees_the_bytes():
+    """A parked benchmark arm swaps its inputs' storage for host buffers (blocks.BlockTimer.park): a received
+    tensor that were a view of its uint8 bytes would keep them alive through its base."""
+    import gc
+    import weakref
+
+    tx, rx = _pair()
+    x = torch.randn(BIG).reshape(2, -1)
+    got, _ = _roundtrip({"x": x}, tx, rx)
+    t = got["x"]
+    assert t._base is None and torch.equal(t, x) and t.is_contiguous()
+    storage = weakref.ref(t.untyped_storage())
+    del got
+    t.data = torch.zeros_like(x)
+    gc.collect()
+    assert storage() is None, "the received bytes are gone once the tensor has other storage"
