@@ -70,7 +70,10 @@ def _measured_forward(model, inputs: list[Any], device: str) -> tuple[Any, int |
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated() - before
     held = sum(s.nbytes() for s in specs_of(native, "out"))  # (any structure: what is not a tensor counts 0)
-    given = sum(s.nbytes() for s in specs_of([x for x in inputs if isinstance(x, torch.Tensor) and x.is_cuda]))
+    # the copies of the inputs the forward ran on, made within the call (none where it ran on the inputs
+    # themselves: they were allocated before it, and subtracting them again read a loss's 8 GiB of temporaries as 0)
+    given = 0 if _OWNED[0] else sum(s.nbytes() for s in specs_of([x for x in inputs
+                                                                   if isinstance(x, torch.Tensor) and x.is_cuda]))
     return native, max(0, peak - held - given)
 
 

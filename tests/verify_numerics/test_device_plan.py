@@ -174,3 +174,8 @@ def test_the_reference_measures_its_forwards_working_memory_on_the_gpu():
     out = reference_outputs(Model(), [x], False, "cuda")
     assert out["workspace_bytes"] >= 256 << 20, out["workspace_bytes"]
     assert reference_outputs(Model(), [x.cpu()], False, "cpu")["workspace_bytes"] is None
+    from evokernel_mcp.verify.refout import owned_inputs
+
+    with owned_inputs():  # on the inputs themselves (a case within its memory cap): the same working memory
+        own = reference_outputs(Model(), [x], False, "cuda")["workspace_bytes"]
+    assert own >= 256 << 20 and abs(own - out["workspace_bytes"]) <= 64 << 20, (own, out["workspace_bytes"])
