@@ -264,9 +264,9 @@ def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | 
                    overrides: dict | None = None, reclaimed: int = 0, workspace_bytes: int = 0,
                    cap: int | None = None, can_park: bool = False) -> BenchPlan:
     """The fullest benchmark that fits in what is free (and within `cap`, data_cap's bytes, where set): as
-    asked; else, one change at a time: the arms parked (`can_park`: a big shape's lean arms, no graph replay;
-    every check kept, each switch of arms copies the data out and back, off the timed repetitions), no refill pool
-    (the post-timing refill check still catches caching by address), no control arm (the noise floor then comes
+    asked; else, one change at a time: no refill pool (the post-timing refill check still catches caching by
+    address), the arms parked (`can_park`: a big shape's lean arms, no graph replay; the checks kept, each switch
+    of arms copies the data out and back, off the timed repetitions), no control arm (the noise floor then comes
     from the rounds), no sampled repetitions (the refill and fresh checks still judge the outputs); where even
     the leanest exceeds the cap, the leanest that fits what is free; else too_big with the bytes of the leanest
     plan, the device's and the overrides."""
@@ -275,11 +275,11 @@ def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | 
     # (control arm, refill sets, sampled repetitions, transfer margin, the note saying what this step cut)
     steps: list[tuple[bool, int, int, bool, str | None]] = [(control, refill_sets, sample_size, True, None)]
     park = False
-    if can_park:
-        steps.append((control, refill_sets, sample_size, True, PARK_NOTE))
-    if refill_sets:
+    if refill_sets:  # first: its probe bar (the expected chunk sums of every content) is runner memory not planned
         steps.append((control, 0, sample_size, True, "no refill pool (device memory): the timed inputs keep their "
                       "content between blocks; the post-timing refill check still catches caching by address"))
+    if can_park:
+        steps.append((control, 0, sample_size, True, PARK_NOTE))
     if control:
         steps.append((False, 0, sample_size, True, "control arm left out (device memory): the noise floor comes "
                       "from the rounds (the speedup's own interval), not from a byte-identical third arm"))

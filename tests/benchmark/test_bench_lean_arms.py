@@ -222,7 +222,7 @@ def test_parked_arms_take_turns_one_park_per_switch_and_none_while_an_arm_runs_t
     assert sum(op == "arm_park" for _, op in ops) == switches > 0
 
 
-def test_a_big_shape_over_its_cap_parks_its_arms_before_cutting_any_check():
+def test_a_big_shape_over_its_cap_parks_its_arms_after_the_refill_pool_and_before_the_other_aids():
     from evokernel_mcp.runtime.devplan import PARK_NOTE, plan_benchmark
 
     gib = 2**30
@@ -236,6 +236,8 @@ def test_a_big_shape_over_its_cap_parks_its_arms_before_cutting_any_check():
     roomy = plan_benchmark(i, o, 75 * gib, 80 * gib, False, 0, 0, workspace_bytes=0, cap=None, can_park=True)
     assert not roomy.park_idle_arms, "a plan that fits as asked does not park (parking costs rounds)"
     full = plan_benchmark(i, o, 75 * gib, 80 * gib, True, 1, 1, workspace_bytes=work, cap=cap, can_park=True)
-    cuts = [k for k, n in enumerate(full.notes) if n.startswith(("no refill pool", "control arm", "no sampled"))]
-    assert full.park_idle_arms and all(full.notes.index(PARK_NOTE) < k for k in cuts), \
-        "parking is the first change, before any check is cut"
+    cuts = [k for k, n in enumerate(full.notes) if n.startswith(("control arm", "no sampled"))]
+    pool = next(k for k, n in enumerate(full.notes) if n.startswith("no refill pool"))
+    assert full.park_idle_arms and full.refill_sets == 0 and pool < full.notes.index(PARK_NOTE), \
+        "the refill pool goes first (its probe bar holds runner memory the plan does not count)"
+    assert all(full.notes.index(PARK_NOTE) < k for k in cuts), "then parking, before the control arm and the samples"
