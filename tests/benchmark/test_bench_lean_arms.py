@@ -240,4 +240,5 @@ def test_a_big_shape_over_its_cap_parks_its_arms_after_the_refill_pool_and_befor
     pool = next(k for k, n in enumerate(full.notes) if n.startswith("no refill pool"))
     assert full.park_idle_arms and full.refill_sets == 0 and pool < full.notes.index(PARK_NOTE), \
         "the refill pool goes first (its probe bar holds runner memory the plan does not count)"
-    assert all(full.notes.index(PARK_NOTE) < k for k in cuts), "then parking, before the control arm and the samples"
+    assert all(full.notes.index(PARK_NOTE) < k for k in cuts), "then parking, before the samples"
+    assert not full.control, "parked arms time without a control arm (it would make every block a switch)"
