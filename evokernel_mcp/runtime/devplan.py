@@ -254,10 +254,9 @@ def _bench_parts(i: int, o: int, n_arms: int, copies: int, refill: int, sample: 
             "runner's outputs freed": 0 if runner_keeps else -o}
 
 
-PARK_NOTE = ("the arms take turns on the device (device memory): each arm's inputs wait in host memory while "
-             "another arm runs its block, copied back before its own, off the timed repetitions; the copies count "
-             "against the time budget, so the run may have fewer rounds; no control arm (the noise floor comes from "
-             "the rounds)")
+PARK_NOTE = ("the arms take turns on the device (device memory: the leanest plan did not fit what is free): each "
+             "arm's inputs wait in host memory while another arm runs its block, copied back before its own, off the "
+             "timed repetitions; the copies count against the time budget, so the run may have fewer rounds")
 
 
 def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | None, control: bool,
@@ -265,22 +264,20 @@ def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | 
                    overrides: dict | None = None, reclaimed: int = 0, workspace_bytes: int = 0,
                    cap: int | None = None, can_park: bool = False) -> BenchPlan:
     """The fullest benchmark that fits in what is free (and within `cap`, data_cap's bytes, where set): as
-    asked; else, one change at a time: no refill pool (the post-timing refill check still catches caching by
-    address), the arms parked (`can_park`: a big shape's lean arms, no graph replay, no control arm; the checks
-    kept, each switch of arms copies the data out and back, off the timed repetitions), no control arm (the noise floor then comes
-    from the rounds), no sampled repetitions (the refill and fresh checks still judge the outputs); where even
-    the leanest exceeds the cap, the leanest that fits what is free; else too_big with the bytes of the leanest
-    plan, the device's and the overrides."""
+    asked; else, one cut at a time, no refill pool (the post-timing refill check still catches caching by
+    address), no control arm (the noise floor then comes from the rounds), no sampled repetitions (the refill
+    and fresh checks still judge the outputs); where even the leanest exceeds the cap, the leanest that fits
+    what is free; where even that does not fit, the leanest with its arms parked (`can_park`: a big shape's lean
+    arms, no graph replay: one arm's data on the device at a time, each switch of arms copying it out and back,
+    which doubles to triples a big shape's benchmark time, so it is the last resort, not a way under the soft
+    cap); else too_big with the bytes of the leanest plan, the device's and the overrides."""
     i, o = max(0, input_bytes), max(0, output_bytes)
     keeps = i + o <= BIG_BENCH_BYTES
     # (control arm, refill sets, sampled repetitions, transfer margin, the note saying what this step cut)
     steps: list[tuple[bool, int, int, bool, str | None]] = [(control, refill_sets, sample_size, True, None)]
-    park = False
-    if refill_sets:  # first: its probe bar (the expected chunk sums of every content) is runner memory not planned
+    if refill_sets:
         steps.append((control, 0, sample_size, True, "no refill pool (device memory): the timed inputs keep their "
                       "content between blocks; the post-timing refill check still catches caching by address"))
-    if can_park:  # a control arm would make every block a switch of arms (measured: 3x the switches' time)
-        steps.append((False, 0, sample_size, True, PARK_NOTE))
     if control:
         steps.append((False, 0, sample_size, True, "control arm left out (device memory): the noise floor comes "
                       "from the rounds (the speedup's own interval), not from a byte-identical third arm"))
@@ -290,6 +287,8 @@ def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | 
     if not host_staged(i, o):
         steps.append((False, 0, 0, False, "no transfer margin (device memory): the leanest plan, the arms adopting "
                       "the runner's copies of their inputs"))
+    if can_park:  # the last resort (a control arm would make every block a switch of arms)
+        steps.append((False, 0, 0, steps[-1][3], PARK_NOTE))
     notes: list[str] = []
     if not keeps:
         notes.append(f"the runner let its device copy of the reference's outputs ({_gb(o)}) go before timing"
@@ -299,10 +298,13 @@ def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | 
                      "this size)")
     parts: dict[str, int] = {}
     over_cap: BenchPlan | None = None
+    park = False
     for ctrl, refill, sample, margin, why in steps:
+        park = why == PARK_NOTE
+        if park and over_cap is not None:  # the free memory holds a plan without parking: the cap is soft
+            break
         if why:
             notes.append(why)
-        park = park or why == PARK_NOTE
         parts = _bench_parts(i, o, 3 if ctrl else 2, 1, refill, sample, per_rep_check_bytes, keeps, margin,
                              max(0, workspace_bytes), park)
         need = sum(parts.values())
@@ -311,8 +313,8 @@ def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | 
                              refill_sets=refill, sample_size=sample, runner_keeps_outputs=keeps,
                              per_rep_check_bytes=per_rep_check_bytes, notes=list(notes), cap_bytes=cap,
                              park_idle_arms=park)
-            if cap is None or need <= cap:
-                if cap is not None and len(notes) > (0 if keeps else 1):
+            if cap is None or need <= cap or park:
+                if cap is not None and need <= cap and len(notes) > (0 if keeps else 1):
                     plan.notes.append(f"planned within the job's memory cap: {_gb(cap)} of tensors (memory_factor "
                                       "x its own bytes, the processes' contexts counted)")
                 return plan

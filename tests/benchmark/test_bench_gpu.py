@@ -204,16 +204,14 @@ class ModelNew(Model):
 
 
 @pytest.mark.parametrize("cached", [False, True])
-def test_gpu_a_big_shape_over_its_memory_cap_parks_its_arms_and_keeps_every_check(cached):
-    """A 4.3 GB ReLU (2.1 GB in, 2.1 GB out) at default arguments: over the job's memory cap with both arms holding
-    their data, so the arms take turns on the device (each parks its data in host memory between its turns).
-    The result is valid for the same code, and a result cached by input address is still caught after timing
-    (the parked inputs come back in new storage, and the refill check runs on them)."""
+def test_gpu_a_big_shape_keeps_every_check_with_the_candidates_outputs_judged_from_host_memory(cached):
+    """A 4.3 GB ReLU (2.1 GB in, 2.1 GB out) at default arguments: a big shape, whose post-timing checks bring the
+    candidate's outputs to host memory and judge them block by block on the reference's device. The result is
+    valid for the same code, and a result cached by input address is still caught after timing."""
     cand = CACHED_BIG if cached else BIG_RELU + "\n\nclass ModelNew(Model):\n    pass\n"
     res = anyio.run(lambda: benchmark(reference=BIG_RELU, candidate=cand, wait_s=300, timeout_s=300))
     assert res.error is None, res.error
     r = res.results[0]
-    assert any("take turns on the device" in f for f in r.flags), r.flags
     if cached:
         assert r.valid is False and r.correct_after_timing is False, r.flags
     else:
