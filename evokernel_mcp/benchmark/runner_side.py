@@ -69,21 +69,19 @@ def checks_hi(input_bytes: int, output_bytes: int) -> bool:
     return data_cap(input_bytes + output_bytes, settings.get().memory_factor, 1) is None
 
 
-def _check(task: Task, got: Any, expected: dict[str, Any], dev: str = "cpu", chunk: int | None = None,
-           in_place: bool = False) -> dict[str, Any]:
+def _check(task: Task, got: Any, expected: dict[str, Any], dev: str = "cpu", chunk: int | None = None) -> dict[str, Any]:
     """The candidate's output vs the reference's for the same inputs, with verify's bar (verify/case.py:
     RMS-floored, PyTorch's own error as the floor, outputs of every kind, arg-reductions by the values
     selected), compared on the runner's device. `expected`: a reply of the reference's "case" or
     "expected" op (native, hi or None when the float64 copy did not fit, arg_reductions, inputs); `dev`: where
     the runner compares (verify/runner_side.py tensor_device); `chunk`: the comparison's block (elements), else
-    the plan's or the judge's default; in_place: `got` is judged where it is (a big shape's, in host memory)."""
+    the plan's or the judge's default."""
     from evokernel_mcp.verify.case import judge_outputs
 
     plan = expected.get("plan") or {}
     m = judge_outputs(task, expected["native"], expected.get("hi"), got, None, inputs=expected.get("inputs"),
                       arg=expected.get("arg_reductions"), chunk=chunk or plan.get("chunk_elems"), device=dev,
-                      native_spread=expected.get("native_spread"), sampled_torch_err=expected.get("sampled_torch_err"),
-                      got_in_place=in_place)
+                      native_spread=expected.get("native_spread"), sampled_torch_err=expected.get("sampled_torch_err"))
     out = {k: m.get(k) for k in ("passed", "max_abs_err", "rel_l2_err", "mismatches", "nan_count", "note", "bar")}
     if m.get("passed") is False and m.get("max_rel_err") is not None and m.get("tol"):
         vs = m.get("error_vs_pytorch")
@@ -94,7 +92,7 @@ def _check(task: Task, got: Any, expected: dict[str, Any], dev: str = "cpu", chu
 
 
 def _probe_check(arms: _Arms, ref, shape: str, seed: int, case: dict, hi: bool, limit: int,
-                 staged: bool = False, big: bool = False) -> dict[str, Any]:
+                 staged: bool = False) -> dict[str, Any]:
     """verify's signed probe case (verify/probe.py: floating inputs randn x 4) run by the candidate after timing
     and judged by verify's bar: a computation in a lower precision than the problem's dtype (TF32, fp16 or
     bf16 for an fp32 problem) can pass on the task's own inputs (all >= 0: no cancellation) and fails here,
@@ -110,9 +108,8 @@ def _probe_check(arms: _Arms, ref, shape: str, seed: int, case: dict, hi: bool, 
         exp["native"] = on_host(exp["native"])
         trim_between_cases()
     got = arms.ask(arms.cand, {"op": "bench_checks", "fresh": x, "init_inputs": case["init_inputs"],
-                               "state": case["state"], "seed": seed}, max_bytes=limit, handed=staged,
-                   device="cpu" if big else None)
-    chk = _check(arms.task, got.pop("fresh"), exp, arms.dev, chunk=LEAN_CHUNK if big else None, in_place=big)
+                               "state": case["state"], "seed": seed}, max_bytes=limit, handed=staged)
+    chk = _check(arms.task, got.pop("fresh"), exp, arms.dev)
     return chk
 
 
@@ -136,13 +133,11 @@ class _Arms:
             out["control"] = self.ctrl
         return out
 
-    def ask(self, child, req: dict[str, Any], max_bytes: int = 1 << 20, handed: bool = False,
-            device: str | None = None) -> Any:
+    def ask(self, child, req: dict[str, Any], max_bytes: int = 1 << 20, handed: bool = False) -> Any:
         """One request. handed: the request's tensors are the child's to keep (courier.handing_over: a host
-        tensor is made on the child's device in one copy, and that copy is the child's own); device "cpu": the
-        reply's tensors land in host memory (no device copy in the runner)."""
+        tensor is made on the child's device in one copy, and that copy is the child's own)."""
         with handed_over(child, handed):
-            return child.request(req, timeout_s=wall_deadline(self.deadline), max_bytes=max_bytes, device=device)
+            return child.request(req, timeout_s=wall_deadline(self.deadline), max_bytes=max_bytes)
 
     def inputs(self, ref, req: dict[str, Any], staged: bool) -> Any:
         """A case's inputs made by the reference (op "case", inputs_only); staged (devplan.host_staged): moved to the
@@ -386,22 +381,22 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
             out["settled"] = arms.ask(arms.cand, {"op": "settled", "inputs": x, "seed": seed,
                                                   "init_inputs": case["init_inputs"], "state": case["state"]},
                                       handed=staged)
-        # a big shape's outputs land in host memory: the runner holds the reference's alone on its device, and
-        # the judge brings the candidate's over block by block
         got = arms.ask(arms.cand, {"op": "bench_checks", name: x, "init_inputs": case["init_inputs"],
-                                   "state": case["state"], "seed": seed}, max_bytes=limit, handed=staged,
-                       device="cpu" if big else None)
+                                   "state": case["state"], "seed": seed}, max_bytes=limit, handed=staged)
         out["output_dtype"] = out.get("output_dtype") or got.get("output_dtype")
         if name == "refill":  # its timed storage served the refill check: gone before the reference's forward
             arms.ask(arms.cand, {"op": "arm_close", "name": "candidate"})  # (94_MSELoss: 8 of 27 GiB at the peak)
+        if staged:
+            got = on_host(got)
+            trim_between_cases()
         exp = {"inputs": x, **expected(arms, ref, x, seed, hi, staged)}
         if not exp.get("arg_reductions"):  # the judge needs the inputs only for an arg-reduction's values
             exp["inputs"] = x = None
             trim_between_cases()
-        out[key] = _check(arms.task, got.pop(name), exp, arms.dev, chunk=LEAN_CHUNK if big else None, in_place=big)
+        out[key] = _check(arms.task, got.pop(name), exp, arms.dev, chunk=LEAN_CHUNK if big else None)
         exp = got = x = None
         trim_between_cases()
-    out["check_probe"] = _probe_check(arms, ref, shape, seed, case, hi, limit, staged, big)
+    out["check_probe"] = _probe_check(arms, ref, shape, seed, case, hi, limit, staged)
     trim_between_cases()
     return out
 

@@ -362,17 +362,11 @@ def leaf_bar(ref_hi, ref_native, preset: str, tol_arg=None, *, chunk: int = DEFA
     return LeafBar(ref, native, tol, custom, note, tol_eff, rms, floor, torch_err, overflow, rms_n, spread, sampled)
 
 
-def _where(out, ref):
-    """Where the blocks are compared: the candidate output's device, or the reference's where only the reference
-    is on an accelerator (a big output kept in host memory: its blocks go over one at a time)."""
-    return ref.device if out.device.type == "cpu" and ref.device.type != "cpu" else out.device
-
-
 def _judge_float(out, ref_hi, ref_native, preset: str, tol_arg, chunk: int, unwritten,
                  spread: float | None, sampled: float | None = None) -> dict[str, Any]:
     import torch
 
-    dev = _where(out, ref_native)
+    dev = out.device
     lb = leaf_bar(ref_hi, ref_native, preset, tol_arg, chunk=chunk, device=dev, spread=spread, sampled=sampled)
     tol, custom, note, ref, native = lb.tol, lb.custom, lb.note, lb.ref, lb.native
     rms, torch_err, overflow, rms_n = lb.rms, lb.torch_err, lb.overflow, lb.rms_n
@@ -422,11 +416,11 @@ def _judge_float(out, ref_hi, ref_native, preset: str, tol_arg, chunk: int, unwr
 
 
 def _judge_exact(out, ref, chunk: int, unwritten) -> dict[str, Any]:
-    dev = _where(out, ref)
+    dev = out.device
     acc = _Acc(tuple(out.shape))
     offset = 0
     for idx in _blocks(tuple(out.shape), chunk):
-        o, r = out[idx].reshape(-1).to(dev), ref[idx].reshape(-1).to(dev)
+        o, r = out[idx].reshape(-1), ref[idx].reshape(-1).to(dev)
         bad = o != r
         unw = unwritten[idx].reshape(-1).to(dev) if unwritten is not None else None
         if unw is not None:

@@ -63,14 +63,14 @@ def _scalar_paths(obj: Any, path: str = "out") -> set[str]:
     return set()
 
 
-def _leaves(obj: Any, device: str | None, scalars: set[str] | None = None, like: dict | None = None):
-    """{path: tensor on device (None: where it is)}; a Python-number leaf of the reference accepts the
-    candidate's 0-d (or 1-element) tensor in the reference's dtype, and vice versa."""
+def _leaves(obj: Any, device: str, scalars: set[str] | None = None, like: dict | None = None):
+    """{path: tensor on device}; a Python-number leaf of the reference accepts the candidate's 0-d (or
+    1-element) tensor in the reference's dtype, and vice versa."""
     from evokernel_mcp.verify.outputs import flatten_outputs
 
     out = {}
     for leaf in flatten_outputs(obj):
-        t = leaf.tensor.to(device) if device is not None else leaf.tensor
+        t = leaf.tensor.to(device)
         if like is not None and scalars and leaf.path in scalars and leaf.path in like and t.numel() == 1:
             t = t.reshape(()).to(like[leaf.path].dtype)
         out[leaf.path] = t
@@ -160,10 +160,9 @@ def _merge(parts: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
 def judge_outputs(task: Task, native: Any, hi: Any, got_a: Any, got_b: Any, *, inputs: list | None = None,
                   arg: dict | None = None, override: dict | None = None, chunk: int | None = None,
                   device: str = "cpu", native_spread: dict[str, float] | None = None,
-                  sampled_torch_err: dict[str, float] | None = None, got_in_place: bool = False) -> dict[str, Any]:
+                  sampled_torch_err: dict[str, float] | None = None) -> dict[str, Any]:
     """Compare the candidate's outputs (run A, and run B for unwritten/determinism, or None) with the
-    reference's. got_in_place: the candidate's outputs stay where they are (a big output in host memory: the
-    bar brings its blocks to the reference's device one at a time, verify/bar.py). native_spread: {output
+    reference's. native_spread: {output
     path: the native reference's run-to-run spread} (verify/refout.py; with hi, the paths that are
     ill-conditioned and also held to the native reference); sampled_torch_err: {output path: PyTorch's error on
     a float64 sample of the batch} (without hi). Returns the
@@ -182,9 +181,8 @@ def judge_outputs(task: Task, native: Any, hi: Any, got_a: Any, got_b: Any, *, i
     except OutputError as e:
         return {"passed": False, "note": f"the reference's {e}"}
     try:
-        where = None if got_in_place else device
-        out_a = _leaves(got_a, where, scalars, ref)
-        out_b = _leaves(got_b, where, scalars, ref) if got_b is not None else None
+        out_a = _leaves(got_a, device, scalars, ref)
+        out_b = _leaves(got_b, device, scalars, ref) if got_b is not None else None
     except OutputError as e:
         return {"passed": False, "note": f"candidate {e}"}
     from evokernel_mcp.verify.outputs import Leaf

@@ -204,10 +204,10 @@ class ModelNew(Model):
 
 
 @pytest.mark.parametrize("cached", [False, True])
-def test_gpu_a_big_shape_keeps_every_check_with_the_candidates_outputs_judged_from_host_memory(cached):
-    """A 4.3 GB ReLU (2.1 GB in, 2.1 GB out) at default arguments: a big shape, whose post-timing checks bring the
-    candidate's outputs to host memory and judge them block by block on the reference's device. The result is
-    valid for the same code, and a result cached by input address is still caught after timing."""
+def test_gpu_a_big_shape_within_its_memory_cap_keeps_its_checks(cached):
+    """A 4.3 GB ReLU (2.1 GB in, 2.1 GB out) at default arguments: a big shape planned within the job's memory cap
+    (lean arms, the candidate's timed storage gone before the reference's refill outputs). The result is valid
+    for the same code, and a result cached by input address is still caught after timing."""
     cand = CACHED_BIG if cached else BIG_RELU + "\n\nclass ModelNew(Model):\n    pass\n"
     res = anyio.run(lambda: benchmark(reference=BIG_RELU, candidate=cand, wait_s=300, timeout_s=300))
     assert res.error is None, res.error
