@@ -211,8 +211,8 @@ def _sample_error(model, inputs: list[Any], native: Any, rng, device: str, room:
     from evokernel_mcp.verify.outputs import flatten_outputs
 
     b = _batch_size(inputs)
-    if b is None:
-        return None
+    if b is None or not _leads_with_batch(native, b):  # known before any forward: a loss's scalar output does
+        return None  # not (its float64 forward on a quarter of the batch ran for nothing: 96_HuberLoss, 27 GiB)
     k = max(1, b // 8) if room is None or hi_bytes <= 0 else min(max(1, b // 4), int(b * room // hi_bytes))
     if k < 1:
         return None
@@ -244,6 +244,19 @@ def _sample_error(model, inputs: list[Any], native: Any, rng, device: str, room:
         a = again.get(leaf.path)
         spread[leaf.path] = bar.max_abs_diff(r, a) if a is not None and a.shape == r.shape else float("inf")
     return (errs, k, b, spread) if errs else None
+
+
+def _leads_with_batch(native: Any, b: int) -> bool:
+    """Whether every floating output leads with the batch (b rows), and there is one: the sample's condition on
+    the full run's outputs, checked before the sample's forwards run."""
+    from evokernel_mcp.verify.outputs import OutputError, flatten_outputs
+
+    try:
+        leaves = [leaf.tensor for leaf in flatten_outputs(native)]
+    except OutputError:
+        return False
+    floating = [t for t in leaves if t.is_floating_point() or t.is_complex()]
+    return bool(floating) and all(t.dim() >= 1 and t.shape[0] == b for t in floating)
 
 
 def _ill_conditioned_paths(native: Any, ref_hi: Any) -> dict[str, float]:

@@ -206,6 +206,27 @@ def test_short_of_memory_the_run_to_run_spread_comes_from_the_sample_not_a_secon
     assert m.batches == [16, 16] and coupled["spread"] == {"out": 0.0} and "samples" not in coupled["precision"]
 
 
+def test_a_loss_whose_output_does_not_lead_with_the_batch_runs_no_sample_forwards():
+    """The sample needs every floating output to lead with the batch; a loss's scalar does not, and that is known
+    from the full run's output: no forward runs on a slice of the batch, in float64 or not (on an H100 these held
+    96_HuberLoss's reference at 27 GiB for 8 GiB of inputs, for a sample then thrown away)."""
+
+    class Loss(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.batches = []
+
+        def forward(self, a, b):
+            self.batches.append((a.shape[0], a.dtype))
+            return torch.nn.functional.smooth_l1_loss(a, b)
+
+    m = Loss()
+    out = refout.reference_outputs(m, [torch.randn(16, 32), torch.randn(16, 32)], False, "cpu",
+                                   why_not_hi=f"{refout.DOES_NOT_FIT}: 9 GB", room_bytes=10**9, hi_bytes=10**6)
+    assert m.batches == [(16, torch.float32)] * 2, "the full forward and its run-to-run spread, nothing on a slice"
+    assert out["sampled"] == {} and "samples" not in out["precision"]
+
+
 def test_a_batch_coupled_model_gets_no_float64_sample(tmp_path, monkeypatch):
     _tight(monkeypatch, 4 * 3 * 8 * 8, 4 * 3 * 8 * 8, 0.5)
     same = run_case(ILL_CONDITIONED, same_code(ILL_CONDITIONED), tmp_path, tag="coupled")
