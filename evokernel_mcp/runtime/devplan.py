@@ -269,7 +269,7 @@ def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | 
     and fresh checks still judge the outputs); where even the leanest exceeds the cap, the leanest that fits
     what is free; where even that does not fit, the leanest with its arms parked (`can_park`: a big shape's lean
     arms, no graph replay: one arm's data on the device at a time, each switch of arms copying it out and back,
-    which doubles to triples a big shape's benchmark time, so it is the last resort, not a way under the soft
+    which made a big shape's benchmark two to five times as long on an H100, so it is the last resort, not a way under the soft
     cap); else too_big with the bytes of the leanest plan, the device's and the overrides."""
     i, o = max(0, input_bytes), max(0, output_bytes)
     keeps = i + o <= BIG_BENCH_BYTES

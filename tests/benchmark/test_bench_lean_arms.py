@@ -223,7 +223,7 @@ def test_parked_arms_take_turns_one_park_per_switch_and_none_while_an_arm_runs_t
 
 
 def test_a_big_shape_parks_its_arms_only_where_nothing_else_fits_what_is_free():
-    """Parking doubles to triples a big shape's benchmark time (each switch of arms copies its data out and back),
+    """Parking made a big shape's benchmark two to five times as long (each switch of arms copies its data out and back),
     so it is the last resort: a plan over the soft cap that the free memory holds runs unparked."""
     from evokernel_mcp.runtime.devplan import PARK_NOTE, plan_benchmark
 
