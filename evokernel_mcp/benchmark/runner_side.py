@@ -20,24 +20,21 @@ import time
 from typing import Any
 
 from evokernel_mcp import settings
-from evokernel_mcp.benchmark.bound import common_host_per_rep, cushion_ms, runner_bound
+from evokernel_mcp.benchmark.arms import POOL_FULL_BYTES, Arms, interleave, on_host
 from evokernel_mcp.benchmark.messages import BenchmarkRequest
-from evokernel_mcp.benchmark.room import map_tensors, meta, room_for_arms
+from evokernel_mcp.benchmark.room import meta, room_for_arms
 from evokernel_mcp.benchmark.work import runner_counts
 from evokernel_mcp.runtime import cpus
 from evokernel_mcp.runtime.context import RunnerContext
 from evokernel_mcp.runtime.devmem import release_host, trim_between_cases
 from evokernel_mcp.runtime.devplan import BIG_BENCH_BYTES, host_staged
-from evokernel_mcp.runtime.spares import ChildFailed, handed_over, note, wall_deadline
+from evokernel_mcp.runtime.spares import ChildFailed, note, wall_deadline
 from evokernel_mcp.tasks import Task
 from evokernel_mcp.verify.memory import LEAN_CHUNK
 from evokernel_mcp.verify.runner_side import OUTPUT_SLACK, _nbytes, load_candidate, tensor_device
 
 CHECK_SEED_OFFSET = 7919
 REFILL_SEED_OFFSET = 104729
-# Input sets of other seeds each arm copies into its timed storage between blocks (defeats caching by
-# address during timing): two when the inputs are small, one above this (each arm holds the pool).
-POOL_FULL_BYTES = 512 << 20
 HI_CHECK_BYTES = 1 << 30  # post-timing checks against a float64 reference up to this output size
 
 
@@ -91,7 +88,7 @@ def _check(task: Task, got: Any, expected: dict[str, Any], dev: str = "cpu", chu
     return out
 
 
-def _probe_check(arms: _Arms, ref, shape: str, seed: int, case: dict, hi: bool, limit: int,
+def _probe_check(arms: Arms, ref, shape: str, seed: int, case: dict, hi: bool, limit: int,
                  staged: bool = False) -> dict[str, Any]:
     """verify's signed probe case (verify/probe.py: floating inputs randn x 4) run by the candidate after timing
     and judged by verify's bar: a computation in a lower precision than the problem's dtype (TF32, fp16 or
@@ -113,193 +110,7 @@ def _probe_check(arms: _Arms, ref, shape: str, seed: int, case: dict, hi: bool, 
     return chk
 
 
-class _Arms:
-    """The children of one job and the arms they host, one fresh child each: the candidate, the baseline
-    and, on request, the control arm (a byte-identical copy of the baseline in a child of its own, so that
-    its ratio to the baseline measures what separate processes alone make of identical code)."""
-
-    def __init__(self, cand, base, task: Task, deadline: float, ctrl=None, cpu: int | None = None, dev: str = "cpu"):
-        self.cand, self.base, self.task, self.deadline, self.ctrl = cand, base, task, deadline, ctrl
-        self.dev = dev  # where the runner compares outputs
-        self.cpu = None if cpu is None else _pin(self.children().values(), cpu)
-
-    @property
-    def control(self) -> bool:
-        return self.ctrl is not None
-
-    def children(self) -> dict[str, Any]:
-        out = {"baseline": self.base, "candidate": self.cand}
-        if self.ctrl is not None:
-            out["control"] = self.ctrl
-        return out
-
-    def ask(self, child, req: dict[str, Any], max_bytes: int = 1 << 20, handed: bool = False) -> Any:
-        """One request. handed: the request's tensors are the child's to keep (courier.handing_over: a host
-        tensor is made on the child's device in one copy, and that copy is the child's own)."""
-        with handed_over(child, handed):
-            return child.request(req, timeout_s=wall_deadline(self.deadline), max_bytes=max_bytes)
-
-    def inputs(self, ref, req: dict[str, Any], staged: bool) -> Any:
-        """A case's inputs made by the reference (op "case", inputs_only); staged (devplan.host_staged): moved to the
-        host (pinned) once here, so that the runner holds no device copy while it passes them on."""
-        x = self.ask(ref, {**req, "op": "case", "inputs_only": True}, max_bytes=1 << 42)["inputs"]
-        if staged:
-            x = on_host(x)
-            trim_between_cases()
-        return x
-
-
-def _pin(children, cpu: int) -> int | None:
-    """Host timing: every arm's process on one CPU (cpus.arm_cpus: a lasting difference between CPUs must not
-    read as a difference between the arms); the CPU, or None where not pinned."""
-    if all([cpus.pin_tree(c.proc.pid, cpu) for c in children]):
-        return cpu
-    note("benchmark: arms not pinned to CPU %d (not allowed here); each runs where the scheduler puts it", cpu)
-    for c in children:
-        cpus.release_tree(c.proc.pid)
-    return None
-
-
-def _run_dict(run, name: str, init: dict, report: dict, gpu: bool, cpu: int | None = None) -> dict[str, Any]:
-    """One arm's timing record in the shape api.py reads (timing.TimingRun.to_dict)."""
-    times = [t for _, t in run.times_ms[name]]
-    extra = {**(report.get("marks") or {}), "rounds": len(run.rounds)}
-    if isinstance(init.get("copies_note"), str):  # fewer timed input sets than the caches want: memory was short
-        extra["copies_note"] = init["copies_note"][:300]
-    if report.get("activity_timer_unused"):
-        extra["activity_timer_unused"] = report["activity_timer_unused"]
-    ovh = init.get("event_overhead_ms")
-    method = (f"interleaved with the other arms in {len(run.rounds)} rounds ({run.stop_reason})"
-              + (f"; {report.get('timer')} clock" if gpu else "") + ("; CUDA/HIP graph replay" if init.get("graph") else "")
-              + (("; cold cache" if init.get("flush_bytes") else "; warm cache") if gpu else "; host wall clock")
-              + (f"; every arm on CPU {cpu}" if cpu is not None else "")
-              + ("; empty-event overhead subtracted" if ovh else ""))
-    return {"times_ms": times, "method": method, "host_timing": not gpu, "warmup_calls": init.get("warmup_calls"),
-            "copies": init.get("copies"), "stop_reason": run.stop_reason, "flush_bytes": init.get("flush_bytes"),
-            "event_overhead_ms": ovh, "overhead_subtracted": bool(ovh), "timer": report.get("timer"),
-            "extra": extra}
-
-
-def _interleave(arms: _Arms, case: dict, pool: list, seed: int, opt: dict, progress, gpu: bool,
-                bar=None, sample: int | None = None, release_inputs: bool = False, staged: bool = False,
-                park: bool = False) -> dict:
-    """Time every arm in interleaved rounds; raw records per arm, the rounds, the sampled outputs, the runner's
-    bound on the reported times (runner_bound) and, with a ProbeBar, the check of every repetition's probes.
-    sample: timed repetitions the candidate keeps (None: two, one when inputs and outputs are big);
-    release_inputs: a big shape on a GPU: after the arms' set-up the runner's copies of the inputs go, and each arm
-    gives its allocator's cache (outputs, working memory) back after every block and makes it again, untimed,
-    before its next one (sides.arm_ready): one arm's working memory on the device at a time, not every arm's;
-    staged (devplan.host_staged): the runner's copies of the inputs (and the refill pool) wait on the host while the
-    arms get theirs (each arm's is made on its device by the hand-over: courier.py), so that two arms' copies,
-    not three, are on the device at once; park (devplan.plan_benchmark's park_idle_arms, lean arms only): an arm's
-    data waits in its host memory from the end of its set-up and whenever another arm's block is next, so one
-    arm's data is on the device at a time (the ABBA order switches arms about once per round)."""
-    from evokernel_mcp.benchmark import probes
-    from evokernel_mcp.benchmark.interleave import run_interleaved
-    from evokernel_mcp.benchmark.timing import TimingOptions
-
-    inits = {}
-    big = _nbytes(case["inputs"]) + _nbytes(case["native"])  # each sampled repetition keeps inputs + outputs
-    if sample is None:
-        sample = 2 if big <= POOL_FULL_BYTES else 1
-    limit = 4 * OUTPUT_SLACK * big + (16 << 20)
-    table = probes.position_table(seed) if bar is not None and not gpu else None  # GPU: chunk sums only
-    lean = bool(release_inputs and gpu)  # each arm gives its working memory back between its blocks
-    if lean and staged:
-        case["inputs"] = on_host(case["inputs"])
-        pool[:] = [on_host(p) for p in pool]
-        trim_between_cases()
-    for name, child in arms.children().items():
-        req = {"op": "arm_init", "name": name, "inputs": case["inputs"], "seed": seed,
-               "init_inputs": case["init_inputs"], "state": case["state"], "options": opt,
-               "sample_size": sample if name == "candidate" else 0,
-               "refill_pool": pool, "probe_table": table,
-               "probe_chunks": bar.chunks if bar is not None else None, "lean": lean, "park": lean and park}
-        inits[name] = arms.ask(child, req, max_bytes=1 << 20, handed=True)  # its inputs are its own (one copy)
-    req = None  # the last request holds the runner's inputs too: they must go with case["inputs"] below
-    if release_inputs:  # every arm has its own copy: the runner's goes (sizes kept for the limits below)
-        case["inputs"] = meta(case["inputs"])
-        pool[:] = [meta(p) for p in pool]
-        trim_between_cases()
-    blocks: dict[str, list[dict[str, Any]]] = {name: [] for name in arms.children()}
-    probe_checks: list[dict[str, Any]] = []
-
-    host = common_host_per_rep({n: i.get("host_enqueue_s") for n, i in inits.items()}) if gpu else None
-
-    on_device: list[str] = []  # park: the arm whose data is on the device now (none after the set-up)
-
-    def arm(child, name: str, ovh: float | None):
-        def call(k: int) -> list[float]:  # event times less the measured empty-event pair, when asked
-            req = {"op": "arm_block", "name": name, "k": k}
-            if lean and park and on_device != [name]:  # the last arm's data goes to its host before this one's returns
-                if on_device:
-                    arms.ask(arms.children()[on_device[0]], {"op": "arm_park", "name": on_device[0]})
-                on_device[:] = [name]
-            if lean:  # its allocations (and parked data) made again, off the runner's clock
-                arms.ask(child, {"op": "arm_ready", "name": name})
-            if gpu:  # every arm of a round behind the same GPU sleep; the clock stops when the block has run
-                req.update(defer=True, cushion_ms=cushion_ms(k, host) if host is not None else None)
-            t0 = time.perf_counter()  # the runner's own clock: the candidate can lengthen it, never shorten it
-            rep = arms.ask(child, req, max_bytes=64 << 20)
-            wall_ms = (time.perf_counter() - t0) * 1e3
-            if gpu:
-                rep = arms.ask(child, {"op": "arm_times", "name": name}, max_bytes=64 << 20)
-            times = rep["times"] if isinstance(rep, dict) else rep
-            blocks[name].append({"wall_ms": wall_ms, "sum_ms": float(sum(times)), "k": k})
-            rows = rep.get("probes") if isinstance(rep, dict) else None
-            if name == "candidate" and bar is not None and rows is not None and \
-                    (not probe_checks or probe_checks[-1].get("passed")):
-                first, n_sets = blocks_done(name) - k, int(inits[name].get("copies") or 1)
-                # GPU: refilled per repetition (two or more pool contents) or between blocks (gpu_content_of)
-                contents = [probes.gpu_content_of(first + i, len(blocks[name]) - 1, n_sets, len(pool))
-                            for i in range(k)] if gpu else None
-                probe_checks.append(bar.check(rows, first, n_sets, contents))
-            return [max(t - ovh, 0.0) for t in times] if ovh else times
-        return call
-
-    def blocks_done(name: str) -> int:
-        return sum(b["k"] for b in blocks[name])
-    calls = {name: arm(child, name, inits[name].get("event_overhead_ms"))
-             for name, child in arms.children().items()}
-    run = run_interleaved(calls, opt=TimingOptions(**opt), rng_seed=seed,
-                          on_progress=lambda frac, msg: progress(frac, 1.0, msg))
-    note("benchmark: blocks of %s repetitions; GPU sleep ahead of each sized for %s s of host work per "
-         "repetition (the arms measured %s)", sorted(set(run.block_sizes)),
-         f"{host:.3g}" if host is not None else "-",
-         {n: round(float(i.get("host_enqueue_s") or 0), 6) for n, i in inits.items()} if gpu else "-")
-    out: dict[str, Any] = {"rounds": {n: run.series(n) for n in run.arms},
-                           "runner_bound": runner_bound(run, blocks, gpu=gpu)}
-    if bar is not None:
-        out["check_probes"] = _probe_summary(probe_checks, bar)
-    for name, child in arms.children().items():
-        rep = arms.ask(child, {"op": "arm_report", "name": name, "samples": name == "candidate"}, max_bytes=limit)
-        out[name] = _run_dict(run, name, inits[name], rep, gpu, arms.cpu)
-        if name == "candidate":
-            out["samples"] = rep.get("samples") or []
-        else:  # the candidate's arm stays until its post-timing checks (they reuse its input storage)
-            arms.ask(child, {"op": "arm_close", "name": name})
-    return out
-
-
-def on_host(x: Any) -> Any:
-    """The same structure with every tensor copied to host memory (devmem.host_empty: pinned where it can be given
-    back, release_host at the job's end), the device copies let go by the caller."""
-    from evokernel_mcp.runtime.devmem import host_empty
-
-    return map_tensors(x, lambda t: t if t.device.type == "cpu" else host_empty(t.shape, t.dtype).copy_(t))
-
-
-def _probe_summary(checks: list[dict[str, Any]], bar) -> dict[str, Any] | None:
-    """One record of every block's probe check: the first failure, else how many repetitions passed."""
-    if bar.why_not is not None:
-        return {"passed": True, "checked": 0, "note": f"probes not judged: {bar.why_not}"}
-    if not checks:
-        return None
-    bad = next((c for c in checks if not c.get("passed")), None)
-    return bad or {"passed": True, "checked": sum(c.get("checked") or 0 for c in checks)}
-
-
-def _sampled(arms: _Arms, ref, samples: list, seed: int, hi: bool, staged: bool = False) -> dict[str, Any] | None:
+def _sampled(arms: Arms, ref, samples: list, seed: int, hi: bool, staged: bool = False) -> dict[str, Any] | None:
     """Outputs kept from random timed repetitions, checked against the reference on the same inputs (staged: the
     sample's inputs on the host while the reference gets its copy)."""
     if not samples:
@@ -318,7 +129,7 @@ def _sampled(arms: _Arms, ref, samples: list, seed: int, hi: bool, staged: bool 
     return worst
 
 
-def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, gpu: bool, ctx=None) -> dict:
+def _bench_shape(arms: Arms, ref, shape: str, seed: int, opt: dict, progress, gpu: bool, ctx=None) -> dict:
     from evokernel_mcp.verify.runner_side import plan_of, with_room, within_cap
 
     def ask() -> dict:
@@ -355,7 +166,7 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
     if gpu:
         trim_between_cases()  # the bar's float64 copies of the reference's outputs: freed before the arms start
     t0 = time.monotonic()
-    timed = _interleave(arms, case, pool, seed, opt, progress, gpu, bar, sample=sample, release_inputs=big,
+    timed = interleave(arms, case, pool, seed, opt, progress, gpu, bar, sample=sample, release_inputs=big,
                         staged=staged, park=park)
     if room.get("plan") is not None:
         out["memory_plan"] = room["plan"].model_dump(exclude={"notes", "too_big"})
@@ -401,7 +212,7 @@ def _bench_shape(arms: _Arms, ref, shape: str, seed: int, opt: dict, progress, g
     return out
 
 
-def _probe_bar(arms: _Arms, ref, case: dict, pool: list, seed: int, gpu: bool = False):
+def _probe_bar(arms: Arms, ref, case: dict, pool: list, seed: int, gpu: bool = False):
     """The expected probe values of every input content the arms time with (the case's inputs, then the
     pool's), from the reference's outputs on them (float64 where they fit: verify's bar), one content's
     outputs at a time. GPU: chunk sums only (no position table)."""
@@ -450,7 +261,7 @@ def _benchmark(ctx: RunnerContext, payload: BenchmarkRequest, progress, timing_q
         if payload.control:
             ctrl = _baseline_child(ctx, payload.baseline, task, deadline)
         note("benchmark: reference, candidate and baseline loaded at %.2f s", time.monotonic() - t0)
-        arms = _Arms(cand, base, task, deadline, ctrl, cpu=cpu, dev=tensor_device(ctx) or "cpu")
+        arms = Arms(cand, base, task, deadline, ctrl, cpu=cpu, dev=tensor_device(ctx) or "cpu")
         shapes, seed, opt = list(payload.shapes), payload.seed, dict(payload.options)
         clocks = _Clocks(read_clocks, info)
         for i, shape in enumerate(shapes):
@@ -499,7 +310,7 @@ def _confirm(ctx: RunnerContext, payload: BenchmarkRequest, task: Task, ref, sha
     try:
         load_candidate(ctx, child, payload.candidate, task, deadline)
         base = _baseline_child(ctx, payload.baseline, task, deadline)
-        arms = _Arms(child, base, task, deadline, cpu=cpu, dev=tensor_device(ctx) or "cpu")
+        arms = Arms(child, base, task, deadline, cpu=cpu, dev=tensor_device(ctx) or "cpu")
         s2 = seed + 31337
         case = arms.ask(ref, {"op": "case", "shape": shape, "seed": s2, "hi": False,
                               "memory_factor": settings.get().memory_factor}, max_bytes=1 << 42)
@@ -513,7 +324,7 @@ def _confirm(ctx: RunnerContext, payload: BenchmarkRequest, task: Task, ref, sha
                              max_bytes=1 << 42)["inputs"] for i in range(2)]
             bar = _probe_bar(arms, ref, case, pool, s2, gpu)
         with quiet():  # the children are taken and loaded first: only the timing holds spares back
-            timed = _interleave(arms, case, pool, s2, opt, lambda *a: None, gpu, bar, sample=0, release_inputs=big,
+            timed = interleave(arms, case, pool, s2, opt, lambda *a: None, gpu, bar, sample=0, release_inputs=big,
                                 staged=big and host_staged(_nbytes(case["inputs"]), _nbytes(case["native"])))
         return {"rounds": timed["rounds"], "timer": timed["candidate"].get("timer"),
                 "runner_bound": timed.get("runner_bound"), "check_probes": timed.get("check_probes")}

@@ -78,7 +78,7 @@ def arm_init(loaded, req: dict[str, Any]) -> dict[str, Any]:
 
 
 def arm_ready(loaded, req: dict[str, Any]) -> dict[str, Any]:
-    """A lean arm (a big shape: runner_side._interleave) before its block, off the runner's clock around it:
+    """A lean arm (a big shape: arms.interleave) before its block, off the runner's clock around it:
     one untimed call makes again the allocations its last block gave back (blocks.BlockTimer.ready)."""
     loaded.arms[req["name"]].ready()
     return {}

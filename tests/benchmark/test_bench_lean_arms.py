@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from evokernel_mcp.benchmark import arms as arms_mod
 from evokernel_mcp.benchmark import runner_side, sides, timing
 from evokernel_mcp.benchmark.blocks import BlockTimer
 
@@ -63,12 +64,12 @@ class _Child:
 def _interleave(lean: bool):
     log: list = []
     cand, base = _Child("candidate", log), _Child("baseline", log)
-    arms = runner_side._Arms(cand, base, task=None, deadline=1e12, dev="cpu")
+    arms = arms_mod.Arms(cand, base, task=None, deadline=1e12, dev="cpu")
     x = torch.randn(1024)
     case = {"inputs": [x], "native": [x.clone()], "init_inputs": [], "state": None}
     pool = [[torch.randn(1024)]]
     opt = {"min_reps": 2, "max_reps": 8, "max_time_s": 0.05}
-    runner_side._interleave(arms, case, pool, 0, opt, lambda *a: None, True, None, sample=0, release_inputs=lean,
+    arms_mod.interleave(arms, case, pool, 0, opt, lambda *a: None, True, None, sample=0, release_inputs=lean,
                             staged=lean)
     return log, case, pool
 
@@ -112,7 +113,7 @@ def test_a_big_shapes_check_inputs_land_on_the_host_and_go_to_the_reference_hand
             return {"inputs": [torch.zeros(2)], "native": torch.zeros(2)}
 
     ref = Ref()
-    arms = runner_side._Arms(ref, ref, task=None, deadline=1e12, dev="cuda")
+    arms = arms_mod.Arms(ref, ref, task=None, deadline=1e12, dev="cuda")
     x = arms.inputs(ref, {"shape": "s", "seed": 1}, staged=True)
     assert seen == [("case", None, False)] and x[0].device.type == "cpu"
     seen.clear()
@@ -148,11 +149,11 @@ def test_once_the_arms_have_their_inputs_nothing_in_the_runner_keeps_its_copy_al
             return super().request({"op": req["op"], "k": req.get("k")}, timeout_s, max_bytes, device)
 
     log: list = []
-    arms = runner_side._Arms(Child("candidate", log), Child("baseline", log), task=None, deadline=1e12, dev="cpu")
+    arms = arms_mod.Arms(Child("candidate", log), Child("baseline", log), task=None, deadline=1e12, dev="cpu")
     case = {"inputs": [torch.randn(1024)], "native": [torch.randn(1024)], "init_inputs": [], "state": None}
     ref = weakref.ref(case["inputs"][0])
     opt = {"min_reps": 2, "max_reps": 8, "max_time_s": 0.05}
-    runner_side._interleave(arms, case, [], 0, opt, lambda *a: None, True, None, sample=0, release_inputs=True)
+    arms_mod.interleave(arms, case, [], 0, opt, lambda *a: None, True, None, sample=0, release_inputs=True)
     assert alive == [False]
 
 
@@ -200,11 +201,11 @@ def test_a_parked_arm_keeps_its_tensors_and_values_and_times_the_same_inputs_aft
 def test_parked_arms_take_turns_one_park_per_switch_and_none_while_an_arm_runs_twice():
     log: list = []
     cand, base = _Child("candidate", log), _Child("baseline", log)
-    arms = runner_side._Arms(cand, base, task=None, deadline=1e12, dev="cpu")
+    arms = arms_mod.Arms(cand, base, task=None, deadline=1e12, dev="cpu")
     x = torch.randn(1024)
     case = {"inputs": [x], "native": [x.clone()], "init_inputs": [], "state": None}
     opt = {"min_reps": 2, "max_reps": 8, "max_time_s": 0.05}
-    runner_side._interleave(arms, case, [], 0, opt, lambda *a: None, True, None, sample=0, release_inputs=True,
+    arms_mod.interleave(arms, case, [], 0, opt, lambda *a: None, True, None, sample=0, release_inputs=True,
                             staged=True, park=True)
     assert all(r["park"] for _, op, r in log if op == "arm_init"), "each arm parks at the end of its set-up"
     ops = [(n, op) for n, op, _ in log if op in ("arm_park", "arm_ready", "arm_block")]

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from evokernel_mcp.benchmark import api, timing
+from evokernel_mcp.benchmark import arms as arms_mod
 from evokernel_mcp.benchmark.models import Ceilings
 from evokernel_mcp.errors import BadInput
 from evokernel_mcp.runtime.protocol import WorkerReply
@@ -168,10 +169,10 @@ def test_every_arm_gets_a_fresh_child_of_its_own():
     assert base.n == "ref0" and ctrl.n == "ref1"  # two fresh reference processes, not the cached one
     src = runner_side._baseline_child(Ctx, "def run(x, y):\n    return x + y\n", task, deadline)
     assert src.n == "kid2" and src.loaded == ["candidate"]
-    arms = runner_side._Arms("cand", base, task, deadline, ctrl)
+    arms = arms_mod.Arms("cand", base, task, deadline, ctrl)
     kids = arms.children()
     assert list(kids) == ["baseline", "candidate", "control"] and len({id(k) for k in kids.values()}) == 3
-    assert runner_side._Arms("cand", base, task, deadline).control is False
+    assert arms_mod.Arms("cand", base, task, deadline).control is False
 
 
 def test_clock_reads_are_shared_between_adjacent_shapes_but_never_across_device_work():
@@ -240,12 +241,12 @@ def test_nothing_runs_in_the_candidates_process_before_its_timing_and_the_settle
         asked.append(("cand", "TIMING"))
         return {"rounds": {}, "runner_bound": None, "samples": []}
 
-    monkeypatch.setattr(runner_side, "_interleave", timed)
+    monkeypatch.setattr(runner_side, "interleave", timed)
     monkeypatch.setattr(runner_side, "_probe_bar", lambda *a, **kw: None)
     monkeypatch.setattr(runner_side, "_check", lambda *a, **kw: {"passed": True})
     monkeypatch.setattr(runner_side, "_probe_check", lambda *a, **kw: {"passed": True})
     task = load_task("vector_add")
-    arms = runner_side._Arms(Child("cand"), Child("base"), task, 1e12)
+    arms = arms_mod.Arms(Child("cand"), Child("base"), task, 1e12)
     out = runner_side._bench_shape(arms, Child("ref"), "small", 0, {}, lambda *a: None, False)
     mine = [op for who, op in asked if who == "cand"]
     assert mine[0] == "TIMING", mine
