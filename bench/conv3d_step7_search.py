@@ -318,7 +318,8 @@ async def search(args, rep_cpu: dict) -> dict:
             for lesson in LESSONS if args.lessons else []:  # what each step of the search taught (its numbers)
                 rep.setdefault("lessons", []).append(await call(client, "record_note", lesson_note(lesson, labelled)))
             if not args.no_export:
-                out = await call(client, "export_trajectory", {"task": "conv3d_depthwise", "preview_chars": 0})
+                out = await call(client, "export_trajectory", {"task": "conv3d_depthwise", "preview_chars": 0,
+                                                                    "label": "conv3d/step7/*"})
                 rep["trajectory"] = {k: out.get(k) for k in ("artifact_id", "chart_uri", "report_uri", "points") if k in out}
                 await save_trajectory(client, out)
     return rep

@@ -284,19 +284,29 @@ def export_trajectory(
     shape: Annotated[str | None, Field(max_length=100, description="Shape set charted (default: the shape "
                                        "benchmarked most).")] = None,
     preview_chars: Annotated[int, Field(ge=0, le=20000, description="Characters of the report returned inline.")] = 3000,
+    label: Annotated[str | None, Field(max_length=200, description=(
+        "Only these variants: an exact label, or a glob with * ? [] (e.g. 'conv3d/step7/*'); their notes and the "
+        "task's own notes (about no variant) are kept. Default: every variant of the task."))] = None,
 ) -> TrajectoryExport:
     """Export the task's trajectory: a markdown report (distilled summary, every variant, every note) and a
     PNG chart of time per step (valid variants with CIs, the running best, failures, the PyTorch baseline),
-    stored as an artifact (read_artifact, or the resource evokernel://artifacts/{id}/report.md)."""
+    stored as an artifact (read_artifact, or the resource evokernel://artifacts/{id}/report.md). `label`
+    narrows it to one search's variants (a task journal often holds several searches)."""
     from evokernel_mcp import artifacts
     from evokernel_mcp.journal import export
 
     store = get_store()
     key = _task(store, task)
-    _, exps, rows = _rows(store, key)
+    recs, exps, rows = _rows(store, key)
+    raw_notes = store.notes(key)
+    if label is not None:
+        keep = _label_match(label, [r.label for r in rows])
+        recs = [r for r in recs if keep(r.experiment)]
+        exps, rows = [e for e in exps if keep(e.label)], [r for r in rows if keep(r.label)]
+        raw_notes = [n for n in raw_notes if n["experiment"] is None or keep(n["experiment"])]
     the_shape = shape or main_shape(exps)
-    d = _distill(store, key, max_claims=500)
-    notes = [dst.note_record(n) for n in store.notes(key)]
+    d = dst.build(key, recs, raw_notes, str(store.path), max_claims=500)
+    notes = [dst.note_record(n) for n in raw_notes]
     report = export.report_markdown(d, rows, notes, the_shape)
     png, points = export.chart_png(key, rows, the_shape)
     aid = artifacts.put("journal", {"report.md": report, "trajectory.png": png}, detail=f"trajectory of {key}")
@@ -306,6 +316,18 @@ def export_trajectory(
         chart_uri=f"evokernel://artifacts/{aid}/trajectory.png", report_uri=f"evokernel://artifacts/{aid}/report.md",
         points=points, shape=the_shape, markdown_preview=preview, preview_left_off_chars=len(report) - len(preview),
         provenance=_prov(store, "*", "chart and report drawn from the recorded results"))
+
+
+def _label_match(label: str, known: list[str]):
+    """A predicate on labels: `label` as a glob (* ? []) or exact; NotFound where it matches none of `known`."""
+    import fnmatch
+
+    glob = any(ch in label for ch in "*?[")
+    keep = (lambda lab: lab is not None and fnmatch.fnmatchcase(lab, label)) if glob else (lambda lab: lab == label)
+    if not any(keep(k) for k in known):
+        raise NotFound(f"no experiment labelled {label!r} in this task.{_close(label, known)}",
+                       next_call="list_experiments()")
+    return keep
 
 
 def journal_markdown(task: str) -> str:

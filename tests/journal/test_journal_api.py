@@ -139,6 +139,24 @@ def test_export_trajectory_markdown_and_png(trail):
     assert e.markdown_preview == report[:3000]
 
 
+def test_export_trajectory_of_one_search_keeps_its_variants_and_notes(trail):
+    """A task's journal holds several searches: `label` (exact or a glob) narrows the report and the chart to one,
+    keeping its variants' notes and the task's own, dropping other variants' notes."""
+    api.record_note("v3 masks nothing at the tail.", ResultEvidence(kind="result", result_id=trail["v3"]["verify"]),
+                    experiment="v3")
+    api.record_note("v1 is the naive start.", "unverified", experiment="v1", kind="claim")
+    api.record_note("The whole search runs on one device.", "unverified", task="vector_add", kind="claim")
+    e = api.export_trajectory("vector_add", label="v[23]")
+    assert e.points == 2
+    report = path_of(e.artifact_id, "report.md").read_text()
+    assert "| 3 | v3 | failed |" in report and "| 1 | v1 |" not in report
+    assert "v3 masks nothing" in report and "one device" in report and "naive start" not in report
+    one = api.export_trajectory("vector_add", label="v2")
+    assert one.points == 1
+    with pytest.raises(NotFound, match="no experiment labelled 'w\\*'"):
+        api.export_trajectory("vector_add", label="w*")
+
+
 def test_note_errors(trail):
     with pytest.raises(NotFound, match="r-ffffffffffff"):
         api.record_note("x is y", ResultEvidence(kind="result", result_id="r-ffffffffffff"), task="vector_add")
