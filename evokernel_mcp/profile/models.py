@@ -246,6 +246,8 @@ class HotInstruction(Model):
 
     index: int
     instruction: str
+    address: str | None = Field(default=None, description="The instruction's address (hex: Vaddr on AMD, Address on "
+                                "NVIDIA), to find it in a disassembly.")
     klass: str = Field(alias="class", description="Instruction class (VALU FMA, DS, VMEM, waitcnt, NOP ...).")
     cycles: float
     stall_cycles: float | None = None

@@ -104,6 +104,7 @@ def summarize(rows: list[TraceInstruction], vendor: str, top_n: int = 20, neighb
         near = [f"{ins[j].index}: {ins[j].instruction}" for j in range(max(0, i - neighbours),
                                                                        min(len(ins), i + neighbours + 1)) if j != i]
         hot.append(HotInstruction(index=r.index, instruction=r.instruction, klass=classify(r.instruction),
+                                  address=hex(r.address) if r.address is not None else None,
                                   cycles=r.cycles, stall_cycles=r.stall_cycles, hits=r.hits, source_line=r.source,
                                   source_text=r.source_text[:80] if r.source_text else None,
                                   fraction=round(r.cycles / total, 4) if total else 0.0, neighbours=near))

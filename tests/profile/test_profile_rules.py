@@ -154,6 +154,8 @@ def test_summarize_att_fixture():
     assert total == 6167428 and sum(br.values()) == pytest.approx(1.0, abs=1e-3)
     assert hot[0].instruction == "s_barrier" and hot[0].cycles == 741412 and hot[0].index == 544
     assert len(hot[0].neighbours) == 4 and hot[0].source_line.endswith("gemm_afp4wfp4.py:140")
+    row = next(r for r in rows if r.index == 544)
+    assert row.address is not None and hot[0].address == hex(row.address), "the disassembly's address, in hex"
     assert br["MFMA"] > 0.05 and br["barrier"] == pytest.approx(0.2173, abs=1e-4)
 
 
