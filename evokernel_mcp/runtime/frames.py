@@ -224,8 +224,8 @@ def _typed(raw, dt, shape: list[int]):
     import torch
 
     size = torch.empty(0, dtype=dt).element_size()
-    if raw.storage_offset() % size or not raw.is_contiguous():
-        return raw.view(dt).reshape(shape)
+    if raw.storage_offset() % size or not raw.is_contiguous() or raw.numel() != math.prod(shape) * size:
+        return raw.view(dt).reshape(shape)  # (bytes that do not make the shape fail here, as they always did)
     strides = torch.empty(shape, dtype=dt, device="meta").stride()
     return torch.empty(0, dtype=dt, device=raw.device).set_(raw.untyped_storage(), raw.storage_offset() // size,
                                                             shape, strides)

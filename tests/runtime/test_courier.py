@@ -450,3 +450,13 @@ def test_a_tensor_received_by_fd_is_no_view_so_giving_it_other_storage_frees_the
     t.data = torch.zeros_like(x)
     gc.collect()
     assert storage() is None, "the received bytes are gone once the tensor has other storage"
+
+
+def test_received_bytes_that_do_not_make_the_announced_shape_are_refused_as_before():
+    from evokernel_mcp.runtime.frames import _typed
+
+    raw = torch.zeros(64, dtype=torch.uint8)
+    assert _typed(raw, torch.float32, [4, 4]).shape == (4, 4)
+    for shape in ([4, 3], [4, 5]):  # fewer elements than the bytes hold, or more
+        with pytest.raises(RuntimeError):
+            _typed(raw, torch.float32, shape)
