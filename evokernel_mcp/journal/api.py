@@ -193,16 +193,9 @@ def list_experiments(
     store = get_store()
     key = _task(store, task) if task else None
     _, exps, rows = _rows(store, key)
-    if label is not None:
-        import fnmatch
-
-        if any(ch in label for ch in "*?["):
-            rows = [r for r in rows if fnmatch.fnmatchcase(r.label, label)]
-        elif not any(r.label == label for r in rows):
-            raise NotFound(f"no experiment labelled {label!r}.{_close(label, [r.label for r in rows])}",
-                           next_call="list_experiments()")
-        else:
-            rows = [r for r in rows if r.label == label]
+    if label is not None:  # a glob that matches nothing lists nothing; an unknown exact label is an error
+        keep = _label_match(label, [r.label for r in rows], glob_may_miss=True)
+        rows = [r for r in rows if keep(r.label)]
     if verdict is not None:
         rows = [r for r in rows if r.verdict == verdict]
     shown_shape = shape or main_shape(exps)
@@ -318,15 +311,15 @@ def export_trajectory(
         provenance=_prov(store, "*", "chart and report drawn from the recorded results"))
 
 
-def _label_match(label: str, known: list[str]):
-    """A predicate on labels: `label` as a glob (* ? []) or exact; NotFound where it matches none of `known`."""
+def _label_match(label: str, known: list[str], glob_may_miss: bool = False):
+    """A predicate on labels: `label` as a glob (* ? []) or exact; NotFound where it matches none of `known`
+    (a glob may match none where glob_may_miss)."""
     import fnmatch
 
     glob = any(ch in label for ch in "*?[")
     keep = (lambda lab: lab is not None and fnmatch.fnmatchcase(lab, label)) if glob else (lambda lab: lab == label)
-    if not any(keep(k) for k in known):
-        raise NotFound(f"no experiment labelled {label!r} in this task.{_close(label, known)}",
-                       next_call="list_experiments()")
+    if not (glob and glob_may_miss) and not any(keep(k) for k in known):
+        raise NotFound(f"no experiment labelled {label!r}.{_close(label, known)}", next_call="list_experiments()")
     return keep
 
 
