@@ -78,6 +78,9 @@ class Settings(BaseModel):
                                  "can, by giving up accuracy and robustness aids (runtime/devplan.py); 0: only the "
                                  "free memory limits it (serve --memory-factor; no variable)")
     # knobs with a measured default and no variable (tests and the code set them; docs/configuration.md)
+    cuda_stack_bytes: int = Field(256, ge=0, description="the per-thread stack limit of each of our processes' "
+                                  "CUDA contexts (the driver raises it for a launch that needs more); 0: the "
+                                  "driver's default (runtime/cuda_stack.py)")
     cpu_split: Literal["auto", "even", "off"] = "auto"
     child_cpu_s: int | None = Field(14400, ge=1, description="CPU seconds of each process of agent code")
     child_pids: int | None = Field(1024, ge=1, description="processes and threads of a job (pids cgroup)")

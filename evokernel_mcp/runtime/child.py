@@ -96,7 +96,7 @@ def _triton_key() -> str:
     return given
 
 
-def _info(device: str, warm: bool = True, gate=None) -> dict[str, Any]:
+def _info(device: str, warm: bool = True, gate=None, stack_bytes: int = 0) -> dict[str, Any]:
     info: dict[str, Any] = {"python": sys.version.split()[0], "pid": os.getpid(), "uid": os.getuid()}
     if sys.pycache_prefix:  # the runner's bytecode (runtime/pycache.py)
         info["pycache_prefix"] = sys.pycache_prefix
@@ -132,6 +132,10 @@ def _info(device: str, warm: bool = True, gate=None) -> dict[str, Any]:
         torch.cuda.init()
         torch.zeros(1, device="cuda")  # the context, ahead of the job
         info["device_name"] = torch.cuda.get_device_name(0)
+        if stack_bytes:  # before any agent code: the context's reserved stack (runtime/cuda_stack.py)
+            from evokernel_mcp.runtime.cuda_stack import limit_stack
+
+            info["cuda_stack_bytes"] = limit_stack(stack_bytes)
     else:
         info["device_name"] = "cpu"
     lap("device")
@@ -232,14 +236,14 @@ def _send(out, model: BaseModel, courier=None) -> None:
     frames.write(out, box, courier)
 
 
-def serve(device: str, out, courier=None, warm: bool = True, gated: bool = False) -> None:
+def serve(device: str, out, courier=None, warm: bool = True, gated: bool = False, stack_bytes: int = 0) -> None:
     from evokernel_mcp import candidate as cand
 
     def gate() -> None:
         _send(out, ChildGate(event="gate"))
         CHILD_REQUEST.validate_python(frames.read(sys.stdin.buffer, max_bytes=0, device=None, courier=courier))  # go
 
-    _send(out, ChildReady(event="ready", info=_info(device, warm, gate if gated else None)))
+    _send(out, ChildReady(event="ready", info=_info(device, warm, gate if gated else None, stack_bytes)))
     loaded: Loaded | None = None
     inp = sys.stdin.buffer
     while True:
@@ -299,6 +303,8 @@ def main() -> None:
     ap.add_argument("--fd-sock", type=int, default=None, help="unix socket for tensors sent by fd")
     ap.add_argument("--warm-profiler", action="store_true", help="start and stop a profiler session while a spare")
     ap.add_argument("--gpu-gate", action="store_true", help="wait for the runner's go before touching the device")
+    ap.add_argument("--cuda-stack", type=int, default=0, help="the context's per-thread stack limit in bytes "
+                    "(0: the driver's default)")
     ap.add_argument("--capture-fds", default=None, help="OUT,ERR: fds of the capture files the runner opened; "
                     "without it (a child under a profiler, which may not pass descriptors on) the files of those "
                     "names the runner made in the scratch dir, opened before any agent code runs")
@@ -325,7 +331,7 @@ def main() -> None:
 
         os.set_inheritable(args.fd_sock, False)  # nothing the candidate starts gets it
         courier = Courier(socket.socket(fileno=args.fd_sock), adopt=True)  # its peer is the runner
-    serve(args.device, proto, courier, warm=args.warm_profiler, gated=args.gpu_gate)
+    serve(args.device, proto, courier, warm=args.warm_profiler, gated=args.gpu_gate, stack_bytes=args.cuda_stack)
 
 
 if __name__ == "__main__":

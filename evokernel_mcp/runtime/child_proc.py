@@ -164,6 +164,7 @@ class Child:
         argv = [sys.executable, "-m", "evokernel_mcp.runtime.child", "--device", kind,
                 *([] if wrap else ["--fd-sock", str(theirs.fileno())]),
                 *(["--warm-profiler"] if self.warm else []), *(["--gpu-gate"] if self.gated else []),
+                *(["--cuda-stack", str(stack)] if kind == "cuda" and (stack := settings.get().cuda_stack_bytes) else []),
                 *([] if wrap else ["--capture-fds", f"{out_fd},{err_fd}"])]
         # a wrapped child (a profiler around it, which may close descriptors) opens the same files by name at
         # its start, before any agent code: the runner still reads them through the descriptors kept here

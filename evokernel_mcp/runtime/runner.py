@@ -82,6 +82,10 @@ def _import_stack(device: str) -> dict[str, Any]:
             from evokernel_mcp.benchmark import timing as _timing
 
             _timing.bind_event_api()  # (the profiler for the activity clock starts in the first benchmark)
+            from evokernel_mcp import settings
+            from evokernel_mcp.runtime.cuda_stack import limit_stack
+
+            info["cuda_stack_bytes"] = limit_stack(settings.get().cuda_stack_bytes)  # its context, made now
         else:
             info["device_name"] = "cpu"
     except Exception as e:  # noqa: BLE001 - reported to the pool, not fatal for ping
