@@ -69,6 +69,12 @@ VARIANTS = {  # v1..v6 as in the first H100 round (commit c31f27b), v7..v12 adde
     # kernel.cu's defaults: v22 with an 8-stage ring (a slot index without a division): no faster on the source of
     # 2026-11-26 (run 14), 0.4 % faster on the lean loop of 2026-11-27 (two runs)
     "v23": {"STAGES": 8},
+    # v23's profile: the shared-memory pipe bounds it (mio_throttle 22 % of the stalls, the flush's 16-byte reads
+    # 6-way in ncu's count, each flush step a branch around a read and its dependent store). kernel.cu now swizzles
+    # the output tile (OSWZ 1: writes and reads conflict-free), reads every flush step before its predicated stores,
+    # and issues no copy for a thread without a chunk. Not run: TMA stores on v23's shape (TMA 2, PPS 1), whose dense
+    # box puts the 4 planes of a C-fragment write 2 planes apart = 0 words modulo 32: 4-way (emulate.bank_conflicts)
+    "v25": {"STAGES": 8, "OSWZ": 0},  # the same without the swizzle (the tile padded as before)
 }
 DEFAULT = ["v3", "v1", "v23"]
 # The lessons of the search that made v22 and v23 (bench/results/conv3d_step7_search_NVIDIA_H100_80GB_HBM3_2026-11-26.md

@@ -225,7 +225,7 @@ def _step7_variant(src, defines):
 @pytest.mark.parametrize("target", ["nvidia", "amd"])
 @pytest.mark.parametrize("defines", [{}, {"STAGES": 6}, {"WARPS": 2, "NPB": 4, "NPN": 4, "NT": 5, "MINB": 6},
                                      {"WARPS": 8, "NPB": 16, "MINB": 1}, {"WARPS": 10, "NT": 2, "MINB": 2},
-                                     {"PPS": 2, "STAGES": 4}, {"PPS": 2, "STAGES": 6, "NPN": 4},
+                                     {"PPS": 2, "STAGES": 4}, {"PPS": 2, "STAGES": 6, "NPN": 4}, {"OSWZ": 0},
                                      {"WARPS": 2, "NPB": 4, "NPN": 4, "NT": 5, "MINB": 6, "TMA": 1},
                                      {"WARPS": 2, "NPB": 4, "NPN": 4, "NT": 5, "MINB": 6, "TMA": 2}])
 def test_step7_emulated_kernel_matches_conv3d(target, defines):
@@ -281,8 +281,8 @@ def test_step7_search_variants_cover_the_full_shape():
         y = emu.emulate(x.double().numpy(), w.double().numpy(), src, "nvidia")
         np.testing.assert_allclose(y, F.conv3d(x.double(), w.double(), padding=(0, 2, 2), groups=1)[0].numpy(),
                                    rtol=1e-12, atol=1e-12, err_msg=name)
-        ways = emu.bank_conflicts(src, 80)  # NVIDIA: B reads conflict-free; output-tile writes at most 2-way
-        assert ways["b_read"] == 1 and ways["c_write"] <= 2, (name, ways)
+        ways = emu.bank_conflicts(src, 80)  # NVIDIA: B reads conflict-free; output-tile writes and reads at most 2-way
+        assert ways["b_read"] == 1 and ways["c_write"] <= 2 and ways["flush_read"] <= 2, (name, ways)
 
 
 def test_step7_search_lessons_name_only_labels_the_run_made():
@@ -321,3 +321,23 @@ def test_step7_bank_conflict_count_sees_a_bad_plane_stride(monkeypatch):
     # without the padding, a plane is 2 rows of 96 elements = 96 words = 0 mod 32: the 8 planes of a B read share banks
     monkeypatch.setattr(emu, "config", lambda s, target="nvidia": dict(cf, PLANEE=2 * cf["ROWE"]))
     assert emu.bank_conflicts(src, 80)["b_read"] >= 4
+
+
+def test_step7_swizzled_output_tile_is_conflict_free():
+    """kernel.cu's defaults: the C-fragment writes and the flush's 16-byte reads of the swizzled output tile each hit
+    every bank once; the padded tile (OSWZ 0) is 2-way for both."""
+    emu, src = _step7()
+    assert emu.config(src)["OSW"] == 1
+    assert emu.bank_conflicts(src, 80) == {"b_read": 1, "c_write": 1, "flush_read": 1}
+    assert emu.bank_conflicts(_step7_variant(src, {"OSWZ": 0}), 80) == {"b_read": 1, "c_write": 2, "flush_read": 2}
+
+
+def test_step7_emulation_catches_a_flush_that_does_not_undo_the_swizzle(monkeypatch):
+    emu, src = _step7()
+    x, w = _inputs(seed=6, C=1, D=5, H=6, W=16)
+    ref = F.conv3d(x.double(), w.double(), padding=(0, 2, 2), groups=1)[0].numpy()
+    np.testing.assert_allclose(emu.emulate(x.double().numpy(), w.double().numpy(), src), ref, rtol=1e-12, atol=1e-12)
+    fo = emu.flush_offset
+    monkeypatch.setattr(emu, "flush_offset", lambda tid, cf: (fo(tid, cf)[0], False))  # the halves left swapped
+    y = emu.emulate(x.double().numpy(), w.double().numpy(), src)
+    assert np.abs(y - ref).max() > 1e-3

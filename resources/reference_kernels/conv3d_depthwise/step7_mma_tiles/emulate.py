@@ -4,7 +4,7 @@ m16n8k16 and AMD MFMA 16x16x16), pair loop and accumulator slots. Shared memory 
 of a never-written element poisons the output; `y` starts as NaN, so an unwritten output shows.
 
   emulate(x, w, source_text, target) -> y (float64, [C, D - 2, H, W])
-  bank_conflicts(source_text, W) -> worst ways of the NVIDIA B reads and output-tile writes
+  bank_conflicts(source_text, W) -> worst ways of the NVIDIA B reads, output-tile writes and flush reads
 Used by test_conv3d_steps.py and bench/conv3d_step7_search.py (a variant is checked here before any GPU
 time is spent on it).
 """
@@ -36,22 +36,34 @@ def config(src: str, target: str = "nvidia") -> dict:
         rowe = wmax + 16
         planee = 2 * (rowe + ((32 // v["NPN"] - rowe) % 32 + 32) % 32)  # C's % of a negative: same result here
         slote = (v["NPB"] + 2) * planee
-    orowe = wmax + 8
+    threads, wch = v["WARPS"] * lanes, wmax // 8
+    # the flush: thread t < FTHR takes chunk t % WCH of output rows (plane, row) t // WCH + FRS k, k < NFL
+    frs = threads // wch // 4 * 4
+    nfl = -(-4 * v["NPB"] // max(frs, 1))
+    # the swizzled output tile (NVIDIA, cp.async stores): column c of row r at c ^ 4r, rows dense
+    m = re.search(r"#define OSWZ (\d+)", src)
+    oq = tilew * v["WARPS"] // (v["NPB"] // v["NPN"])
+    v["OSW"] = int(bool(m and int(m.group(1)) and target == "nvidia" and not v["TMA"] and wch % 2 == 0 and oq % 16 == 0))
+    orowe = wmax if v["OSW"] else wmax + 8
     if v["TMA"]:  # the store's box, dense, on 128 bytes
         otile_at, oplanee = -(-2 * nstage * slote // 128) * 64, 4 * orowe
     else:
         otile_at, oplanee = nstage * slote, 4 * orowe + (16 if v["NPN"] == 4 else 8)
-    smem = 2 * (otile_at + v["NPPS"] * v["NPB"] * oplanee) + (8 * nstage if v["TMA"] == 1 else 0)
+    # NVIDIA's flush reads every step unpredicated: planes past the last tile, read and never stored
+    opad = max(0, frs // 4 * nfl - v["NPB"]) if target == "nvidia" and not v["TMA"] else 0
+    smem = 2 * (otile_at + (v["NPPS"] * v["NPB"] + opad) * oplanee) + (8 * nstage if v["TMA"] == 1 else 0)
     v.update(LANES=lanes, NB=nb, NSTAGE=nstage, SPN=spn, TILEW=tilew, WMAX=wmax, ROWE=rowe, PLANEE=planee, OTILE_AT=otile_at,
-             SLOTE=slote, OROWE=orowe, OPLANEE=oplanee, THREADS=v["WARPS"] * lanes, WCH=wmax // 8,
-             SMEM_BYTES=smem)
+             SLOTE=slote, OROWE=orowe, OPLANEE=oplanee, THREADS=threads, WCH=wch, OPAD=opad, SMEM_BYTES=smem)
     v["NCHUNK"] = (v["NPB"] + 2) * 2 * v["WCH"]
     v["CPT"] = -(-v["NCHUNK"] // v["THREADS"])
     v["NOUT"] = v["NPB"] * 4 * v["WCH"]
-    # the flush: thread t < FTHR takes chunk t % WCH of output rows (plane, row) t // WCH + FRS k, k < NFL
-    v["FRS"] = v["THREADS"] // v["WCH"] // 4 * 4
-    v["FTHR"], v["NFL"] = v["FRS"] * v["WCH"], -(-4 * v["NPB"] // max(v["FRS"], 1))
+    v["FRS"], v["FTHR"], v["NFL"], v["OQ"] = frs, frs * wch, nfl, oq
     return v
+
+
+def ocol(col: int, r: int, cf: dict) -> int:
+    """Where column col of output-tile row r sits: col ^ 4r with the swizzle (OSW), else col."""
+    return col ^ (4 * r) if cf["OSW"] else col
 
 
 def _c_mod(a: int, b: int) -> int:  # C's % (truncating)
@@ -151,7 +163,8 @@ def emulate(x, w, src: str, target: str = "nvidia") -> np.ndarray:
                 assert (seen == 1).all(), "A fragment map does not cover 16 x 16 exactly once"
         for bx in range(-(-Dout // NPB)):
             d0 = bx * NPB
-            smem = np.full(cf["OTILE_AT"] + cf["NPPS"] * NPB * OPLANEE, np.nan)
+            smem = np.full(cf["OTILE_AT"] + (cf["NPPS"] * NPB + cf["OPAD"]) * OPLANEE, np.nan)
+            assert len(smem) == cf["SMEM_BYTES"] // 2 - (4 * NSTAGE if cf["TMA"] == 1 else 0)
             if cf["TMA"] != 1:  # the cp.async kernel zeroes its ring once; a TMA load writes its whole box
                 smem[:NSTAGE * SLOTE] = 0.0
             otile = cf["OTILE_AT"]
@@ -191,7 +204,7 @@ def emulate(x, w, src: str, target: str = "nvidia") -> np.ndarray:
                 for q in range(NT):
                     T = warp + WARPS * q  # tiles past W: columns past W, inside the row, never flushed
                     pg, ct = T % NPG, T // NPG
-                    oofs[warp, q] = pg * NPN * OPLANEE + ct * cf["TILEW"]
+                    oofs[warp, q] = pg * NPN * OPLANEE, ct * cf["TILEW"]  # AMD's output-tile plane and column
                     for lane in range(LANES):
                         n = b_col(target, lane)
                         pl, col = pg * NPN + n // SPN, ct * cf["TILEW"] + 4 * (n % SPN)
@@ -203,14 +216,30 @@ def emulate(x, w, src: str, target: str = "nvidia") -> np.ndarray:
             pend = -1
 
             def flush(b):
-                if not cf["TMA"]:  # the kernel's map: a thread's steps k are planes apart
+                t0 = otile + _tile(b, cf) * NPB * OPLANEE
+                if target == "nvidia" and not cf["TMA"]:
+                    # the kernel's map: thread tid reads its NFL chunks (planes FRS / 4 apart) unpredicated, inside
+                    # the tiles or their OPAD planes, and stores those of its planes, rows and columns inside y
                     assert cf["FRS"] >= 4 and cf["FRS"] % 4 == 0
                     cids = []
-                    for tid in range(cf["FTHR"]):
+                    for tid in range(THREADS):
+                        fso, swap = flush_offset(tid, cf) if tid < cf["FTHR"] else (0, False)
+                        pr, ch = tid // WCH, tid % WCH
                         for k in range(cf["NFL"]):
-                            pr = tid // WCH + cf["FRS"] * k
-                            if pr < 4 * NPB:
-                                cids.append(pr * WCH + tid % WCH)
+                            a = t0 + fso + cf["FRS"] // 4 * k * OPLANEE
+                            assert otile <= a and a + 8 <= len(smem), "a flush read outside the output tiles"
+                            v = smem[a:a + 8]
+                            v = np.concatenate([v[4:], v[:4]]) if swap else v
+                            p, r = pr // 4 + cf["FRS"] // 4 * k, pr % 4
+                            if tid < cf["FTHR"] and p < NPB:
+                                cids.append(4 * WCH * p + WCH * r + ch)
+                                if ch < wch and d0 + p < Dout and 4 * b + r < H:
+                                    y[c, d0 + p, 4 * b + r, 8 * ch:8 * ch + 8] = v
+                    assert sorted(cids) == list(range(cf["NOUT"])), "the flush map does not cover the tile once"
+                    return
+                if not cf["TMA"]:  # AMD: the same map, each read and store predicated
+                    cids = [(tid // WCH + cf["FRS"] * k) * WCH + tid % WCH for tid in range(cf["FTHR"])
+                            for k in range(cf["NFL"]) if tid // WCH + cf["FRS"] * k < 4 * NPB]
                     assert sorted(cids) == list(range(cf["NOUT"])), "the flush map does not cover the tile once"
                 else:
                     cids = range(cf["NOUT"])
@@ -218,7 +247,7 @@ def emulate(x, w, src: str, target: str = "nvidia") -> np.ndarray:
                     p, r, ch = cid // (4 * WCH), (cid // WCH) & 3, cid % WCH
                     oh = 4 * b + r
                     if ch < wch and d0 + p < Dout and oh < H:
-                        a = otile + _tile(b, cf) * cf["NPB"] * OPLANEE + p * OPLANEE + r * OROWE + 8 * ch
+                        a = t0 + p * OPLANEE + r * OROWE + 8 * ch
                         y[c, d0 + p, oh, 8 * ch:8 * ch + 8] = smem[a:a + 8]
 
             def body(i):
@@ -247,9 +276,14 @@ def emulate(x, w, src: str, target: str = "nvidia") -> np.ndarray:
                         for warp in range(WARPS):
                             for q in range(NT):  # tiles past W too: columns past W, never flushed
                                 for lane in range(LANES):
-                                    for m, n in c_cells(target, lane):
-                                        a = otile + _tile(bn - 1, cf) * cf["NPB"] * OPLANEE + oofs[warp, q] \
-                                            + (n // SPN) * OPLANEE + m_row(m) * OROWE + 4 * (n % SPN) + m_col(m)
+                                    for i, (m, n) in enumerate(c_cells(target, lane)):
+                                        t0 = otile + _tile(bn - 1, cf) * cf["NPB"] * OPLANEE
+                                        if target == "nvidia":  # the kernel's coff: register i + 2 is the next column
+                                            a = t0 + c_offset(warp, lane, i & 1, cf) + cf["OQ"] * q + (i >> 1)
+                                        else:
+                                            pl0, col0 = oofs[warp, q]
+                                            a = t0 + pl0 + (n // SPN) * OPLANEE + m_row(m) * OROWE + col0 + 4 * (n % SPN) \
+                                                + m_col(m)
                                         smem[a] = acc[warp, so, q, m, n]
                         done = bn - 1
                     acc[:, so] = 0.0
@@ -277,13 +311,31 @@ def emulate(x, w, src: str, target: str = "nvidia") -> np.ndarray:
     return y
 
 
+def c_offset(warp: int, lane: int, i: int, cf: dict) -> int:
+    """The kernel's coff[i] (NVIDIA): the output-tile element of C registers i (and i + 2, one column further) in the
+    warp's first tile; tile q's is OQ q further."""
+    npg = cf["NPB"] // cf["NPN"]
+    m, n = c_cells("nvidia", lane)[i]
+    col = (warp // npg) * cf["TILEW"] + 4 * (n % cf["SPN"]) + m_col(m)
+    return ((warp % npg) * cf["NPN"] + n // cf["SPN"]) * cf["OPLANEE"] + m_row(m) * cf["OROWE"] + ocol(col, m_row(m), cf)
+
+
+def flush_offset(tid: int, cf: dict) -> tuple:
+    """The kernel's flush read of thread tid < FTHR, first step: (output-tile element offset of the 16-byte chunk as it
+    sits, halves swapped)."""
+    pr, ch = tid // cf["WCH"], tid % cf["WCH"]
+    p, r = pr // 4, pr % 4
+    return p * cf["OPLANEE"] + r * cf["OROWE"] + (ocol(8 * ch, r, cf) & ~7), bool(cf["OSW"] and r & 1)
+
+
 def bank_conflicts(src: str, W: int) -> dict:
     """Worst number of distinct 4-byte words one bank serves in one warp-wide access (1 = conflict-free), NVIDIA
-    layout, 32 banks: the B reads (one per tile and plane) and the output-tile writes of the C fragments."""
+    layout, 32 banks: the B reads (one per tile and plane), the output-tile writes of the C fragments and the flush's
+    16-byte reads (those counted a quarter warp at a time, 8 threads x 16 bytes = the 32 banks once)."""
     cf = config(src, "nvidia")
     NPN, SPN, TILEW = cf["NPN"], cf["SPN"], cf["TILEW"]
     NPG = cf["NPB"] // NPN
-    worst = {"b_read": 1, "c_write": 1}
+    worst = {"b_read": 1, "c_write": 1, "flush_read": 1}
 
     def ways(addrs):  # element addresses of one warp access -> worst distinct words per bank
         banks: dict = {}
@@ -305,7 +357,18 @@ def bank_conflicts(src: str, W: int) -> dict:
             addrs = []
             for lane in range(32):
                 m, n = c_cells("nvidia", lane)[i]
-                addrs.append(pg * NPN * cf["OPLANEE"] + ct * TILEW + (n // SPN) * cf["OPLANEE"] + m_row(m) * cf["OROWE"]
-                             + 4 * (n % SPN) + m_col(m))
+                addrs.append(pg * NPN * cf["OPLANEE"] + (n // SPN) * cf["OPLANEE"] + m_row(m) * cf["OROWE"]
+                             + ocol(ct * TILEW + 4 * (n % SPN) + m_col(m), m_row(m), cf))
             worst["c_write"] = max(worst["c_write"], ways(addrs))
+    if not cf["TMA"]:
+        for k in range(cf["NFL"]):
+            for q0 in range(0, cf["FTHR"], 8):
+                addrs = []
+                for tid in range(q0, min(q0 + 8, cf["FTHR"])):
+                    pr = tid // cf["WCH"] + cf["FRS"] * k
+                    if pr < 4 * cf["NPB"] and tid % cf["WCH"] < W // 8:
+                        a = flush_offset(tid, cf)[0] + cf["FRS"] // 4 * k * cf["OPLANEE"]
+                        addrs += range(a, a + 8, 2)  # the chunk's 4 words
+                if addrs:
+                    worst["flush_read"] = max(worst["flush_read"], ways(addrs))
     return worst

@@ -37,6 +37,8 @@
 #define TMA 0      // NVIDIA: the Hopper tensor-memory accelerator (one instruction of one thread; zero fill and edge
                    // clipping in hardware) moves 1 = the input pairs in and the output tiles out, 2 = only the
                    // output tiles out (the pairs by cp.async), 0 = neither
+#define OSWZ 1     // NVIDIA, cp.async stores: a swizzled output tile (column ^ 4 x row), conflict-free for the
+                   // C-fragment writes and the flush's 16-byte reads (0: rows padded to WMAX + 8, both up to 2-way)
 
 #if !defined(__HIP_PLATFORM_AMD__)
 #define LANES 32
@@ -47,6 +49,7 @@
 #define NPPS PPS
 #define TMA_LD (TMA == 1)
 #define TMA_ST (TMA >= 1)
+#define OSWZ_ON OSWZ
 #else
 #define LANES 64
 #define LB_MINB MINB_AMD
@@ -56,6 +59,7 @@
 #define NPPS 1
 #define TMA_LD 0
 #define TMA_ST 0
+#define OSWZ_ON 0
 #endif
 #define SPN (NB / NPN)
 #define THREADS (WARPS * LANES)
@@ -65,6 +69,15 @@
 #define NCHUNK ((NPB + 2) * 2 * WCH)                      // 16-byte chunks of one staged pair
 #define CPT ((NCHUNK + THREADS - 1) / THREADS)            // 16-byte copies per thread per pair
 #define NOUT (NPB * 4 * WCH)                              // 16-byte chunks of the output tile
+#define NPG (NPB / NPN)                                   // plane groups of a block
+#define OQ (TILEW * WARPS / NPG)                          // output columns from one of a warp's tiles to the next
+// The flush: thread t < FTHR takes 16-byte chunk t % WCH of the output rows (plane, row) t / WCH + FRS k, k < NFL
+#define FRS ((THREADS / WCH) / 4 * 4)
+#define FTHR (FRS * WCH)
+#define NFL ((NPB * 4 + FRS - 1) / FRS)
+// The swizzled output tile: element column c of row r at c ^ 4r (the 8-byte half of the 16-byte chunk flips with r's
+// bit 0, the chunk with bit 1): needs an even number of chunks a row and tiles OQ apart a multiple of 16 columns
+#define OSW (OSWZ_ON && !TMA_ST && WCH % 2 == 0 && OQ % 16 == 0)
 
 __device__ __forceinline__ uint16_t to_bf16(float f) {   // round to nearest even
 #if defined(__HIP_PLATFORM_AMD__)
@@ -151,12 +164,10 @@ __device__ __forceinline__ void zero_c(CFrag& c) {
 __device__ __forceinline__ void cp_async16(uint32_t saddr, const void* g, bool ok) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(saddr), "l"(g), "r"(ok ? 16 : 0));
 }
-// 16 bytes shared -> global where ok (a predicated read and store, no branch)
-__device__ __forceinline__ void copy16_if(void* g, const void* s, bool ok) {
-  const uint32_t saddr = (uint32_t)__cvta_generic_to_shared(s);
-  asm volatile("{\n .reg .pred q;\n .reg .b32 a, b, c, d;\n setp.ne.b32 q, %2, 0;\n"
-               " @q ld.shared.v4.b32 {a, b, c, d}, [%1];\n @q st.global.v4.b32 [%0], {a, b, c, d};\n}\n"
-               ::"l"(g), "r"(saddr), "r"((int)ok) : "memory");
+// 16 bytes to global where ok (a predicated store, no branch)
+__device__ __forceinline__ void st16_if(void* g, uint4 v, bool ok) {
+  asm volatile("{\n .reg .pred q;\n setp.ne.b32 q, %5, 0;\n @q st.global.v4.b32 [%0], {%1, %2, %3, %4};\n}\n"
+               ::"l"(g), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"((int)ok) : "memory");
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // before a barrier interval: this thread's copies of the interval's NPPS pairs have landed
@@ -260,8 +271,13 @@ static_assert(ROWE <= 256, "a box is at most 256 wide");
 #endif
 #if !TMA_ST
 #define OTILE_AT (NSTAGE * SLOTE)
+#if OSW
+#define OROWE WMAX                                   // rows dense: a quarter warp's 16-byte flush reads conflict-free
+#else
 #define OROWE (WMAX + 8)
-#define OPLANEE (4 * OROWE + (NPN == 4 ? 16 : 8))   // padding: C-fragment writes at most 2-way (emulate.bank_conflicts)
+#endif
+#define OPLANEE (4 * OROWE + (NPN == 4 ? 16 : 8))   // padding: C-fragment writes conflict-free with OSW, else at most
+                                                     // 2-way (emulate.bank_conflicts)
 #else
 // TMA stores: the output tile is the store's box, dense, on 128 bytes: NPB planes x 4 rows x WMAX + 8 columns (the
 // store clips what lies past W, H or the planes); a plane stride of 16 words modulo 32 keeps the C-fragment
@@ -271,8 +287,14 @@ static_assert(ROWE <= 256, "a box is at most 256 wide");
 #define OPLANEE (4 * OROWE)
 static_assert(NPPS == 1 && OROWE <= 256, "TMA: one output tile; a box is at most 256 wide");
 #endif
+// NVIDIA's flush reads every step of every thread unpredicated: planes past the last tile's NPB, read, never stored
+#if !TMA_ST && !defined(__HIP_PLATFORM_AMD__)
+#define OPAD ((FRS / 4) * NFL > NPB ? (FRS / 4) * NFL - NPB : 0)
+#else
+#define OPAD 0
+#endif
 // NPPS output tiles (flush and fill overlap at 2); with TMA loads, one mbarrier a ring slot after them
-#define SMEM_BYTES (2 * (OTILE_AT + NPPS * NPB * OPLANEE) + (TMA_LD ? 8 * NSTAGE : 0))
+#define SMEM_BYTES (2 * (OTILE_AT + (NPPS * NPB + OPAD) * OPLANEE) + (TMA_LD ? 8 * NSTAGE : 0))
 static_assert(2 * NPB * OPLANEE >= 4 * TABN + 2 * 75, "the A table and the taps fit in the output tile");
 
 #if TMA_ST
@@ -418,8 +440,11 @@ conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__
     for (int j = 0; j < 4; ++j) build_a(a[kd][j], tab, kd, j, lane);
 
   // this warp's tiles: tile T = warp + WARPS q -> plane group T % (NPB / NPN), column tile T / (NPB / NPN)
-  constexpr int NPG = NPB / NPN;
-  int bofs[NTW], oofs[NTW];
+  static_assert(WARPS % NPG == 0, "a warp's tiles share their plane group; their columns are OQ apart");
+  int bofs[NTW];
+#if defined(__HIP_PLATFORM_AMD__)
+  int oofs[NTW];
+#endif
 #pragma unroll
   for (int q = 0; q < NTW; ++q) {
     // tiles past W read staged columns past W, still inside the row, and are never flushed: no
@@ -427,8 +452,20 @@ conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__
     const int T = warp + WARPS * q, pg = T % NPG, ct = T / NPG;
     const int n = b_col(lane), pl = pg * NPN + n / SPN, col = ct * TILEW + 4 * (n % SPN);
     bofs[q] = pl * PLANEE + b_e(lane) * ROWE + 8 + col - 2 + b_k0(lane);   // staged (e0, col - 2 + k0) of plane pl
+#if defined(__HIP_PLATFORM_AMD__)
     oofs[q] = pg * NPN * OPLANEE + ct * TILEW;            // output tile: this tile's first plane and column
+#endif
   }
+#if !defined(__HIP_PLATFORM_AMD__)
+  // NVIDIA: the output-tile element of this lane's C registers i = 0, 1 (with i + 2: one bf16x2) in the warp's first
+  // tile; tile q's is OQ q columns further (a multiple of 16 with OSW: the swizzle leaves it alone)
+  int coff[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int m = c_m(lane, i), n = c_n(lane, i), col = (warp / NPG) * TILEW + 4 * (n % SPN) + m_col(m);
+    coff[i] = ((warp % NPG) * NPN + n / SPN) * OPLANEE + m_row(m) * OROWE + (OSW ? col ^ (4 * m_row(m)) : col);
+  }
+#endif
   CFrag acc[2][NTW];
 #pragma unroll
   for (int s = 0; s < 2; ++s)
@@ -442,12 +479,9 @@ conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__
     for (int q = 0; q < NTW; ++q) {   // tiles past W too: their columns past W are never flushed (no branch)
 #if !defined(__HIP_PLATFORM_AMD__)
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {   // C (g, n) and (g + 8, n): adjacent columns (m_col), one bf16x2 store
-        const int m = c_m(lane, i), n = c_n(lane, i);
-        *reinterpret_cast<uint32_t*>(otile + t * NPB * OPLANEE + oofs[q] + (n / SPN) * OPLANEE +
-                                     m_row(m) * OROWE + 4 * (n % SPN) + m_col(m)) =
+      for (int i = 0; i < 2; ++i)   // C (g, n) and (g + 8, n): adjacent columns (m_col), one bf16x2 store
+        *reinterpret_cast<uint32_t*>(otile + t * NPB * OPLANEE + coff[i] + OQ * q) =
             to_bf16x2(c_get(acc[s][q], i), c_get(acc[s][q], i + 2));
-      }
 #else
 #pragma unroll
       for (int i = 0; i < CN; ++i) {
@@ -477,12 +511,14 @@ conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__
   // k = 0 .. NFL - 1. FRS is a multiple of 4, so step k is the same row of plane p + FRS / 4 k: its offsets are
   // the first step's plus a constant (one block-wide stride in y). Per thread: the first step's output-tile
   // offset, its offset in y from the block's row 0 (bytes), and its plane (NPB when it has no chunk).
-  constexpr int FRS = (THREADS / WCH) / 4 * 4, FTHR = FRS * WCH, NFL = (NPB * 4 + FRS - 1) / FRS;
+  // With OSW, the chunk is read from its swizzled place (chunk ch ^ (r >> 1), halves swapped when r is odd).
   static_assert(FRS >= 4, "a block has at least 4 WCH threads");
   int fso, fgo, fpl;
+  bool fswap;
   {
     const int pr = tid / WCH, p = pr / 4, r = pr % 4, ch = tid % WCH;
-    fso = p * OPLANEE + r * OROWE + 8 * ch;
+    fso = tid < FTHR ? p * OPLANEE + r * OROWE + 8 * (OSW ? ch ^ (r >> 1) : ch) : 0;
+    fswap = OSW && (r & 1);
     fgo = 2 * ((p * H + r) * W + 8 * ch);
     fpl = tid < FTHR && ch < wch ? p : NPB;
   }
@@ -493,10 +529,24 @@ conv3d_dw_mma_tiles(const uint16_t* __restrict__ x, const uint16_t* __restrict__
     const uint16_t* ot = otile + t * NPB * OPLANEE + fso;
     const int lim = last && 4 * b + (tid / WCH) % 4 >= H ? 0 : fplanes;   // the last block: rows past H
     char* const yb = yblk + 8 * b * W;
+#if !defined(__HIP_PLATFORM_AMD__)
+    // every read first (unpredicated: a thread or step without a chunk reads inside the tile or its OPAD planes),
+    // then the predicated stores: no branch, and the reads' latencies overlap
+    uint4 v[NFL];
 #pragma unroll
-    for (int k = 0; k < NFL; ++k)   // no branch: the shared read and the global store predicated together
+    for (int k = 0; k < NFL; ++k) {
+      v[k] = *reinterpret_cast<const uint4*>(ot + (FRS / 4) * k * OPLANEE);
+      if (fswap) v[k] = make_uint4(v[k].z, v[k].w, v[k].x, v[k].y);
+    }
+#pragma unroll
+    for (int k = 0; k < NFL; ++k)
+      st16_if(yb + (FRS / 4) * k * 2 * (int)plane + (uint32_t)fgo, v[k], fpl < lim - (FRS / 4) * k);
+#else
+#pragma unroll
+    for (int k = 0; k < NFL; ++k)
       copy16_if(yb + (FRS / 4) * k * 2 * (int)plane + (uint32_t)fgo,
                 ot + (FRS / 4) * k * OPLANEE, fpl < lim - (FRS / 4) * k);
+#endif
   };
 #endif
 

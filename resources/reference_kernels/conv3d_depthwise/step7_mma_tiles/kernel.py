@@ -42,12 +42,20 @@ def _config(src, hip):
         else:
             rowe = wmax + 16
             slote = (v["NPB"] + 2) * 2 * (rowe + (32 // v["NPN"] - rowe) % 32)
+        threads, wch = v["WARPS"] * lanes, wmax // 8
+        frs = threads // wch // 4 * 4   # the flush's rows a step, and its steps
+        nfl = -(-4 * v["NPB"] // frs)
+        oswz = re.search(r"#define OSWZ (\d+)", src)
+        osw = (not hip and not tma and oswz and int(oswz.group(1)) and wch % 2 == 0
+               and (tilew * v["WARPS"] // (v["NPB"] // v["NPN"])) % 16 == 0)   # the swizzled output tile: rows dense
+        orowe = wmax if osw else wmax + 8
         if tma:   # the store's box, dense, on 128 bytes
-            at, oplanee = -(-2 * nstage * slote // 128) * 64, 4 * (wmax + 8)
+            at, oplanee = -(-2 * nstage * slote // 128) * 64, 4 * orowe
         else:
-            at, oplanee = nstage * slote, 4 * (wmax + 8) + (16 if v["NPN"] == 4 else 8)
-        smem = 2 * (at + npps * v["NPB"] * oplanee) + (8 * nstage if tma == 1 else 0)
-        _CFG[(src, hip)] = (v["WARPS"] * lanes, v["NPB"], wmax, tilew, smem)
+            at, oplanee = nstage * slote, 4 * orowe + (16 if v["NPN"] == 4 else 8)
+        opad = max(0, frs // 4 * nfl - v["NPB"]) if not hip and not tma else 0   # planes the flush reads past the tiles
+        smem = 2 * (at + (npps * v["NPB"] + opad) * oplanee) + (8 * nstage if tma == 1 else 0)
+        _CFG[(src, hip)] = (threads, v["NPB"], wmax, tilew, smem)
     return _CFG[(src, hip)]
 
 
