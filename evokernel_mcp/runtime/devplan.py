@@ -39,7 +39,10 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 HEADROOM = 0.9  # plan within this fraction of the free memory (the allocator's rounding, a context's growth)
-CONTEXT_BYTES_ASSUMED = 640 << 20  # an idle CUDA process without a per-process reading (610-772 MiB on an H100)
+# an idle CUDA process of ours without a per-process reading: 414-436 MiB a child and 524 MiB the runner on an H100
+# with the stack limit of runtime/cuda_stack.py (612-784 MiB without it), plus what its libraries keep once used
+# (cuBLAS's handle and workspace: an idle reference after a matmul held 620 MiB)
+CONTEXT_BYTES_ASSUMED = 640 << 20
 BIG_JOB_BYTES = 10**9  # own bytes above which a job is planned within memory_factor x them (data_cap)
 
 
