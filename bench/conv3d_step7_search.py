@@ -307,6 +307,13 @@ async def search(args, rep_cpu: dict) -> dict:
             b = full_row(rep["bench_vs_pytorch"])
             print(f"  best {best} vs PyTorch: {(b.get('candidate') or {}).get('median_ms')} ms vs "
                   f"{(b.get('baseline') or {}).get('median_ms')} ms, speedup {b.get('speedup')}", flush=True)
+            if args.baseline_dir and args.vs_step6:  # the A/B ran against the earlier source: step 6 too
+                rep["bench_best_vs_step6"] = await call(client, "benchmark", {
+                    "task": "conv3d_depthwise", "candidate": cand, "baseline": step6, "wait_s": 50, "timeout_s": 600,
+                    "experiment": label})
+                b = full_row(rep["bench_best_vs_step6"])
+                print(f"  best {best} vs step6: {(b.get('candidate') or {}).get('median_ms')} ms vs "
+                      f"{(b.get('baseline') or {}).get('median_ms')} ms, speedup {b.get('speedup')}", flush=True)
             if args.profile:
                 rep["profile"] = await call(client, "profile_pmc", {"task": "conv3d_depthwise", "candidate": cand,
                                                                     "preset": args.profile_preset, "shapes": ["full"],
@@ -317,7 +324,8 @@ async def search(args, rep_cpu: dict) -> dict:
             rep["note"] = await call(client, "record_note", {
                 "task": "conv3d_depthwise", "experiment": label, "kind": "lesson",
                 "text": f"step 7 search: best variant {best} ({VARIANTS[best] or 'kernel.cu defaults'}) "
-                        f"{ok[0][0]} ms on the full shape in its benchmark against step 6.",
+                        f"{ok[0][0]} ms on the full shape in its benchmark against "
+                        f"{'the same defines of an earlier source' if args.baseline_dir else 'step 6'}.",
                 "evidence": {"kind": "measured", "value": ok[0][0], "unit": "ms",
                              "source": f"benchmark tool on {rep['device']}"}})
             labelled = {n for n, v in rep["variants"].items() if v.get("verify")}  # labels this journal holds
@@ -416,6 +424,8 @@ def main() -> int:
     ap.add_argument("--lessons", action="store_true", help="record the search's lessons (LESSONS) as journal notes")
     ap.add_argument("--baseline-dir", help="benchmark each variant against the same defines of DIR/kernel.cu "
                     "(with DIR/kernel.py) instead of step 6: an A/B of two sources in one call")
+    ap.add_argument("--vs-step6", action="store_true", help="with --baseline-dir: also benchmark the best against "
+                    "step 6 (default arguments)")
     ap.add_argument("--no-export", action="store_true", help="skip export_trajectory")
     ap.add_argument("--skip-cpu-checks", action="store_true")
     ap.add_argument("--budget-s", type=float, default=200.0,
