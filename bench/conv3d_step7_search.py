@@ -121,6 +121,14 @@ LESSONS = [
      "text": "the last block of a channel (3 of 8 output planes at D = 61) as 4 planes x 2 halves of W: 3 tiles a "
              "warp instead of 5, 5 % fewer MMAs in all; no faster (0.1694 against 0.1691 ms without it, same run). "
              "Dropped: the MMA count is not what bounds the kernel now"},
+    {"variant": "v23", "ms": 0.1656,
+     "source": "benchmark tool, one H100 80GB HBM3, 2026-11-27, against the lean loop's source (v23) in the same call",
+     "text": "v23's stalls: mio_throttle first (22 %), 45 % of the stall samples on shared-memory instructions, the "
+             "flush's 16-byte reads 6-way and each flush step a branch around a read and its dependent store. A "
+             "swizzled output tile (column ^ 4 x row: C-fragment writes and flush reads conflict-free by "
+             "emulate.bank_conflicts) and a flush that issues its reads before its predicated stores: 0.1656 against "
+             "0.1688 ms (1.02x, resolved), DRAM 75.9 and 76.3 % of peak (memory preset), 75.6 and 76.1 % (stalls "
+             "preset); mio_throttle still first (27 %): the B reads and the copies now hold the shared-memory pipe"},
 ]
 
 

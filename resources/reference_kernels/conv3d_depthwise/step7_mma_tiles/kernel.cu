@@ -16,7 +16,8 @@
 // ahead, written to LDS after the pair's MMAs), one __syncthreads per pair (NVIDIA: or per 2 pairs, PPS 2, with
 // two output tiles so that one block's flush and the next block's fill can share a barrier interval). Each warp owns NT (plane group,
 // column tile) pairs and keeps two accumulator tiles for each: the block this pair starts and the one it
-// completes. A completed block goes through a shared-memory output tile and leaves as 16-byte stores.
+// completes. A completed block goes through a shared-memory output tile (NVIDIA: swizzled, column ^ 4 x row, so that
+// its writes and the 16-byte reads back out are conflict-free) and leaves as 16-byte stores.
 // The m permutation puts rows r = 0..3 in both halves of M, so that no A register is identically zero
 // (ptxas otherwise rematerializes a known-zero MMA operand with a MOV before every MMA).
 #if defined(__HIP__) || defined(__HIPCC__)
