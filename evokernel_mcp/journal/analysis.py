@@ -154,6 +154,7 @@ def shape_times(bench: Rec | None) -> list[ShapeTime]:
         out.append(ShapeTime(
             shape=str(s.get("shape")), median_ms=s.get("median_ms"), ci_median_ms=s.get("ci_median_ms"),
             baseline_median_ms=s.get("baseline_median_ms"), speedup=s.get("speedup"), speedup_ci=s.get("speedup_ci"),
+            baseline=bench.summary.get("baseline"),
             noise=s.get("noise"), valid=bool(s.get("valid")), invalid_reason=s.get("invalid_reason"),
             fraction_of_roofline=s.get("fraction_of_roofline"), device=bench.device, result_id=bench.id))
     return out
@@ -239,6 +240,7 @@ def best_so_far(recs: list[Rec], shape: str | None = None) -> tuple[list[BestEnt
         out.append(BestEntry(
             shape=name, device=device, label=r.experiment, step=steps[(r.task, r.experiment)], median_ms=s["median_ms"],
             ci_median_ms=s.get("ci_median_ms"), speedup=s.get("speedup"), speedup_ci=s.get("speedup_ci"),
-            baseline_median_ms=s.get("baseline_median_ms"), verify_result_id=checks.ok[(r.task, r.sha)],
+            baseline_median_ms=s.get("baseline_median_ms"), baseline=r.summary.get("baseline"),
+            verify_result_id=checks.ok[(r.task, r.sha)],
             result_id=r.id, candidates=count[(name, device)]))
     return out, dict(excluded)

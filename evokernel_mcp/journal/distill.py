@@ -122,6 +122,13 @@ def _ci(ci) -> str:
     return "" if not ci else f" [{ci[0]:.4g}, {ci[1]:.4g}]"
 
 
+AGAINST = {"pytorch": " vs PyTorch", "source": " vs the call's baseline source"}
+
+
+def _against(baseline: str | None) -> str:
+    return AGAINST.get(baseline or "", "")
+
+
 def render_distilled(d: Distilled) -> str:
     out = [f"# Distilled journal: {d.task}", "",
            f"{d.experiments} variants, {d.results} recorded calls; verdicts: "
@@ -131,7 +138,8 @@ def render_distilled(d: Distilled) -> str:
         out.append("- none yet: no benchmark of a source whose verify passed")
     for w in d.winners:
         out.append(f"- {w.shape} on {w.device}: **{w.label}** (step {w.step}) {_ms(w.median_ms)}{_ci(w.ci_median_ms)}"
-                   + (f", speedup {w.speedup:.3g}x{_ci(w.speedup_ci)}" if w.speedup is not None else "")
+                   + (f", speedup {w.speedup:.3g}x{_ci(w.speedup_ci)}{_against(w.baseline)}" if w.speedup is not None
+                      else "")
                    + f" (benchmark {w.result_id}, verify {w.verify_result_id}; {w.candidates} valid measurements)")
     out += ["", "## Failures (each class once, with its lesson)", ""]
     if not d.failures:
@@ -181,7 +189,8 @@ def render_journal(task: str, rows: list[ExperimentRow], notes: list[NoteRecord]
     for r in shown:
         t = next((x for x in r.times if x.shape == shape), None)
         tm = "-" if t is None else (_ms(t.median_ms) + _ci(t.ci_median_ms) if t.valid else f"invalid: {t.invalid_reason}")
-        sp = "-" if t is None or t.speedup is None or not t.valid else f"{t.speedup:.3g}x{_ci(t.speedup_ci)}"
+        sp = "-" if t is None or t.speedup is None or not t.valid else \
+            f"{t.speedup:.3g}x{_ci(t.speedup_ci)}{_against(t.baseline)}"
         fail = (r.failure_class or "") + (f": {r.failure_detail[:120]}" if r.failure_detail else "")
         out.append(f"| {r.step} | {r.label} | {r.verdict} | {tm} | {sp} | {fail.replace('|', '/')} | "
                    f"{', '.join(f'{k.split(chr(95))[0]} {v}' for k, v in r.latest.items())} |")

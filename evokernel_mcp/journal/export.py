@@ -8,24 +8,40 @@ from pathlib import Path
 from evokernel_mcp.journal.distill import render_distilled, render_journal
 from evokernel_mcp.journal.models import Distilled, ExperimentRow, NoteRecord
 
+BASELINE_LINES = (("pytorch", "PyTorch baseline (median)", "--"), ("source", "baseline source (median)", ":"),
+                  (None, "baseline (median)", "-."))
+
+
+def baseline_lines(bases: dict[str | None, list[float]]) -> list[tuple[str, str, float]]:
+    """(legend label, line style, median) per baseline kind the rows were timed against: PyTorch's and a named
+    baseline source's are never drawn as one line."""
+    out = []
+    for kind, label, style in BASELINE_LINES:
+        ms = sorted(bases.get(kind) or [])
+        if ms:
+            out.append((label, style, ms[len(ms) // 2]))
+    return out
+
 
 def chart_png(task: str, rows: list[ExperimentRow], shape: str | None) -> tuple[bytes, int]:
     """Time per step on `shape`: valid variants with their CI (blue), the running best (line), variants with an
     invalid or unverified time (red x), failed variants without a time (red ticks on the axis), and the
-    PyTorch baseline (dashed). Returns (png bytes, points drawn)."""
+    baselines' medians (dashed: PyTorch; dotted: a baseline source a call named, e.g. an earlier step). Returns
+    (png bytes, points drawn)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(9, 4.8), dpi=110)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
-    good_x, good_y, err_lo, err_hi, bad_x, bad_y, none_x, base = [], [], [], [], [], [], [], []
+    good_x, good_y, err_lo, err_hi, bad_x, bad_y, none_x = [], [], [], [], [], [], []
+    bases: dict[str | None, list[float]] = {}  # the baseline kind ('pytorch', 'source', None) -> its medians
     untimed_x = []  # verified, never timed on this shape: not a failure
     devices = set()
     for r in rows:
         t = next((x for x in r.times if x.shape == shape), None)
         if t is not None and t.baseline_median_ms is not None:
-            base.append(t.baseline_median_ms)
+            bases.setdefault(t.baseline, []).append(t.baseline_median_ms)
         if t is not None and t.device:
             devices.add(t.device)
         if t is not None and t.valid and r.verdict == "valid" and t.median_ms is not None:
@@ -52,16 +68,17 @@ def chart_png(task: str, rows: list[ExperimentRow], shape: str | None) -> tuple[
         ax.step(good_x + [last], best + best[-1:], where="post", color="tab:blue", alpha=0.5, label="best so far")
     if bad_x:
         ax.plot(bad_x, bad_y, "x", color="tab:red", markersize=8, label="failed / unverified (time not valid)")
-    if base:
-        base.sort()
-        ax.axhline(base[len(base) // 2], color="gray", linestyle="--", label="PyTorch baseline (median)")
+    base = []
+    for label, style, ms in baseline_lines(bases):
+        base.append(ms)
+        ax.axhline(ms, color="gray", linestyle=style, label=label)
     if none_x:
         ax.plot(none_x, [0.0] * len(none_x), "|", color="tab:red", markersize=14, transform=ax.get_xaxis_transform(),
                 clip_on=False, label="failed, no time")
     if untimed_x:
         ax.plot(untimed_x, [0.0] * len(untimed_x), "|", color="tab:gray", markersize=14,
                 transform=ax.get_xaxis_transform(), clip_on=False, label="verified, not timed")
-    ys = good_y + bad_y + base[:1]
+    ys = good_y + bad_y + base
     if ys and min(ys) > 0 and max(ys) / min(ys) > 20:
         ax.set_yscale("log")
     ax.set_xlabel("step (variant, in order tried)")

@@ -97,6 +97,9 @@ class ShapeTime(Model):
     baseline_median_ms: float | None = None
     speedup: float | None = None
     speedup_ci: tuple[float, float] | None = None
+    baseline: Literal["pytorch", "source"] | None = Field(default=None, description="What the baseline time and "
+        "speedup are against: 'pytorch' (the reference model) or 'source' (a baseline source the call named); "
+        "None where the record does not say.")
     noise: bool | None = None
     valid: bool = Field(description="The benchmark's own validity (valid / correct_after_timing).")
     invalid_reason: str | None = None
@@ -146,6 +149,9 @@ class BestEntry(Model):
     speedup: float | None = None
     speedup_ci: tuple[float, float] | None = None
     baseline_median_ms: float | None = None
+    baseline: Literal["pytorch", "source"] | None = Field(default=None, description="What the baseline time and "
+        "speedup are against: 'pytorch' (the reference model) or 'source' (a baseline source the call named); "
+        "None where the record does not say.")
     verify_result_id: str = Field(description="The passing verify of this exact source.")
     result_id: str = Field(description="The benchmark result.")
     candidates: int = Field(description="Valid measurements considered for this shape and device.")

@@ -100,6 +100,8 @@ def record_call(tool: str, *, experiment: str | None, task: str | None, source: 
         res = result.model_dump(mode="json", by_alias=True) if isinstance(result, BaseModel) else dict(result or {})
         name = TOOL_ALIASES.get(tool, tool)
         summary, verdict, failure_class, device = extract(name, res)
+        if name == "benchmark" and (arguments or {}).get("baseline") in ("pytorch", "source"):
+            summary["baseline"] = arguments["baseline"]  # what its speedups are against
         args, blobs = _plain_args(arguments)
         return get_store().add_result(
             task=task_key(task, arguments or {}), experiment=experiment, tool=name,

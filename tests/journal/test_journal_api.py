@@ -229,3 +229,27 @@ def test_default_results_fit_the_budget(journal):
     for model in (lst, d, c, api.best_so_far("vector_add"), api.export_trajectory("vector_add")):
         assert compact_len(model) < BUDGET_CHARS, (type(model).__name__, compact_len(model))
     assert len(api.distilled_markdown("vector_add")) < BUDGET_CHARS
+
+
+def test_a_speedup_says_what_it_is_against_and_the_chart_keeps_the_baselines_apart(journal):
+    """A benchmark against a baseline source (an earlier step) and one against PyTorch: each recorded time names
+    its baseline, the distilled report says it beside the speedup, and the chart draws two lines, not one
+    'PyTorch' line at the earlier step's time."""
+    from evokernel_mcp.journal.export import baseline_lines
+
+    record_call("verify_vs_pytorch", experiment="s7", task="t", source=src("s7"), arguments={}, result=verify(True))
+    record_call("benchmark", experiment="s7", task="t", source=src("s7"), arguments={"baseline": "source"},
+                result=bench({"full": 1.0}, baseline_ms=1.8))
+    record_call("verify_vs_pytorch", experiment="s8", task="t", source=src("s8"), arguments={}, result=verify(True))
+    record_call("benchmark", experiment="s8", task="t", source=src("s8"), arguments={"baseline": "pytorch"},
+                result=bench({"full": 0.9}, baseline_ms=40.0))
+    rows = api.list_experiments(task="t").experiments
+    assert {r.label: [t.baseline for t in r.times] for r in rows} == {"s7": ["source"], "s8": ["pytorch"]}
+    best = api.best_so_far("t").best[0]
+    assert best.label == "s8" and best.baseline == "pytorch"
+    text = api.distilled_markdown("t")
+    assert "vs PyTorch" in text
+    lines = baseline_lines({"source": [1.8], "pytorch": [40.0]})
+    assert [(label, ms) for label, _, ms in lines] == [("PyTorch baseline (median)", 40.0),
+                                                      ("baseline source (median)", 1.8)]
+    assert api.export_trajectory(task="t").points == 2
