@@ -347,6 +347,21 @@ async def search(args, rep_cpu: dict) -> dict:
     return rep
 
 
+_STEMS: dict[str, Path] = {}
+
+
+def fresh_stem(base: Path, suffixes: tuple[str, ...]) -> Path:
+    """This run's file stem: `base`, or `base_runN` where files of an earlier run (committed results a README
+    cites) already have the name: a run never overwrites another's results. The same stem for the whole run."""
+    if str(base) not in _STEMS:
+        stem, n = base, 1
+        while any(stem.with_name(stem.name + s).exists() for s in suffixes):
+            n += 1
+            stem = base.with_name(f"{base.name}_run{n}")
+        _STEMS[str(base)] = stem
+    return _STEMS[str(base)]
+
+
 async def save_trajectory(client, out: dict) -> None:
     import base64
 
@@ -355,7 +370,9 @@ async def save_trajectory(client, out: dict) -> None:
     for name, uri in (("trajectory.png", out["chart_uri"]), ("report.md", out["report_uri"])):
         c = (await client.read_resource(uri)).contents[0]
         data = base64.b64decode(c.blob) if getattr(c, "blob", None) else c.text.encode()
-        dest = RESULTS / f"conv3d_step7_journal_{datetime.date.today().isoformat()}_{name}"
+        stem = fresh_stem(RESULTS / f"conv3d_step7_journal_{datetime.date.today().isoformat()}",
+                          ("_trajectory.png", "_report.md"))
+        dest = stem.with_name(f"{stem.name}_{name}")
         dest.write_bytes(data)
         if os.environ.get("OUT"):
             Path(os.environ["OUT"], dest.name).write_bytes(data)
@@ -405,7 +422,7 @@ def table(rep: dict) -> tuple[str, list]:
 def write(rep: dict, final: bool) -> None:
     md, _ = table(rep)
     dev = (rep.get("device") or "cpu").replace(" ", "_")
-    stem = RESULTS / f"conv3d_step7_search_{dev}_{rep['date'][:10]}"
+    stem = fresh_stem(RESULTS / f"conv3d_step7_search_{dev}_{rep['date'][:10]}", (".json", ".md"))
     RESULTS.mkdir(parents=True, exist_ok=True)
     stem.with_suffix(".json").write_text(json.dumps(rep, indent=1, default=str))
     stem.with_suffix(".md").write_text(f"# conv3d_depthwise step 7 search ({rep.get('device')}, {rep['date']})\n\n"

@@ -341,3 +341,21 @@ def test_step7_emulation_catches_a_flush_that_does_not_undo_the_swizzle(monkeypa
     monkeypatch.setattr(emu, "flush_offset", lambda tid, cf: (fo(tid, cf)[0], False))  # the halves left swapped
     y = emu.emulate(x.double().numpy(), w.double().numpy(), src)
     assert np.abs(y - ref).max() > 1e-3
+
+
+def test_step7_search_never_overwrites_an_earlier_runs_results(tmp_path):
+    """A second run of the search on the same date writes beside the first run's files (which a README cites),
+    and keeps one name for the whole run."""
+    spec = importlib.util.spec_from_file_location("step7_search", HERE.parents[2] / "bench" / "conv3d_step7_search.py")
+    search = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(search)
+    base = tmp_path / "conv3d_step7_search_cpu_2026-11-27"
+    assert search.fresh_stem(base, (".json", ".md")) == base  # nothing there yet
+    search._STEMS.clear()
+    base.with_suffix(".md").write_text("cited")
+    (tmp_path / "conv3d_step7_search_cpu_2026-11-27_run2.json").write_text("{}")
+    stem = search.fresh_stem(base, (".json", ".md"))
+    assert stem.name == "conv3d_step7_search_cpu_2026-11-27_run3"
+    stem.with_suffix(".md").write_text("this run")
+    assert search.fresh_stem(base, (".json", ".md")) == stem  # the same run keeps its name
+    assert base.with_suffix(".md").read_text() == "cited"
