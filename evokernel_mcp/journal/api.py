@@ -158,9 +158,10 @@ def record_note(
         row = store.result(rid)
         if row["task"] != key:
             raise BadInput(f"result {rid} belongs to task {row['task']!r}, not {key!r}.")
-    nid, created = store.add_note(task=key, experiment=label, kind=kind, text=text.strip(), evidence=ev, result_id=rid)
+    nid, created, new = store.add_note(task=key, experiment=label, kind=kind, text=text.strip(), evidence=ev,
+                                       result_id=rid)
     return NoteRecord(note_id=nid, task=key, experiment=label, kind=kind, text=text.strip(), evidence=ev,
-                      verified=ev["kind"] != "unverified", created_at=iso(created),
+                      verified=ev["kind"] != "unverified", created_at=iso(created), already_recorded=not new,
                       provenance=_prov(store, "note_id", "stored in the journal"))
 
 

@@ -78,6 +78,8 @@ class NoteRecord(Model):
     evidence: dict[str, Any] = Field(description="As given, with kind: result | doc | measured | unverified.")
     verified: bool = Field(description="False when evidence is 'unverified' (an open claim).")
     created_at: str
+    already_recorded: bool = Field(default=False, description="True when the same note (task, variant, kind, text "
+                                   "and evidence) was recorded before: this is that note, not a copy.")
     provenance: list[Provenance] = Field(default_factory=list)
 
     @field_validator("text")

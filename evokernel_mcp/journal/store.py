@@ -194,14 +194,21 @@ class Store:
         return rid
 
     def add_note(self, *, task: str, experiment: str | None, kind: str, text: str, evidence: dict[str, Any],
-                 result_id: str | None) -> tuple[str, float]:
+                 result_id: str | None) -> tuple[str, float, bool]:
+        """(note id, created at, new): a note identical to one already recorded (task, variant, kind, text and
+        evidence) is that note, not a second copy (a search that records its lessons again each run)."""
         nid, now = new_id("n"), time.time()
+        ev = json.dumps(evidence)
         with self.write() as con:
+            same = con.execute("SELECT id, created_at FROM notes WHERE task = ? AND experiment IS ? AND kind = ? "
+                               "AND text = ? AND evidence = ?", (task, experiment, kind, text, ev)).fetchone()
+            if same is not None:
+                return same[0], same[1], False
             con.execute(
                 "INSERT INTO notes(id, created_at, task, experiment, kind, text, evidence, evidence_kind, result_id) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (nid, now, task, experiment, kind, text, json.dumps(evidence), evidence["kind"], result_id))
-        return nid, now
+                (nid, now, task, experiment, kind, text, ev, evidence["kind"], result_id))
+        return nid, now, True
 
     # ------------------------------------------------------------ reads
     def result(self, result_id: str) -> sqlite3.Row | None:

@@ -253,3 +253,20 @@ def test_a_speedup_says_what_it_is_against_and_the_chart_keeps_the_baselines_apa
     assert [(label, ms) for label, _, ms in lines] == [("PyTorch baseline (median)", 40.0),
                                                       ("baseline source (median)", 1.8)]
     assert api.export_trajectory(task="t").points == 2
+
+
+def test_the_same_note_recorded_again_is_the_first_one_not_a_copy(journal):
+    """A search that records its lessons on every run leaves one note per lesson: the same task, variant, kind,
+    text and evidence is the note already there; another text or evidence is a new note."""
+    record_call("verify_vs_pytorch", experiment="a", task="t", source=src("a"), arguments={}, result=verify(True))
+    from evokernel_mcp.journal.models import MeasuredEvidence
+
+    ev = MeasuredEvidence(kind="measured", value=0.1656, unit="ms", source="benchmark tool")
+    first = api.record_note("the swizzle removed the flush's conflicts", ev, experiment="a")
+    again = api.record_note("the swizzle removed the flush's conflicts", ev, experiment="a")
+    assert first.already_recorded is False and again.already_recorded is True
+    assert again.note_id == first.note_id and again.created_at == first.created_at
+    other = api.record_note("the swizzle removed the flush's conflicts", ev.model_copy(update={"value": 0.1655}), experiment="a")
+    task_note = api.record_note("the swizzle removed the flush's conflicts", ev, task="t")
+    assert len({first.note_id, other.note_id, task_note.note_id}) == 3
+    assert api.export_trajectory(task="t").markdown_preview.count("the swizzle removed") >= 3
