@@ -161,10 +161,11 @@ class Child:
         # the scratch dir is the sandbox's, so a name there may be a link, a FIFO or a device by the time we read
         self._captures = safefs.create_new(self.scratch, CAPTURE_NAMES, sandbox.scratch_owner(level))
         out_fd, err_fd, boot_fd = (f.fileno() for f in self._captures)
+        stack = settings.get().cuda_stack_bytes if kind == "cuda" else 0  # (runtime/cuda_stack.py)
         argv = [sys.executable, "-m", "evokernel_mcp.runtime.child", "--device", kind,
                 *([] if wrap else ["--fd-sock", str(theirs.fileno())]),
                 *(["--warm-profiler"] if self.warm else []), *(["--gpu-gate"] if self.gated else []),
-                *(["--cuda-stack", str(stack)] if kind == "cuda" and (stack := settings.get().cuda_stack_bytes) else []),
+                *(["--cuda-stack", str(stack)] if stack else []),
                 *([] if wrap else ["--capture-fds", f"{out_fd},{err_fd}"])]
         # a wrapped child (a profiler around it, which may close descriptors) opens the same files by name at
         # its start, before any agent code: the runner still reads them through the descriptors kept here

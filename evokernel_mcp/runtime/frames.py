@@ -223,10 +223,13 @@ def _typed(raw, dt, shape: list[int]):
     parked benchmark arm: blocks.BlockTimer.park) would still hold the bytes (a whole input set on the device)."""
     import torch
 
-    size = torch.empty(0, dtype=dt).element_size()
+    size = dt.itemsize
     if raw.storage_offset() % size or not raw.is_contiguous() or raw.numel() != math.prod(shape) * size:
         return raw.view(dt).reshape(shape)  # (bytes that do not make the shape fail here, as they always did)
-    strides = torch.empty(shape, dtype=dt, device="meta").stride()
+    strides, step = [], 1
+    for n in reversed(shape):  # contiguous, row-major
+        strides.insert(0, step)
+        step *= max(n, 1)
     return torch.empty(0, dtype=dt, device=raw.device).set_(raw.untyped_storage(), raw.storage_offset() // size,
                                                             shape, strides)
 
