@@ -125,6 +125,16 @@ def _info(device: str, warm: bool = True, gate=None, stack_bytes: int = 0) -> di
         except Exception as e:  # noqa: BLE001
             info["triton_error"] = repr(e)
         lap("triton_key")
+    if device != "cpu" and not warm:
+        # a process's first op on meta tensors imports torch._dynamo (1-4 s, ~150 MB): a KernelBench reference's
+        # first case (and a big case of a declared-shape task) plans its memory on meta (verify/memory.py), and the
+        # cached reference is a cold (untimed) child, so a cold GPU spare pays it now, not the first verify of a
+        # new reference; before the device gate (no device work), so a benchmark's timing never waits for it.
+        # Timed arms never run meta ops and stay without it; the CPU path (few cores, many spares in tests) pays
+        # it in the case.
+        meta = torch.empty(2, device="meta")
+        meta + meta  # noqa: B018
+        lap("meta")
     if gate is not None:  # the device is touched from here on: only when the runner says
         gate()  # (it holds spares back from the GPU while a benchmark times there)
         lap("gate")
@@ -168,15 +178,6 @@ def _info(device: str, warm: bool = True, gate=None, stack_bytes: int = 0) -> di
     import evokernel_mcp.benchmark.sides  # noqa: F401 - warm the harness sides, off the job's clock
     import evokernel_mcp.verify.sides  # noqa: F401
     lap("harness")
-    if info["device_name"] != "cpu" and not warm:
-        # a process's first op on meta tensors imports torch._dynamo (1-4 s, ~150 MB): a KernelBench reference's
-        # first case (and a big case of a declared-shape task) plans its memory on meta (verify/memory.py), and the
-        # cached reference is a cold (untimed) child, so a cold GPU spare pays it now, not the first verify of a
-        # new reference. Timed arms never run meta ops
-        # and stay without it; the CPU path (few cores, many spares in tests) pays it in the case.
-        meta = torch.empty(2, device="meta")
-        meta + meta  # noqa: B018
-        lap("meta")
     info["boot_s"] = boot
     return info
 

@@ -45,6 +45,10 @@ IMPORTS = ("torch", "torch.nn", "torch.nn.functional", "torch.autograd.profiler"
            "triton", "triton.language", "triton.compiler.compiler", "triton.runtime.driver", "numpy",
            "evokernel_mcp.runtime.child", "evokernel_mcp.benchmark.activity", "evokernel_mcp.benchmark.sides",
            "evokernel_mcp.verify.sides")
+# A GPU reference child's first op on meta tensors (child.py; verify/memory.py plans on meta) imports
+# torch._dynamo, sympy and mpmath: without their bytecode that took 3.5-6 s of each such child's start on the
+# lent H100, against about 1 s with it
+META_WARM = "try:\n    import torch\n    m = torch.empty(2, device='meta')\n    m + m\nexcept Exception:\n    pass\n"
 ACTIVE: str | None = None  # the prefix this runner's children get, once prepare() made it
 
 
@@ -83,7 +87,7 @@ def prepare(modules: tuple[str, ...] = IMPORTS, *, env: dict[str, str] | None = 
 
     root = prefix()
     code = "import importlib, os\nos.umask(0o022)\nfor m in %r:\n    try:\n        importlib.import_module(m)\n" \
-           "    except Exception:\n        pass\n" % (tuple(modules),)
+           "    except Exception:\n        pass\n" % (tuple(modules),) + (META_WARM if "torch" in modules else "")
     full = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     full.update({PREFIX_ENV: str(root), "PYTHONPATH": sandbox.python_path()}, **(env or {}))
     t0 = time.monotonic()

@@ -128,11 +128,12 @@ class Spares:
         self._starting = 0
         self._starting_warm = 0
         self._warming = 0  # cold spares being warmed in the background (out of _ready meanwhile)
+        self._gated = 0  # background starts waiting at the device gate (CPU start done, no context yet)
         self._gpu_busy = 0  # background work touching the device now (a spare's device start, a warm-up,
         self._retiring = 0  # a retired child's end), and of it retired children not yet gone
         self._closed = False
         self._quiet = 0  # quiet sections open (no new spares): the job's whole run on a host of few cores
-        self._held = False  # idle children were given back for a big job: no new spares until it ends
+        self._held = False  # idle children were given back for a big job: new spares wait at the device gate
         self._keep_spares = 0  # ... and how many ready ones it left
         # spares stay down after such a job until a job ends that took a child without giving any back: big jobs
         # come in runs (a sweep, a search at full size), and spares restarted between two of them only start
@@ -152,13 +153,24 @@ class Spares:
 
         return {"level": self.level, "notes": list(self.level_notes), "limits": current().model_dump()}
 
+    def _gate_shut(self) -> bool:
+        """Is a background start held back from the device now? While arms are timed; and while a job that
+        needed the room runs (_held), unless a take waits for a child: such a start waits there with its CPU
+        work done (torch imported) and no device context, and makes its context once the job ends (a fraction
+        of a second instead of a whole start). Under the lock."""
+        return bool(self._timing) or (self._held and not self._takers)
+
     def _gpu_phase(self):
-        """For a background start's device phase: blocks while arms are timed; then counts it as device work in
-        flight and returns the function that ends it. (No limit on phases in flight: on one H200 a limit of 2
-        spread them over more of the benchmarks' timed sections, and a batch took 4 % longer.)"""
+        """For a background start's device phase: blocks while the gate is shut (_gate_shut); then counts it as
+        device work in flight and returns the function that ends it. (No limit on phases in flight: on one H200
+        a limit of 2 spread them over more of the benchmarks' timed sections, and a batch took 4 % longer.)"""
         with self._lock:
-            while self._timing and not self._closed:
-                self._lock.wait(timeout=1.0)
+            self._gated += 1
+            try:
+                while self._gate_shut() and not self._closed:
+                    self._lock.wait(timeout=1.0)
+            finally:
+                self._gated -= 1
             self._gpu_busy += 1
 
         def done() -> None:
@@ -241,7 +253,9 @@ class Spares:
                 # device work of spares in flight (a context, CUPTI's first session) ends first, always: it
                 # measurably disturbs the kernels being timed (a 5 % difference read as 0.62-1.34 once)
                 # (starts in flight pass the device gate until the timing begins, so they can end)
-                while (self._gpu_busy or (waiting and self._starting > 0)) and time.monotonic() < deadline:
+                # (starts held at the device gate by a job that needed the room do no work: not waited for)
+                while (self._gpu_busy or (waiting and self._starting - self._gated > 0)) \
+                        and time.monotonic() < deadline:
                     self._lock.wait(timeout=1.0)
                 self._timing += 1
             note("quiet: waited %.2f s for spare starts", time.monotonic() - t0)
@@ -271,13 +285,14 @@ class Spares:
     def replenish(self, taking: bool = False) -> None:
         """Start spares up to n, in the flavour mix the recent takes asked for (half and half before any);
         when warm ones are still short, warm idle cold ones in the background (off any job's clock). After a
-        job that gave our idle processes back (_after_big), AFTER_BIG_SPARES only, and none from a take (the
-        job taking is likely big too: it would stop them again)."""
+        job that gave our idle processes back (_after_big), and during one (_held: they wait at the device gate),
+        AFTER_BIG_SPARES only, and none from a take (the job taking is likely big too: it would stop them again)."""
         with self._lock:
             self._sweep()
-            if self._quiet or self._held or (self._after_big and taking):
+            if self._quiet or ((self._after_big or self._held) and taking) or (self._held and not self._profiles):
                 return
-            n = min(self.n, AFTER_BIG_SPARES) if self._after_big else self.n
+            # (while a job that needed the room runs, its starts wait at the device gate with no context)
+            n = min(self.n, AFTER_BIG_SPARES) if self._after_big or self._held else self.n
             need = max(0, n - len(self._ready) - self._starting - self._warming)
             warm, to_warm = 0, []
             if self._profiles:
@@ -336,6 +351,7 @@ class Spares:
                 return (self._starting_warm if want and self._lean else self._starting) + self._warming
             # (while arms are timed, background starts and warm-ups wait at the device gate: never wait for them)
             self._takers += 1
+            self._lock.notify_all()  # a start held at the device gate by a big job goes on for this take
             try:
                 while not any(usable(c) for c in self._ready) and coming() > 0 and not self._timing \
                         and time.monotonic() < deadline:
@@ -490,10 +506,11 @@ class Spares:
 
     def give_back_idle(self, keep: tuple = (), keep_spares: int = 0) -> dict[str, object]:
         """A job needs device memory our idle processes hold: stop every ready spare but `keep_spares` of them
-        and every cached reference process not in `keep`, empty this runner's allocator cache, wait until they
-        are gone, and start no new spare until the job ends (end_hold). Returns what was given back: {processes, holdings
-        (runtime/devplan.Holding dicts), freed_bytes (the device's free memory after minus before: measured),
-        free_bytes}."""
+        and every cached reference process not in `keep`, empty this runner's allocator cache and wait until they
+        are gone. Until the job ends (end_hold) no spare touches the device: AFTER_BIG_SPARES replacements start
+        now and wait at the device gate with no context (_gate_shut). Returns what was given back: {processes,
+        holdings (runtime/devplan.Holding dicts), freed_bytes (the device's free memory after minus before:
+        measured), free_bytes}."""
         from evokernel_mcp.runtime.devmem import release_cached
         from evokernel_mcp.runtime.devplan import CONTEXT_BYTES_ASSUMED, Holding
 
@@ -516,6 +533,7 @@ class Spares:
         # a KernelBench sweep 5-7 s per job, for contexts of 0.6 GiB each while the job's data is small)
         after = self._free_memory()
         freed = after[0] - before[0] if before and after else None
+        self.replenish()  # replacements do their CPU start now and wait at the device gate until the job ends
         note("gave back %d idle process(es) for a job that needs the room: %s", len(gone),
              f"{freed / 2**30:.2f} GiB freed" if freed is not None else "no device view")
         return {"processes": len(gone), "holdings": [h.model_dump() for h in gone], "freed_bytes": freed,
@@ -528,6 +546,7 @@ class Spares:
             took, self._took = self._took, False
             if self._held:
                 self._held, self._after_big = False, True
+                self._lock.notify_all()  # starts held at the device gate make their contexts now
             elif self._after_big and took:
                 self._after_big = False
             else:

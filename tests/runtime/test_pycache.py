@@ -113,3 +113,19 @@ def test_the_runners_child_starts_with_the_prefix(tmp_path, monkeypatch):
         finally:
             kid.discard()
     assert root is not None and info.get("pycache_prefix") == expected
+
+
+def test_the_runners_import_run_also_takes_the_meta_tensor_path(tmp_path, monkeypatch):
+    """A reference child's first op on meta tensors imports modules torch itself does not (torch._dynamo, sympy):
+    their bytecode is written too. A stand-in torch whose meta add imports a module of its own shows it."""
+    lib = tmp_path / "lib"
+    (lib / "torch").mkdir(parents=True)
+    (lib / "torch" / "__init__.py").write_text(
+        "class _T:\n    def __add__(self, other):\n        import torch.on_meta_path  # noqa: F401\n        return self\n"
+        "def empty(*shape, device=None):\n    assert device == 'meta'\n    return _T()\n")
+    (lib / "torch" / "on_meta_path.py").write_text("X = 1\n")
+    monkeypatch.setattr(pycache, "wanted", lambda: True)
+    with pycache.active(None):
+        root = pycache.prepare(("torch",), env={"PYTHONPATH": str(lib)})
+        assert root is not None
+        assert any(p.name.startswith("on_meta_path.") for p in Path(root).rglob("*.pyc"))

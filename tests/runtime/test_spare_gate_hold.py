@@ -1,0 +1,94 @@
+"""While a job that gave our idle processes back runs (spares.give_back_idle: a big job's memory plan), spares
+start but wait at the device gate with their CPU start done and no device context; a take opens the gate for
+them, and the job's end lets them make their contexts (spares.py _gate_shut). Stand-in children, no process."""
+
+from __future__ import annotations
+
+import time
+
+from spare_stubs import Kid, RealThread
+from spare_stubs import make_pool as _pool
+
+from evokernel_mcp.runtime import devmem, spares
+
+
+def _gated_start(pool, entered: list, kid=None):
+    """A background start reaching its device phase: records when it passed the gate, then is ready."""
+    def run():
+        done = pool._gpu_phase()
+        entered.append(time.monotonic())
+        done()
+        with pool._lock:
+            pool._starting -= 1
+            if kid is not None:
+                pool._ready.append(kid)
+            pool._lock.notify_all()
+    with pool._lock:
+        pool._starting += 1
+    t = RealThread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def _hold(pool, monkeypatch):
+    monkeypatch.setattr(spares.Spares, "_free_memory", staticmethod(lambda: None))
+    monkeypatch.setattr(devmem, "release_cached", lambda: None)
+    pool.give_back_idle()
+
+
+def test_a_spare_starting_during_a_big_job_makes_its_context_only_when_the_job_ends(monkeypatch):
+    pool, _ = _pool(monkeypatch, n=0)
+    _hold(pool, monkeypatch)
+    entered: list = []
+    t = _gated_start(pool, entered)
+    time.sleep(0.3)
+    assert entered == [] and pool._gated == 1, "held at the gate while the job that needed the room runs"
+    ended = time.monotonic()
+    pool.end_hold()
+    t.join(10)
+    assert entered and entered[0] >= ended and pool._gated == 0
+
+
+def test_a_take_during_a_big_job_lets_a_held_start_through(monkeypatch):
+    pool, _ = _pool(monkeypatch, n=0)
+    _hold(pool, monkeypatch)
+    kid, entered = Kid(False), []
+    _gated_start(pool, entered, kid)
+    time.sleep(0.2)
+    got: list = []
+    taker = RealThread(target=lambda: got.append(pool.take("verify")), daemon=True)
+    taker.start()
+    taker.join(20)  # a hang guard: without the gate opening for a take this waits for the start time-out
+    assert got == [kid] and entered
+
+
+def test_a_big_job_starts_a_few_replacements_at_once_and_its_timing_does_not_wait_for_them(monkeypatch,
+                                                                                           use_settings):
+    pool, started = _pool(monkeypatch, n=6, refill=False)
+    _hold(pool, monkeypatch)
+    assert len(started) == spares.AFTER_BIG_SPARES < pool.n, \
+        "the replacements start their CPU work during the job (they wait at the device gate)"
+    pool._starting = 0  # (the stand-in starts never land)
+    use_settings(start_timeout_s=3600.0)
+    entered: list = []
+    t = _gated_start(pool, entered)
+    time.sleep(0.2)
+    timed: list = []
+
+    def job():
+        with pool.quiet(wait=True):  # a host of few cores waits for starts in flight, not for held ones
+            timed.append(time.monotonic())
+    j = RealThread(target=job, daemon=True)
+    j.start()
+    j.join(20)
+    assert timed and entered == [], "timing went on; the held start still waits"
+    pool.end_hold()
+    t.join(10)
+    assert entered
+
+
+def test_a_cpu_pool_starts_nothing_during_a_hold(monkeypatch):
+    pool, started = _pool(monkeypatch, device="cpu", n=4, refill=False)
+    pool._profiles = False
+    _hold(pool, monkeypatch)
+    assert started == [], "without a device gate a start would make its context inside the job"
