@@ -128,7 +128,7 @@ class Spares:
         self._starting = 0
         self._starting_warm = 0
         self._warming = 0  # cold spares being warmed in the background (out of _ready meanwhile)
-        self._gated = 0  # background starts waiting at the device gate (CPU start done, no context yet)
+        self._gated = 0  # spare starts waiting at the device gate (CPU start done, no context yet)
         self._gpu_busy = 0  # background work touching the device now (a spare's device start, a warm-up,
         self._retiring = 0  # a retired child's end), and of it retired children not yet gone
         self._closed = False
@@ -160,17 +160,17 @@ class Spares:
         of a second instead of a whole start). Under the lock."""
         return bool(self._timing) or (self._held and not self._takers)
 
-    def _gpu_phase(self):
+    def _gpu_phase(self, start: bool = False):
         """For a background start's device phase: blocks while the gate is shut (_gate_shut); then counts it as
         device work in flight and returns the function that ends it. (No limit on phases in flight: on one H200
         a limit of 2 spread them over more of the benchmarks' timed sections, and a batch took 4 % longer.)"""
         with self._lock:
-            self._gated += 1
+            self._gated += int(start)  # (a start's: quiet() does not wait for starts held here)
             try:
                 while self._gate_shut() and not self._closed:
                     self._lock.wait(timeout=1.0)
             finally:
-                self._gated -= 1
+                self._gated -= int(start)
             self._gpu_busy += 1
 
         def done() -> None:
@@ -194,7 +194,7 @@ class Spares:
                 child = spawn(lambda: Child(self.device, level, warm=warm, gated=gated, triton_key=self._triton_key,
                                             queues=queues))
                 spawned = time.monotonic() - t0  # the spawner thread's queue, the scratch dir, fork + exec
-                info = child.wait_ready(gate=self._gpu_phase if gated else None)
+                info = child.wait_ready(gate=(lambda: self._gpu_phase(start=True)) if gated else None)
                 child.start_s = time.monotonic() - t0
                 kernel_cache.save_driver(child.scratch)  # no agent code has reached it yet
                 if child.triton_key and not self._triton_key:  # likewise: later spares skip hashing Triton

@@ -15,7 +15,7 @@ from evokernel_mcp.runtime import devmem, spares
 def _gated_start(pool, entered: list, kid=None):
     """A background start reaching its device phase: records when it passed the gate, then is ready."""
     def run():
-        done = pool._gpu_phase()
+        done = pool._gpu_phase(start=True)
         entered.append(time.monotonic())
         done()
         with pool._lock:
