@@ -10,9 +10,11 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 t0=$(date +%s)
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  > "$OUT/pip.log" 2>&1 || tail -5 "$OUT/pip.log"
-for d in .whl/*.deb; do dpkg -x "$d" /tmp/bw; done
+if [ ! -f /tmp/site/.evk_installed ]; then  # a machine kept warm between calls has them already
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    > "$OUT/pip.log" 2>&1 && touch /tmp/site/.evk_installed || tail -5 "$OUT/pip.log"
+  for d in .whl/*.deb; do dpkg -x "$d" /tmp/bw; done
+fi
 export EVOKERNEL_BWRAP=/tmp/bw/usr/bin/bwrap PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 EVOKERNEL_HOME=/tmp/evohome
 step() {  # step NAME LIMIT CMD...
   local name=$1 t=$2; shift 2
