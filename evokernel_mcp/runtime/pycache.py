@@ -18,7 +18,7 @@ the level hides nothing, and doctor and every result say so.)
 Python checks each cached file against its source's mtime and size, so a stale entry is recompiled in
 memory, never trusted.
 
-Only where torch has no bytecode of its own (wanted()).
+Only where torch, or what its meta-tensor path imports, has no bytecode of its own (wanted()).
 """
 
 from __future__ import annotations
@@ -54,12 +54,16 @@ ACTIVE: str | None = None  # the prefix this runner's children get, once prepare
 
 def has_bytecode(module: str) -> bool | None:
     """Is the installed module's bytecode next to its source? None when it is not installed, or has no
-    Python source."""
+    Python source. A dotted name is found under its top-level package's directory, importing nothing."""
+    top, _, rest = module.partition(".")
     try:
-        spec = importlib.util.find_spec(module)
+        spec = importlib.util.find_spec(top)
     except (ImportError, ValueError):
         return None
     origin = getattr(spec, "origin", None) if spec is not None else None
+    if origin and rest:
+        base = os.path.join(os.path.dirname(origin), *rest.split("."))
+        origin = next((f for f in (os.path.join(base, "__init__.py"), base + ".py") if os.path.exists(f)), None)
     if not origin or not origin.endswith(".py"):
         return None
     d, name = os.path.split(origin)  # beside the source, whatever prefix this process may have itself
@@ -67,9 +71,15 @@ def has_bytecode(module: str) -> bool | None:
     return os.path.exists(cached)
 
 
+# torch, and what a reference child's first op on meta tensors imports (META_WARM): a process that imported torch
+# without PYTHONDONTWRITEBYTECODE (the server, where torch's directory is writable) leaves torch's bytecode but
+# not the meta path's, which cost a KernelBench reference 4-7 s of its start on the lent H100
+NEEDS_BYTECODE = ("torch", "torch._dynamo", "sympy")
+
+
 def wanted() -> bool:
-    """Children read the runner's bytecode only where torch has none of its own."""
-    return has_bytecode("torch") is False
+    """Children read the runner's bytecode only where torch, or the meta path, has none of its own."""
+    return any(has_bytecode(m) is False for m in NEEDS_BYTECODE)
 
 
 def prefix() -> Path:

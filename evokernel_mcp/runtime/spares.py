@@ -141,6 +141,7 @@ class Spares:
         self._after_big = False
         self._took = False  # a child was taken (or a reference asked for) since the last job ended
         self._takers = 0  # take() calls waiting for a child now
+        self._wanting = 0  # ... of which with no fitting child ready (they open a big job's device gate)
         self._timing = 0  # ... of which timing now: spares' device phases are held back only then
         self._profiles = device != "cpu"  # only a GPU child has a profiler to warm
         self._triton_key: str | None = None  # Triton's install key, from the first GPU spare (child.py)
@@ -155,10 +156,10 @@ class Spares:
 
     def _gate_shut(self) -> bool:
         """Is a background start held back from the device now? While arms are timed; and while a job that
-        needed the room runs (_held), unless a take waits for a child: such a start waits there with its CPU
-        work done (torch imported) and no device context, and makes its context once the job ends (a fraction
-        of a second instead of a whole start). Under the lock."""
-        return bool(self._timing) or (self._held and not self._takers)
+        needed the room runs (_held), unless a take waits with no fitting child ready: such a start waits there
+        with its CPU work done (torch imported) and no device context, and makes its context once the job ends
+        (a fraction of a second instead of a whole start). Under the lock."""
+        return bool(self._timing) or (self._held and not self._wanting)
 
     def _gpu_phase(self, start: bool = False):
         """For a background start's device phase: blocks while the gate is shut (_gate_shut); then counts it as
@@ -289,7 +290,10 @@ class Spares:
         AFTER_BIG_SPARES only, and none from a take (the job taking is likely big too: it would stop them again)."""
         with self._lock:
             self._sweep()
-            if self._quiet or ((self._after_big or self._held) and taking) or (self._held and not self._profiles):
+            # (a job that needed the room on a host of many cores: its starts do their CPU work in its quiet
+            # section too, as starts already in flight do there, and wait at the device gate)
+            if (self._quiet and not (self._held and not self.waits_in_quiet())) \
+                    or ((self._after_big or self._held) and taking) or (self._held and not self._profiles):
                 return
             # (while a job that needed the room runs, its starts wait at the device gate with no context)
             n = min(self.n, AFTER_BIG_SPARES) if self._after_big or self._held else self.n
@@ -351,7 +355,11 @@ class Spares:
                 return (self._starting_warm if want and self._lean else self._starting) + self._warming
             # (while arms are timed, background starts and warm-ups wait at the device gate: never wait for them)
             self._takers += 1
-            self._lock.notify_all()  # a start held at the device gate by a big job goes on for this take
+            # a take with no fitting child ready opens the device gate a big job holds shut (_gate_shut)
+            short = not any(usable(c) for c in self._ready) or (want and not any(c.warm for c in self._ready))
+            self._wanting += int(short)
+            if short:
+                self._lock.notify_all()
             try:
                 while not any(usable(c) for c in self._ready) and coming() > 0 and not self._timing \
                         and time.monotonic() < deadline:
@@ -362,6 +370,7 @@ class Spares:
                     self._lock.wait(timeout=1.0)
             finally:
                 self._takers -= 1
+                self._wanting -= int(short)
             pick = next((c for c in self._ready if c.warm == want and usable(c)), None) if purpose != "any" else None
             child = pick or next((c for c in self._ready if usable(c)), None)
             if child is not None:

@@ -129,3 +129,26 @@ def test_the_runners_import_run_also_takes_the_meta_tensor_path(tmp_path, monkey
         root = pycache.prepare(("torch",), env={"PYTHONPATH": str(lib)})
         assert root is not None
         assert any(p.name.startswith("on_meta_path.") for p in Path(root).rglob("*.pyc"))
+
+
+def test_wanted_where_torch_has_bytecode_but_the_meta_path_has_none(monkeypatch, tmp_path):
+    """The server, importing torch where torch's directory is writable, leaves torch's bytecode behind but not
+    that of what only a child's meta op imports (torch._dynamo, sympy)."""
+    monkeypatch.setattr(pycache, "has_bytecode", lambda m: m != "sympy")
+    assert pycache.wanted() is True
+    monkeypatch.setattr(pycache, "has_bytecode", lambda m: m != "torch._dynamo")
+    assert pycache.wanted() is True
+    monkeypatch.setattr(pycache, "has_bytecode", lambda m: True)
+    assert pycache.wanted() is False
+
+
+def test_a_dotted_module_is_looked_up_under_its_package_without_importing_it(tmp_path, monkeypatch):
+    lib = tmp_path / "lib"
+    (lib / "pkgy" / "sub").mkdir(parents=True)
+    (lib / "pkgy" / "__init__.py").write_text("raise RuntimeError('imported')\n")
+    (lib / "pkgy" / "sub" / "__init__.py").write_text("")
+    (lib / "pkgy" / "mod.py").write_text("")
+    monkeypatch.syspath_prepend(str(lib))
+    assert pycache.has_bytecode("pkgy.sub") is False and pycache.has_bytecode("pkgy.mod") is False
+    py_compile.compile(str(lib / "pkgy" / "mod.py"), doraise=True)
+    assert pycache.has_bytecode("pkgy.mod") is True and pycache.has_bytecode("pkgy.none") is None

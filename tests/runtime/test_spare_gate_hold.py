@@ -92,3 +92,34 @@ def test_a_cpu_pool_starts_nothing_during_a_hold(monkeypatch):
     pool._profiles = False
     _hold(pool, monkeypatch)
     assert started == [], "without a device gate a start would make its context inside the job"
+
+
+def test_a_take_that_finds_a_ready_child_leaves_the_held_starts_at_the_gate(monkeypatch):
+    """Opening the gate for a take that needs no start would make contexts the job then stops as they arrive."""
+    pool, _ = _pool(monkeypatch, n=0)
+    _hold(pool, monkeypatch)
+    pool._ready = [Kid(False)]  # (the hold kept one)
+    entered: list = []
+    t = _gated_start(pool, entered)
+    time.sleep(0.2)
+    pool.take("verify")
+    time.sleep(0.3)
+    assert entered == [], "still held: the take had a child ready"
+    pool.end_hold()
+    t.join(10)
+    assert entered
+
+
+def test_a_big_jobs_replacements_start_within_its_timed_section_on_a_host_of_many_cores(monkeypatch):
+    """A benchmark gives the room back inside its quiet section: on a host that does not wait for starts there,
+    the replacements still do their CPU start during the job (and wait at the gate), not after it."""
+    pool, started = _pool(monkeypatch, n=6, refill=False)
+    monkeypatch.setattr(spares.Spares, "waits_in_quiet", lambda self: False)
+    with pool.quiet(wait=False):
+        _hold(pool, monkeypatch)
+        assert len(started) == spares.AFTER_BIG_SPARES
+    monkeypatch.setattr(spares.Spares, "waits_in_quiet", lambda self: True)
+    pool2, started2 = _pool(monkeypatch, n=6, refill=False)
+    with pool2.quiet(wait=False):
+        _hold(pool2, monkeypatch)
+        assert started2 == [], "a host of few cores starts nothing in a timed section"
