@@ -9,20 +9,17 @@ processes (one per reference source). One child process is child_proc.Child.
   takes asked for; a benchmark handed a cold one warms it before loading anything (warm_profiler).
 - On an NVIDIA GPU a cold spare starts with one hardware queue (untimed_queues: a cheaper context) and never
   becomes a timed arm; a warm one keeps the driver's default.
-- `reference(task)` returns the child that has loaded this reference source (kept, at most
+- `reference(task)` returns the child that has loaded this reference source (refcache.py: kept, at most
   REF_CACHE of them, least recently used dropped); a spare becomes one on first use.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import threading
 import time
 from collections import OrderedDict, deque
-from typing import Literal
 
 from evokernel_mcp import settings
 from evokernel_mcp.runtime import kernel_cache, sandbox
@@ -34,6 +31,8 @@ from evokernel_mcp.runtime.child_proc import (  # noqa: F401 - re-exported: the 
     handed_over,
     note,
 )
+from evokernel_mcp.runtime.refcache import TIGHT_FREE_FRACTION, Purpose, RefCache
+from evokernel_mcp.runtime.spawner import spawn
 
 log = logging.getLogger(__name__)
 
@@ -47,13 +46,10 @@ def default_spares() -> int:
     return max(1 if cpus < 2 else 2, min(8, cpus // 2))
 
 
-REF_CACHE = 2
 # spares started after a job that gave them back: a next job's children without a wait (a verify of a new source
 # takes two: its reference and its candidate; a benchmark two or three arms); what a big job leaves idle it stops
 # before its data exists. With one, a KernelBench sweep's jobs waited 7-9 s for a cold start (its meta warm-up)
 AFTER_BIG_SPARES = 3
-TIGHT_FREE_FRACTION = 0.5  # below this free fraction of the device, other sources' reference processes go
-Purpose = Literal["verify", "bench", "any"]
 # CUDA_DEVICE_MAX_CONNECTIONS for the children that never host a timed arm on an NVIDIA GPU (a verify's
 # candidate, the cached reference processes). One hardware queue halves what a context costs the driver to
 # make and to end, and the driver makes a GPU's contexts one at a time (measured on the H200); streams then
@@ -71,50 +67,7 @@ def _timeable(child) -> bool:
     return getattr(child, "timeable", True)
 
 
-class _Spawner:
-    """One long-lived thread starts every child. The kernel's parent-death signal (our preexec and bwrap's
-    --die-with-parent) fires when the THREAD that forked the child exits, so children must never be
-    started from short-lived threads."""
-
-    def __init__(self) -> None:
-        import queue
-
-        self._q: queue.Queue = queue.Queue()
-        threading.Thread(target=self._loop, daemon=True, name="evokernel-spawner").start()
-
-    def _loop(self) -> None:
-        while True:
-            fn, box, done = self._q.get()
-            try:
-                box.append((True, fn()))
-            except BaseException as e:  # noqa: BLE001 - handed back to the caller
-                box.append((False, e))
-            done.set()
-
-    def call(self, fn):
-        box: list = []
-        done = threading.Event()
-        self._q.put((fn, box, done))
-        done.wait()
-        ok, value = box[0]
-        if not ok:
-            raise value
-        return value
-
-
-_SPAWNER: _Spawner | None = None
-_SPAWNER_LOCK = threading.Lock()
-
-
-def spawn(fn):
-    global _SPAWNER
-    with _SPAWNER_LOCK:
-        if _SPAWNER is None:
-            _SPAWNER = _Spawner()
-    return _SPAWNER.call(fn)
-
-
-class Spares:
+class Spares(RefCache):
     """Spare children for one device, and the cache of reference children."""
 
     def __init__(self, device: str, n: int | None = None):
@@ -391,76 +344,6 @@ class Spares:
                 raise
         return child
 
-    def reference(self, task, *, timeout_s: float) -> Child:
-        """The child holding this task's reference source (loaded now if needed)."""
-        key = hashlib.sha256(json.dumps([task.reference_source, task.name], sort_keys=True).encode()).hexdigest()
-        self._evict_others_if_tight(key)
-        child = self._refs.get(key)
-        if child is not None and not child.dead and child.proc.poll() is None:
-            self._refs.move_to_end(key)
-            return child
-        if child is not None:
-            self.drop_reference(child)
-        child = self.fresh_reference(task, timeout_s=timeout_s, purpose="verify")
-        child.source_key = key
-        self._refs[key] = child
-        while len(self._refs) > REF_CACHE:
-            _, old = self._refs.popitem(last=False)
-            old.discard()
-        return child
-
-    def fresh_reference(self, task, *, timeout_s: float, purpose: Purpose = "bench") -> Child:
-        """A fresh child with this task's reference loaded, for one job only (never cached): a timed arm
-        (the PyTorch baseline, its control copy) runs in a process built exactly like the candidate's, so
-        that the two differ only in the code they run (a long-lived process's allocation history, its
-        other models and buffers, shift its kernels' times by tenths of a percent and more)."""
-        child = self.take(purpose)
-        try:
-            child.request({"op": "load", "role": "reference", "task": task.model_dump()}, timeout_s=timeout_s,
-                          max_bytes=1 << 20)
-        except ChildFailed as e:
-            child.discard()
-            raise e.again("harness" if e.kind in ("exception", "bad_candidate") else e.kind,
-                          f"the reference failed to load: {e.message}") from e
-        return child
-
-    def trim_references(self) -> list[str]:
-        """Cached reference processes count against a host-memory budget (limits.ref_cache_bytes): after a
-        job, the least recently used go until the rest fit; what went, for the job's events."""
-        from evokernel_mcp.runtime import limits
-
-        budget = limits.ref_cache_bytes()
-        if budget is None or not self._refs:
-            return []
-        sizes = {k: limits.tree_rss(c.proc.pid) for k, c in self._refs.items()}
-        gone = []
-        for k in list(self._refs):
-            if sum(sizes.values()) <= budget:
-                break
-            c = self._refs.pop(k)
-            gone.append(f"cached reference process {c.proc.pid} ({sizes.pop(k) / 2**20:.0f} MiB resident) stopped: "
-                        f"the cache is over its budget of {limits.gib(budget)}")
-            c.discard()
-        for g in gone:
-            note("%s", g)
-        return gone
-
-    def _evict_others_if_tight(self, key: str) -> None:
-        """Cached reference processes of other sources hold device memory (context, weights, what their
-        allocator kept): when under half the device is free, they go before this job starts."""
-        if self.device == "cpu" or not any(k != key for k in self._refs):
-            return
-        mem = self._free_memory()
-        if mem is None or mem[0] >= mem[1] * TIGHT_FREE_FRACTION:  # (no device view here: keep the cache)
-            return
-        free, total = mem
-        for k, c in list(self._refs.items()):
-            if k != key:
-                del self._refs[k]
-                c.discard()
-        note("device %.0f of %.0f GiB free: cached reference processes of other sources stopped",
-              free / 2**30, total / 2**30)
-
     def retire(self, child: Child) -> None:
         """A job is done with its child: killed now (nothing of it runs past this call), the rest of its end
         (waiting for its processes to be gone, a CUDA context's teardown among them; its Triton cache; its
@@ -561,12 +444,6 @@ class Spares:
             else:
                 return
         self.replenish()
-
-    def drop_reference(self, child: Child) -> None:
-        for k, c in list(self._refs.items()):
-            if c is child:
-                del self._refs[k]
-        child.discard()
 
     def close(self) -> None:
         with self._lock:
