@@ -30,6 +30,14 @@ def _gated_start(pool, entered: list, kid=None):
     return t
 
 
+def _until(cond, timeout_s: float = 20.0) -> bool:
+    """Poll until cond() holds (a thread reaching the gate may be late on a loaded host): never a fixed sleep."""
+    end = time.monotonic() + timeout_s
+    while not cond() and time.monotonic() < end:
+        time.sleep(0.01)
+    return cond()
+
+
 def _hold(pool, monkeypatch):
     monkeypatch.setattr(spares.Spares, "_free_memory", staticmethod(lambda: None))
     monkeypatch.setattr(devmem, "release_cached", lambda: None)
@@ -41,7 +49,8 @@ def test_a_spare_starting_during_a_big_job_makes_its_context_only_when_the_job_e
     _hold(pool, monkeypatch)
     entered: list = []
     t = _gated_start(pool, entered)
-    time.sleep(0.3)
+    assert _until(lambda: pool._gated == 1)
+    time.sleep(0.2)
     assert entered == [] and pool._gated == 1, "held at the gate while the job that needed the room runs"
     ended = time.monotonic()
     pool.end_hold()
@@ -54,7 +63,7 @@ def test_a_take_during_a_big_job_lets_a_held_start_through(monkeypatch):
     _hold(pool, monkeypatch)
     kid, entered = Kid(False), []
     _gated_start(pool, entered, kid)
-    time.sleep(0.2)
+    assert _until(lambda: pool._gated == 1)
     got: list = []
     taker = RealThread(target=lambda: got.append(pool.take("verify")), daemon=True)
     taker.start()
@@ -72,7 +81,7 @@ def test_a_big_job_starts_a_few_replacements_at_once_and_its_timing_does_not_wai
     use_settings(start_timeout_s=3600.0)
     entered: list = []
     t = _gated_start(pool, entered)
-    time.sleep(0.2)
+    assert _until(lambda: pool._gated == 1)
     timed: list = []
 
     def job():
@@ -101,7 +110,7 @@ def test_a_take_that_finds_a_ready_child_leaves_the_held_starts_at_the_gate(monk
     pool._ready = [Kid(False)]  # (the hold kept one)
     entered: list = []
     t = _gated_start(pool, entered)
-    time.sleep(0.2)
+    assert _until(lambda: pool._gated == 1)
     pool.take("verify")
     time.sleep(0.3)
     assert entered == [], "still held: the take had a child ready"
