@@ -3,7 +3,7 @@
 A search loop reads `speedup`; it must never read a number that came from a wrong, unfinished or
 unattributable measurement. So the verdict is computed here, by harness code in the runner, from the raw
 record of the shape (the candidate process's timing records and the runner's own output checks), and
-when it is `invalid` the result's speedup and timing figures are nulled (api.shape_result).
+when it is `invalid` the result's speedup and timing figures are nulled (results.shape_result).
 
 Invalid vs flag: a reason is INVALID when the number measured is not the time of the requested
 computation (wrong output, work outside the window, no device work, a time below what the silicon

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from evokernel_mcp.benchmark import api, launch_cost
+from evokernel_mcp.benchmark import launch_cost, results
 from evokernel_mcp.benchmark.models import Ceilings
 from evokernel_mcp.tasks import load_task
 
@@ -76,13 +76,13 @@ def test_server_adds_launch_cost_to_both_activity_series_and_keeps_the_span():
     ceil = Ceilings(device="NVIDIA H200", copy_gbs=4300.0, launch_cost_us=0.9)
     raw = {"shape": "medium", "candidate": _activity_run(0.0100), "baseline": _activity_run(0.0200),
            "check_timed": {"passed": True}, "check_fresh": {"passed": True}, "output_dtype": "float32"}
-    sr = api.shape_result(raw, task, H200, ceil, "vector", 0.95)
+    sr = results.shape_result(raw, task, H200, ceil, "vector", 0.95)
     assert sr.candidate.median_ms == pytest.approx(0.0109) and sr.baseline.median_ms == pytest.approx(0.0209)
     assert sr.speedup == pytest.approx(0.0209 / 0.0109)
     assert sr.candidate_timing.kernel_span_median_ms == pytest.approx(0.0100)
     assert sr.candidate_timing.launch_cost_ms == pytest.approx(0.0009)
-    off = api.shape_result(raw, task, H200, ceil, "vector", 0.95, launch_cost=False)
+    off = results.shape_result(raw, task, H200, ceil, "vector", 0.95, launch_cost=False)
     assert off.candidate.median_ms == pytest.approx(0.0100) and off.candidate_timing.launch_cost_ms is None
     events = {**raw, "candidate": {**_activity_run(0.01), "timer": "events"}}
-    assert api.shape_result(events, task, H200, ceil, "vector", 0.95).candidate.median_ms == pytest.approx(0.01)
+    assert results.shape_result(events, task, H200, ceil, "vector", 0.95).candidate.median_ms == pytest.approx(0.01)
     assert raw["candidate"]["times_ms"][0] == 0.0100  # the runner's raw times are not modified in place

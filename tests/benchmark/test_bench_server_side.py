@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from evokernel_mcp.benchmark import api, timing
+from evokernel_mcp.benchmark import api, results, timing
 from evokernel_mcp.benchmark import arms as arms_mod
 from evokernel_mcp.benchmark.models import Ceilings
 from evokernel_mcp.errors import BadInput
@@ -34,7 +34,7 @@ def test_conv3d_full_result_on_h200_with_ceilings():
     task = load_task("conv3d_depthwise")
     ceil = Ceilings(device="NVIDIA H200", copy_gbs=4300.0, matmul_tflops={"bf16": 788.0})
     raw = _raw("full", 0.5, 1.0)
-    sr = api.shape_result(raw, task, H200, ceil, "matrix", 0.95)
+    sr = results.shape_result(raw, task, H200, ceil, "matrix", 0.95)
     ss = task.shape_set("full")
     assert sr.speedup == pytest.approx(2.0, rel=0.02) and not sr.noise
     assert sr.speedup_ci[0] < sr.speedup < sr.speedup_ci[1]
@@ -50,7 +50,7 @@ def test_conv3d_full_result_on_h200_with_ceilings():
 def test_flags_big_speedup_and_wrong_output():
     task = load_task("conv3d_depthwise")
     bad = {"passed": False, "mismatches": 12, "note": "first mismatch at [0, 1]"}
-    sr = api.shape_result(_raw("full", 0.05, 1.0, check_fresh=bad), task, H200, None, "vector", 0.95)
+    sr = results.shape_result(_raw("full", 0.05, 1.0, check_fresh=bad), task, H200, None, "vector", 0.95)
     assert sr.valid is False and sr.invalid_reason == "wrong_output_after_timing"
     assert sr.speedup is None and sr.candidate is None  # no number a search loop could read
     assert sr.raw_invalid["speedup"] > 10 and "raw_invalid" not in sr.model_dump()
@@ -61,7 +61,7 @@ def test_flags_big_speedup_and_wrong_output():
 
 def test_noise_verdict_when_intervals_overlap():
     task = load_task("vector_add")
-    sr = api.shape_result(_raw("full", 1.0, 1.001), task, H200, None, "vector", 0.95)
+    sr = results.shape_result(_raw("full", 1.0, 1.001), task, H200, None, "vector", 0.95)
     assert sr.noise is True
 
 
@@ -72,7 +72,7 @@ def test_result_from_reply_carries_device_clocks_versions_provenance():
         "clocks_before": {"sm_mhz": 1980.0, "mem_mhz": 3201.0, "source": "nvidia-smi"},
         "clocks_after": {"sm_mhz": 1965.0, "mem_mhz": 3201.0, "source": "nvidia-smi"},
         "ceilings": Ceilings(device="NVIDIA H200", driver="580.159.04", copy_gbs=4300.0).model_dump(mode="json")})
-    res = api.result_from_reply(reply, task, "vector", 0.95)
+    res = results.result_from_reply(reply, task, "vector", 0.95)
     assert res.state == "done" and res.error is None and res.device == "cuda:0: NVIDIA H200"
     assert res.clocks.before.sm_mhz == 1980.0 and res.clocks.after.sm_mhz == 1965.0
     assert res.versions["torch"] == "2.11.0" and res.versions["driver"] == "580.159.04"
@@ -84,7 +84,7 @@ def test_result_from_failed_reply_reports_error():
     from evokernel_mcp.models import ErrorInfo
 
     reply = WorkerReply(ok=False, device="cpu", error=ErrorInfo(kind="timeout", message="killed"))
-    res = api.result_from_reply(reply, load_task("vector_add"), "matrix", 0.95)
+    res = results.result_from_reply(reply, load_task("vector_add"), "matrix", 0.95)
     assert res.state == "failed" and res.error.kind == "timeout" and res.results == []
 
 

@@ -13,7 +13,7 @@ import torch
 from fakegpu import recording_session
 
 from evokernel_mcp.benchmark import activity as act
-from evokernel_mcp.benchmark import api, clocks, settle, timing, verdict
+from evokernel_mcp.benchmark import clocks, results, settle, timing, verdict
 from evokernel_mcp.benchmark.blocks import BlockTimer
 from evokernel_mcp.benchmark.models import Clocks
 from evokernel_mcp.tasks import load_task
@@ -65,13 +65,13 @@ def test_judge_shape_valid_and_what_is_only_a_flag():
 def test_invalid_shape_result_has_no_speedup_and_keeps_raw_out_of_the_dump():
     task = load_task("vector_add")
     raw = _raw(0.1, 1.0, candidate=_run(0.1, outside_window="stream 7"))
-    sr = api.shape_result(raw, task, H200, None, "vector", 0.95)
+    sr = results.shape_result(raw, task, H200, None, "vector", 0.95)
     assert sr.valid is False and sr.invalid_reason == "device_work_outside_timed_window"
     assert sr.speedup is None and sr.speedup_ci is None and sr.candidate is None and sr.achieved_gbs is None
     assert sr.raw_invalid["speedup"] > 5 and "raw_invalid" not in sr.model_dump()
     assert sr.flags[0].startswith("INVALID (device_work_outside_timed_window)")
-    good = api.shape_result(_raw(1.0, 2.0), task, H200, None, "vector", 0.95)
-    assert not api.shape_result(_raw(0.5, 1.0), task, H200, None, "vector", 0.95).valid  # below 0.67 ms floor
+    good = results.shape_result(_raw(1.0, 2.0), task, H200, None, "vector", 0.95)
+    assert not results.shape_result(_raw(0.5, 1.0), task, H200, None, "vector", 0.95).valid  # below 0.67 ms floor
     assert good.valid and good.invalid_reason is None and good.speedup > 1.9 and good.resolved is True
 
 
@@ -83,7 +83,7 @@ def test_paired_rounds_and_control_give_noise_floor_and_resolution():
     ctrl = [d * (1 + rng.gauss(0, 0.003)) for d in drift]
     cand = [d * (1 + rng.gauss(0, 0.003)) / 1.004 for d in drift]  # 0.4 %: inside the noise floor
     raw = _raw(rounds={"baseline": base, "candidate": cand, "control": ctrl})
-    sr = api.shape_result(raw, task, H200, None, "vector", 0.95)
+    sr = results.shape_result(raw, task, H200, None, "vector", 0.95)
     assert sr.noise_floor is not None and sr.noise_floor.rounds == 20
     lo, hi = sr.paired_ci
     assert lo <= sr.speedup <= hi and sr.resolved is (lo > sr.noise_floor.band[1] or hi < sr.noise_floor.band[0])
@@ -91,10 +91,10 @@ def test_paired_rounds_and_control_give_noise_floor_and_resolution():
     x = sr.noise_floor.band[1]
     assert sr.speedup_ci == pytest.approx((lo / x, hi * x))
     assert sr.noise is (sr.speedup_ci[0] <= 1.0 <= sr.speedup_ci[1]) is (not sr.resolved)
-    far = api.shape_result(_raw(rounds={"baseline": base, "candidate": [c / 1.2 for c in cand], "control": ctrl}),
+    far = results.shape_result(_raw(rounds={"baseline": base, "candidate": [c / 1.2 for c in cand], "control": ctrl}),
                            task, H200, None, "vector", 0.95)
     assert far.resolved is True and far.noise is False and far.speedup_ci[0] > 1.0
-    alone = api.shape_result(_raw(rounds={"baseline": base, "candidate": cand}), task, H200, None, "vector", 0.95)
+    alone = results.shape_result(_raw(rounds={"baseline": base, "candidate": cand}), task, H200, None, "vector", 0.95)
     assert alone.noise_floor is None and alone.speedup_ci == alone.paired_ci  # no control: nothing widened
 
 
@@ -109,7 +109,7 @@ def test_clocks_moved_and_nvidia_smi_reasons():
     assert moved and "1980 -> 1755" in why
     assert clocks.clocks_moved(None, c) == (None, None)
     assert clocks.decode_nv_reasons("[N/A]") is None
-    sr = api.shape_result(_raw(clocks_before=idle.model_dump(), clocks_after=c.model_dump()),
+    sr = results.shape_result(_raw(clocks_before=idle.model_dump(), clocks_after=c.model_dump()),
                           load_task("vector_add"), H200, None, "vector", 0.95)
     assert sr.clocks_moved is True and sr.valid  # a flag, not invalid
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from evokernel_mcp.benchmark import api, work
+from evokernel_mcp.benchmark import api, results, work
 from evokernel_mcp.errors import BadInput
 from evokernel_mcp.tasks import load_task, task_from_reference
 
@@ -137,7 +137,7 @@ def _raw(cand_ms: float, counted: dict, host: bool = False) -> dict:
 def test_kernelbench_gemm_gets_a_fraction_of_the_h100_fp32_peak():
     n = 4096
     counted = {"flops": 2 * n ** 3, "by_op": {"aten.mm": 2 * n ** 3}, "bytes": 3 * n * n * 4, "bytes_detail": "x"}
-    sr = api.shape_result(_raw(10.0, counted), task_from_reference(LEVEL2), H100, None, "matrix", 0.95)
+    sr = results.shape_result(_raw(10.0, counted), task_from_reference(LEVEL2), H100, None, "matrix", 0.95)
     r = sr.roofline
     assert r.flops == 2 * n ** 3 and r.bytes == 3 * n * n * 4
     assert sr.fraction_of_peak == pytest.approx(r.fraction_of_peak_tflops, rel=1e-9)
@@ -148,7 +148,7 @@ def test_kernelbench_gemm_gets_a_fraction_of_the_h100_fp32_peak():
 
 def test_elementwise_problem_gets_a_fraction_of_the_bandwidth_peak():
     counted = {"flops": 0, "by_op": {}, "bytes": 8e9, "bytes_detail": "x"}
-    sr = api.shape_result(_raw(4.0, counted), task_from_reference(LEVEL2), H100, None, "vector", 0.95)
+    sr = results.shape_result(_raw(4.0, counted), task_from_reference(LEVEL2), H100, None, "vector", 0.95)
     assert sr.fraction_of_peak == pytest.approx(8e9 / (sr.candidate.median_ms * 1e-3) / 3350e9, rel=1e-9)
     assert sr.roofline.flops is None and "memory roofline only" in sr.roofline.counts_note
     assert sr.roofline.peak_note.startswith("of the datasheet memory bandwidth (3350 GB/s")
@@ -156,7 +156,7 @@ def test_elementwise_problem_gets_a_fraction_of_the_bandwidth_peak():
 
 def test_cpu_path_has_no_peak_and_says_why():
     counted = {"flops": 1000, "by_op": {"aten.mm": 1000}, "bytes": 300, "bytes_detail": "x"}
-    sr = api.shape_result(_raw(0.01, counted, host=True), task_from_reference(LEVEL2), CPU, None, "matrix", 0.95)
+    sr = results.shape_result(_raw(0.01, counted, host=True), task_from_reference(LEVEL2), CPU, None, "matrix", 0.95)
     assert sr.fraction_of_peak is None and sr.roofline.flops == 1000
     assert "CPU path" in sr.roofline.peak_note
 
@@ -165,13 +165,13 @@ def test_counted_figures_never_make_a_time_invalid():
     """Only the task's own counts set the physical floor: a reference's dead code may be skipped by a correct
     candidate, so a time under a counted bound is flagged, not invalid."""
     counted = {"flops": 1e15, "by_op": {"aten.mm": 1e15}, "bytes": 1.0, "bytes_detail": "x"}
-    sr = api.shape_result(_raw(1.0, counted), task_from_reference(LEVEL2), H100, None, "matrix", 0.95)
+    sr = results.shape_result(_raw(1.0, counted), task_from_reference(LEVEL2), H100, None, "matrix", 0.95)
     assert sr.valid and sr.fraction_of_peak > 1
     assert any("faster than the roofline bound" in f for f in sr.flags)
     task = load_task("vector_add")  # the task's own counts still set it
     ss = task.shape_sets[-1]
     raw = {**_raw(1e-9, {}), "shape": ss.name}
-    sr = api.shape_result(raw, task, H100, None, "vector", 0.95)
+    sr = results.shape_result(raw, task, H100, None, "vector", 0.95)
     assert sr.valid is False and sr.invalid_reason == "below_physical_floor"
 
 

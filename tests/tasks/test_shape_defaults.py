@@ -9,6 +9,7 @@ import pytest
 
 from evokernel_mcp.batch import cascade
 from evokernel_mcp.benchmark import api as bench_api
+from evokernel_mcp.benchmark import results
 from evokernel_mcp.benchmark.timing import TimingOptions
 from evokernel_mcp.errors import BadInput
 from evokernel_mcp.models import ErrorInfo
@@ -163,14 +164,14 @@ def test_benchmark_wrong_answer_wins_over_too_big_and_the_skips_are_listed():
     choice = choose_shapes(task, None, "cuda:0")
     err = {"kind": "too_big", "message": TOO_BIG, "shape": "medium"}
     reply = WorkerReply(ok=True, device="cuda:0", result={"shapes": [_bench_raw("small", wrong=True)], "error": err})
-    res = bench_api.result_from_reply(reply, task, "vector", 0.95, choice=choice)
+    res = results.result_from_reply(reply, task, "vector", 0.95, choice=choice)
     assert res.error is None and res.state == "done" and res.results[0].valid is False
     assert res.reason.startswith(f"{res.results[0].invalid_reason} at shape small")
     assert res.shapes_run == ["small"]
     assert [(s.shape, s.reason.split(":")[0]) for s in res.shapes_skipped] == [("medium", "too_big"),
                                                                                ("full", "not reached")]
     ok = WorkerReply(ok=True, device="cuda:0", result={"shapes": [_bench_raw("small")], "error": err})
-    res = bench_api.result_from_reply(ok, task, "vector", 0.95, choice=choice)
+    res = results.result_from_reply(ok, task, "vector", 0.95, choice=choice)
     assert res.state == "failed" and res.error.kind == "too_big" and res.reason.startswith("too_big: ")
     failed = WorkerReply(ok=False, device="cpu", error=ErrorInfo(kind="timeout", message="killed"))
-    assert bench_api.result_from_reply(failed, task, "vector", 0.95).reason == "timeout: killed"
+    assert results.result_from_reply(failed, task, "vector", 0.95).reason == "timeout: killed"
