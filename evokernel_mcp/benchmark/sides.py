@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from evokernel_mcp.benchmark import settle, timing
-from evokernel_mcp.verify.sides import _model, _plain, _sync, _to, candidate_fn
+from evokernel_mcp.verify.cand_side import candidate_fn
+from evokernel_mcp.verify.sides import _model, _plain, _sync, _to
 
 CPU_COPIES = 4
 

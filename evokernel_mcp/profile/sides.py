@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from evokernel_mcp.verify.sides import _sync, _to, candidate_fn
+from evokernel_mcp.verify.cand_side import candidate_fn
+from evokernel_mcp.verify.sides import _sync, _to
 
 
 def profile_run(loaded, req: dict[str, Any]) -> dict[str, Any]:

@@ -34,7 +34,7 @@ _ARM = {op: f"evokernel_mcp.benchmark.sides:{op}" for op in ("arm_init", "arm_re
 OPS = {
     "reference": {"case": "evokernel_mcp.verify.sides:ref_case", "plan": "evokernel_mcp.verify.sides:ref_plan",
                   "expected": "evokernel_mcp.verify.sides:ref_expected", **_ARM},
-    "candidate": {"run": "evokernel_mcp.verify.sides:cand_run", **_ARM,
+    "candidate": {"run": "evokernel_mcp.verify.cand_side:cand_run", **_ARM,
                   "settled": "evokernel_mcp.benchmark.sides:cand_settled",
                   "bench_checks": "evokernel_mcp.benchmark.sides:cand_checks",
                   "profile_run": "evokernel_mcp.profile.sides:profile_run"},
@@ -176,6 +176,7 @@ def _info(device: str, warm: bool = True, gate=None, stack_bytes: int = 0) -> di
         info.update(warm_profiler())
         lap("profiler")
     import evokernel_mcp.benchmark.sides  # noqa: F401 - warm the harness sides, off the job's clock
+    import evokernel_mcp.verify.cand_side  # noqa: F401
     import evokernel_mcp.verify.sides  # noqa: F401
     lap("harness")
     info["boot_s"] = boot

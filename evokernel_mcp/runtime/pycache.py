@@ -44,7 +44,7 @@ WARM_TIMEOUT_S = 90.0  # the whole runner start is allowed 180 s (pool.START_TIM
 IMPORTS = ("torch", "torch.nn", "torch.nn.functional", "torch.autograd.profiler", "torch.utils.cpp_extension",
            "triton", "triton.language", "triton.compiler.compiler", "triton.runtime.driver", "numpy",
            "evokernel_mcp.runtime.child", "evokernel_mcp.benchmark.activity", "evokernel_mcp.benchmark.sides",
-           "evokernel_mcp.verify.sides")
+           "evokernel_mcp.verify.sides", "evokernel_mcp.verify.cand_side")
 # A GPU reference child's first op on meta tensors (child.py; verify/memory.py plans on meta) imports
 # torch._dynamo, sympy and mpmath: without their bytecode that took 3.5-6 s of each such child's start on the
 # lent H100, against about 1 s with it

@@ -4,7 +4,7 @@ the runner's device. The bar is verify/bar.py's (RMS-floored, PyTorch's own nati
 integer/bool exact; arg-reductions by the values their indices select), outputs of every kind are
 paired by verify/outputs.py; this file decides pass/fail and writes the case record (VerifyCase fields).
 
-Arg-reductions are found by behaviour in the reference child (verify/sides.arg_reductions): an integer
+Arg-reductions are found by behaviour in the reference child (verify/argred.arg_reductions): an integer
 output whose indices select the max (min) of a floating input along a dim is judged with
 bar.judge_arg_reduction on that input, so a tie broken differently passes.
 """

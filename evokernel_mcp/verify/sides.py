@@ -11,9 +11,7 @@ arg-reductions (by behaviour: the indices select the max/min of an input along a
 float64 outputs stay here until the runner asks for them (op "expected" with `held`), so one reply never
 carries inputs, native and float64 outputs at once (host memory).
 
-Candidate child (one per job): the candidate on those inputs, with torch's uninitialised allocators
-poisoned (run A: NaN, run B: -320), on its own copies of the inputs. With `keep`, the pristine inputs
-stay here for the next run (`same_inputs`), so they cross the pipe once per case.
+Candidate child (one per job): verify/cand_side.py.
 """
 
 from __future__ import annotations
@@ -24,7 +22,8 @@ from typing import Any
 
 from evokernel_mcp import candidate as cand
 from evokernel_mcp.verify import draws
-from evokernel_mcp.verify.refout import _clone, reference_outputs
+from evokernel_mcp.verify.argred import arg_reductions
+from evokernel_mcp.verify.refout import reference_outputs
 
 MODIFIED_INPUTS = "the reference modified its inputs in place"
 
@@ -233,72 +232,6 @@ def _make_inputs(loaded, shape: str, seed: int, probe: bool) -> list[Any]:
 
 
 # ---------------------------------------------------------------- arg-reductions
-def _is_arg_reduction(idx, x, dim: int | None) -> str | None:
-    """'max' or 'min' when the integer tensor idx holds indices of x's max (min) along dim (None: flat)."""
-    import torch
-
-    try:
-        if dim is None:
-            if idx.numel() != 1:
-                return None
-            flat = x.reshape(-1)
-            if not flat.numel():
-                return None
-            v = flat[int(idx.reshape(-1)[0])]
-            fin = flat[~torch.isnan(flat)]
-            if not fin.numel():
-                return None
-            return "max" if v == fin.max() else "min" if v == fin.min() else None
-        keep = idx.dim() == x.dim()
-        want = list(x.shape)
-        if keep:
-            want[dim] = 1
-        else:
-            del want[dim]
-        if list(idx.shape) != want or x.shape[dim] == 0 or x.numel() == 0:
-            return None
-        ii = idx.long() if keep else idx.long().unsqueeze(dim)
-        if bool((ii < 0).any()) or bool((ii >= x.shape[dim]).any()):
-            return None
-        sel = x.gather(dim, ii)
-        for name, ref in (("max", x.amax(dim, keepdim=True)), ("min", x.amin(dim, keepdim=True))):
-            if bool(((sel == ref) | torch.isnan(sel)).all()):
-                return name
-    except (RuntimeError, IndexError, ValueError):
-        return None
-    return None
-
-
-def arg_reductions(native: Any, inputs: list[Any]) -> dict[str, dict[str, Any]]:
-    """{output path: {input, dim, op}} for every integer output leaf that selects the max/min of a
-    floating input along a dim (argmax/argmin, torch.max(x, dim).indices ...): judged by the values
-    the indices select, since ties are legal."""
-    import torch
-
-    from evokernel_mcp.verify.outputs import flatten_outputs
-
-    try:
-        leaves = flatten_outputs(native)
-    except ValueError:
-        return {}
-    found: dict[str, dict[str, Any]] = {}
-    for leaf in leaves:
-        t = leaf.tensor
-        if t.dtype not in (torch.int64, torch.int32):
-            continue
-        for i, x in enumerate(inputs):
-            if not (isinstance(x, torch.Tensor) and x.is_floating_point()):
-                continue
-            for dim in [None, *range(x.dim())]:
-                op = _is_arg_reduction(t, x, dim)
-                if op:
-                    found[leaf.path] = {"input": i, "dim": dim, "op": op}
-                    break
-            if leaf.path in found:
-                break
-    return found
-
-
 # ---------------------------------------------------------------- reference child ops
 def _on_own_inputs(inputs: list[Any], outputs) -> tuple[Any, bool]:
     """(outputs(inputs) with the reference's forwards on the inputs themselves, not a copy; whether the inputs'
@@ -441,69 +374,6 @@ def ref_expected(loaded, req: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- candidate child
-def candidate_fn(loaded, req: dict[str, Any]):
-    """The candidate as a callable on the reference's inputs (ModelNew built once per seed, with the
-    reference's init inputs and weights, in the mode the reference runs in: no .eval())."""
-    import torch
-
-    mod = loaded.module
-    if callable(getattr(mod, "run", None)):
-        return mod.run
-    seed = int(req["seed"])
-    key = req.get("model_key", seed)  # op verify_steps: per step and seed (a step's init inputs are its own)
-    if key not in loaded.models:
-        loaded.models.clear()
-        torch.manual_seed(seed)
-        try:
-            model = mod.ModelNew(*req.get("init_inputs", []))
-        except Exception as e:  # noqa: BLE001
-            raise cand.CandidateError(f"ModelNew(*init_inputs) failed: {type(e).__name__}: {e}") from e
-        state = req.get("state") or {}
-        if state and set(state) == set(model.state_dict()):
-            model.load_state_dict(state)
-        loaded.models[key] = model.to(loaded.device)
-    return loaded.models[key]
-
-
-def cand_run(loaded, req: dict[str, Any]) -> dict[str, Any]:
-    """Run the candidate on its own copies of the inputs; poison 'nan' | 'sentinel' | None.
-    keep=true keeps the pristine inputs for the next request with same_inputs=true (which carries none);
-    pristine=false (a job planned within its memory cap) keeps the inputs themselves and a digest of them instead
-    of a second copy: a mutation is then found by the digest, and the next run gets the inputs as they are.
-    load_only=true receives and keeps the inputs (with keep=true) and runs nothing: the runner lets its own copy go
-    before the forward that needs the room (verify/runner_side._candidate_runs)."""
-    import torch
-
-    from evokernel_mcp.verify.compare import SENTINEL, bitwise_equal, poisoned_allocations
-
-    fn = candidate_fn(loaded, req)
-    if req.get("same_inputs"):
-        kept = getattr(loaded, "kept_inputs", None)
-        if kept is None:
-            raise RuntimeError("same_inputs: no inputs kept from the previous run")
-        pristine, want = kept
-        inputs = _clone(pristine) if want is None else pristine
-    else:
-        inputs = _to(req["inputs"], loaded.device)
-        copy = req.get("pristine", True)  # False: the job's memory plan has no room for a second copy
-        pristine = _clone(inputs) if copy else inputs
-        want = None if copy else _digests(inputs)
-    loaded.kept_inputs = (pristine, want) if req.get("keep") else None
-    if req.get("load_only"):
-        return {"loaded": loaded.kept_inputs is not None}
-    poison = {"nan": float("nan"), "sentinel": SENTINEL}.get(req.get("poison") or "")
-    with torch.no_grad():
-        if poison is None:
-            out = fn(*inputs)
-        else:
-            with poisoned_allocations(poison):
-                out = fn(*inputs)
-    _sync(loaded.device)
-    if want is None:
-        mutated = any(isinstance(a, torch.Tensor) and not bitwise_equal(a, b) for a, b in zip(inputs, pristine))
-    else:
-        mutated = _digests(inputs) != want
-    return {"out": _plain(out), "inputs_mutated": mutated}
 
 
 def _digests(inputs: list[Any]) -> list[Any]:

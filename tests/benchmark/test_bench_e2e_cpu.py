@@ -92,9 +92,12 @@ def test_mcp_client_benchmark_job_id_and_refusals():
             sc = r.structured_content
             row = sc["results"][0]
             assert row.get("candidate") and row.get("baseline"), {k: row.get(k) for k in ("valid", "invalid_reason")}
-            # a budget of 1 us: one repetition a round, the rounds every run makes past its budget
+            # a budget of 1 us: the run stops at its budget after the rounds every run makes past it, each round a
+            # block per arm of the same size (one repetition, or a few where a repetition takes under a block's
+            # least wall: that depends on the host's speed, so the count is a floor here)
             reps = max(4, BUDGET_MIN_ROUNDS)
-            assert row["candidate"]["reps"] == reps and row["baseline"]["reps"] == reps
+            assert row["candidate"]["reps"] == row["baseline"]["reps"] >= reps
+            assert (row.get("candidate_timing") or {}).get("stop_reason") == "max_time_s", row.get("candidate_timing")
             assert sc["results"][0]["correct_after_timing"] is True
             r = await client.call_tool("benchmark", {"candidate": GOOD, "task": "vector_add", "min_reps": 0})
             assert r.is_error and "min_reps" in r.content[0].text

@@ -8,8 +8,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from evokernel_mcp.tasks import task_from_reference  # noqa: E402
+from evokernel_mcp.verify.argred import arg_reductions  # noqa: E402
 from evokernel_mcp.verify.case import judge, judge_outputs, tolerance_override  # noqa: E402
-from evokernel_mcp.verify.sides import arg_reductions  # noqa: E402
 
 TASK = task_from_reference("import torch\nclass Model(torch.nn.Module):\n    pass\ndef get_inputs():\n    return []\n")
 

@@ -9,7 +9,7 @@ from evokernel_mcp import candidate as cand
 from evokernel_mcp.kb_candidates import perturbed, same_code
 from evokernel_mcp.runtime.child import Loaded
 from evokernel_mcp.tasks import task_from_reference
-from evokernel_mcp.verify import sides
+from evokernel_mcp.verify import cand_side, sides
 from evokernel_mcp.verify.case import judge
 
 # a perturbation of about 1% of an output of scale 1: outputs x1.01 + 1e-2
@@ -24,8 +24,8 @@ def run_case(reference: str, candidate: str, tmp: Path, seed: int = 0, tag: str 
     case = sides.ref_case(ref, {"shape": shape, "seed": seed, "hi": True})
     got = Loaded("candidate", cand.load_module(candidate, f"cand_{tag}", tmp), task, "cpu")
     base = {"init_inputs": case["init_inputs"], "state": case["state"], "seed": seed}
-    run_a = sides.cand_run(got, {**base, "inputs": case["inputs"], "poison": "nan", "keep": True})
-    run_b = sides.cand_run(got, {**base, "poison": "sentinel", "same_inputs": True})
+    run_a = cand_side.cand_run(got, {**base, "inputs": case["inputs"], "poison": "nan", "keep": True})
+    run_b = cand_side.cand_run(got, {**base, "poison": "sentinel", "same_inputs": True})
     return judge(task, shape, seed, case, run_a, run_b, None)
 
 

@@ -104,7 +104,7 @@ def _loaded(fn):
 
 @pytest.mark.parametrize("pristine", [True, False])
 def test_the_candidate_run_finds_a_mutation_with_a_copy_or_a_digest(pristine):
-    from evokernel_mcp.verify.sides import cand_run
+    from evokernel_mcp.verify.cand_side import cand_run
 
     x = torch.randn(257, 3)
 
@@ -312,7 +312,7 @@ def test_within_a_cap_no_process_keeps_a_second_copy_of_the_inputs_even_where_on
 
 
 def test_a_candidate_loads_its_inputs_then_runs_on_them_and_still_finds_a_mutation():
-    from evokernel_mcp.verify.sides import cand_run
+    from evokernel_mcp.verify.cand_side import cand_run
 
     x = torch.randn(64, 5)
     for fn, mutated in ((lambda a: a * 2, False), (lambda a: a.mul_(2), True)):
