@@ -52,8 +52,10 @@ hold the poison after the candidate ran; each one is a mismatch and is counted.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from evokernel_mcp.verify.blockstats import Acc, blocks, examples, finite_or_none, num
 
 # One tolerance per dtype preset (the rtol column of verify/compare.py's DEFAULT_TOLERANCES).
 DEFAULT_TOL: dict[str, float] = {
@@ -71,7 +73,6 @@ ILL_REL = 0.01            # E_torch above this x RMS(ref): ill-conditioned (the 
 # elements (several RMS), so the perturbation still fails. A model that computes internally in a narrower dtype
 # (a bf16 GEMM returned as fp32: ~0.8 %, fp16: ~0.1 %) is not ill-conditioned: a candidate more accurate than
 # PyTorch must not be held to PyTorch's rounding.
-MAX_INDICES = 10
 DEFAULT_CHUNK = 2**24
 
 
@@ -106,36 +107,6 @@ def effective_tolerance(preset: str, override: float | dict | None) -> tuple[flo
     return value, True, f"custom tol {value:.1e} (tighter than the {preset} default {default:.1e})"
 
 
-def _unravel(flat: int, shape: tuple[int, ...]) -> list[int]:
-    idx = []
-    for d in reversed(shape):
-        idx.append(flat % d if d else 0)
-        flat = flat // d if d else 0
-    return list(reversed(idx))
-
-
-def _blocks(shape: tuple[int, ...], chunk: int) -> Iterator[tuple]:
-    """Index tuples covering a tensor of `shape` in C order, each a contiguous flat range <= chunk
-    elements (a single index row may be bigger only when one innermost row exceeds chunk)."""
-    n = math.prod(shape)
-    if n <= chunk or len(shape) <= 1:
-        if len(shape) == 1 and n > chunk:
-            for s in range(0, n, chunk):
-                yield (slice(s, min(s + chunk, n)),)
-        else:
-            yield ()
-        return
-    inner = math.prod(shape[1:])
-    if inner <= chunk:
-        rows = max(1, chunk // max(inner, 1))
-        for s in range(0, shape[0], rows):
-            yield (slice(s, min(s + rows, shape[0])),)
-    else:
-        for i in range(shape[0]):
-            for rest in _blocks(shape[1:], chunk):
-                yield (i, *rest)
-
-
 def _hi(t, device):
     import torch
 
@@ -149,82 +120,13 @@ def _same(a, b):
     return (a == b) | (torch.isnan(a) & torch.isnan(b))
 
 
-def _finite_or_none(x: float) -> float | None:
-    return x if math.isfinite(x) else None
-
-
-def _num(x: Any) -> float | str | list:
-    if isinstance(x, complex):
-        return [_num(x.real), _num(x.imag)]
-    v = float(x)
-    return v if math.isfinite(v) else str(v)
-
-
-@dataclass
-class _Acc:
-    """Running statistics over blocks (all sums in float64 on the output's device, read at the end)."""
-
-    shape: tuple[int, ...]
-    rms: float = 0.0
-    mismatches: int = 0
-    nan: int = 0
-    inf: int = 0
-    unwritten: int = 0
-    max_abs: float = 0.0
-    max_rel: float = 0.0
-    err2: float = 0.0
-    ref2: float = 0.0
-    cross: float = 0.0
-    both2: float = 0.0
-    first: list[list[int]] = field(default_factory=list)
-
-    def add(self, o, r, bad, unw, offset: int) -> None:
-        import torch
-
-        fin = torch.isfinite(o) & torch.isfinite(r)
-        self.nan += int((torch.isnan(o) & ~unw).sum()) if unw is not None else int(torch.isnan(o).sum())
-        self.inf += int(torch.isinf(o).sum())
-        self.unwritten += int(unw.sum()) if unw is not None else 0
-        self.mismatches += int(bad.sum())
-        if len(self.first) < MAX_INDICES and self.mismatches:
-            idx = torch.nonzero(bad)[: MAX_INDICES - len(self.first), 0].tolist()
-            self.first += [_unravel(offset + i, self.shape) for i in idx]
-        o, r = o[fin], r[fin]
-        if not o.numel():
-            return
-        err = (o - r).abs()
-        self.max_abs = max(self.max_abs, float(err.max()))
-        self.max_rel = max(self.max_rel, float((err / (r.abs() + self.rms).clamp_min(1e-300)).max()))
-        self.err2 += float((err * err).sum())
-        self.ref2 += float((r.abs() ** 2).sum())
-        self.cross += float((o * r.conj()).real.sum()) if o.is_complex() else float((o * r).sum())
-        self.both2 += float((o.abs() ** 2).sum() + (r.abs() ** 2).sum())
-
-    def result(self, numel: int) -> dict[str, Any]:
-        rel_l2 = math.sqrt(self.err2) / math.sqrt(self.ref2) if self.ref2 > 0 else (0.0 if self.err2 == 0 else None)
-        return {
-            "passed": self.mismatches == 0,
-            "max_abs_err": _finite_or_none(self.max_abs), "max_rel_err": _finite_or_none(self.max_rel),
-            "rel_l2_err": _finite_or_none(rel_l2) if rel_l2 is not None else None,
-            "calc_diff": _finite_or_none(1.0 - 2.0 * self.cross / self.both2) if self.both2 > 0 else 0.0,
-            "mismatches": self.mismatches,
-            "first_mismatch_index": self.first[0] if self.first else None, "mismatch_indices": self.first,
-            "nan_count": self.nan, "inf_count": self.inf, "unwritten_count": self.unwritten, "numel": numel,
-        }
-
-
-def _examples(out, ref, indices: list[list[int]]) -> list[dict[str, Any]]:
-    return [{"index": i, "got": _num(out[tuple(i)].item()), "expected": _num(ref[tuple(i)].item())}
-            for i in indices[:3]]
-
-
 def _reference_scale(ref, native, chunk: int, device) -> tuple[float, float | None, int, float]:
     """(RMS of the reference over elements finite in ref and native, PyTorch's largest finite native
     error or None, native non-finite elements where ref is finite, RMS of native over the same elements)."""
     import torch
 
     sumsq, count, worst, overflow, nsq = 0.0, 0, 0.0, 0, 0.0
-    for idx in _blocks(tuple(ref.shape), chunk):
+    for idx in blocks(tuple(ref.shape), chunk):
         r = _hi(ref[idx].reshape(-1), device)
         fin = torch.isfinite(r)
         if native is not None:
@@ -268,7 +170,7 @@ def max_abs_diff(a, b, *, chunk_elems: int = DEFAULT_CHUNK) -> float:
     if not (a.is_floating_point() or a.is_complex()):
         return 0.0 if bool(torch.equal(a, b.to(a.device))) else math.inf
     worst = 0.0
-    for idx in _blocks(tuple(a.shape), chunk_elems):
+    for idx in blocks(tuple(a.shape), chunk_elems):
         x, y = _hi(a[idx].reshape(-1), a.device), _hi(b[idx].reshape(-1), a.device)
         fin = torch.isfinite(x) & torch.isfinite(y)
         if bool((~fin & ~_same(x, y)).any()):
@@ -372,9 +274,9 @@ def _judge_float(out, ref_hi, ref_native, preset: str, tol_arg, chunk: int, unwr
     rms, torch_err, overflow, rms_n = lb.rms, lb.torch_err, lb.overflow, lb.rms_n
     tol_eff, floor, spread, sampled = lb.tol_eff, lb.floor, lb.spread, lb.sampled
     check_native = lb.check_native
-    acc = _Acc(tuple(out.shape), rms=rms)
+    acc = Acc(tuple(out.shape), rms=rms)
     offset, margin, cand_err = 0, 0.0, 0.0
-    for idx in _blocks(tuple(out.shape), chunk):
+    for idx in blocks(tuple(out.shape), chunk):
         o, r = _hi(out[idx].reshape(-1), dev), _hi(ref[idx].reshape(-1), dev)
         thr = (tol_eff * r.abs() + tol_eff * rms).clamp_min(floor)
         err = (o - r).abs()
@@ -407,19 +309,19 @@ def _judge_float(out, ref_hi, ref_native, preset: str, tol_arg, chunk: int, unwr
         "tol": tol, "tol_custom": custom,
         "tol_note": note, "reference": "float64" if ref_hi is not None else "native", "rms_ref": rms,
         "torch_max_abs_err": torch_err, "floor_abs_err": floor, "torch_overflow_count": overflow,
-        "margin": _finite_or_none(margin),
-        "error_vs_pytorch": _finite_or_none(vs_torch) if vs_torch is not None else None,
+        "margin": finite_or_none(margin),
+        "error_vs_pytorch": finite_or_none(vs_torch) if vs_torch is not None else None,
         "native_spread_abs_err": spread,
-        "mismatch_examples": _examples(out, ref, res["mismatch_indices"]),
+        "mismatch_examples": examples(out, ref, res["mismatch_indices"]),
     })
     return res
 
 
 def _judge_exact(out, ref, chunk: int, unwritten) -> dict[str, Any]:
     dev = out.device
-    acc = _Acc(tuple(out.shape))
+    acc = Acc(tuple(out.shape))
     offset = 0
-    for idx in _blocks(tuple(out.shape), chunk):
+    for idx in blocks(tuple(out.shape), chunk):
         o, r = out[idx].reshape(-1), ref[idx].reshape(-1).to(dev)
         bad = o != r
         unw = unwritten[idx].reshape(-1).to(dev) if unwritten is not None else None
@@ -431,7 +333,7 @@ def _judge_exact(out, ref, chunk: int, unwritten) -> dict[str, Any]:
     res["margin"] = 0.0 if res["passed"] else None
     res.update({"bar": f"exact match ({str(out.dtype).removeprefix('torch.')})", "tol": 0.0, "tol_custom": False,
                 "tol_note": "integer and bool outputs must match exactly", "reference": "native",
-                "mismatch_examples": _examples(out, ref, res["mismatch_indices"])})
+                "mismatch_examples": examples(out, ref, res["mismatch_indices"])})
     return res
 
 
@@ -502,7 +404,7 @@ def judge_arg_reduction(cand_idx, ref_idx, values, dim: int | None) -> dict[str,
     c_val, c_bad = _selected(c, values, d)
     r_val, _ = _selected(r, values, d)
     bad = (~_same(c_val, r_val) | c_bad).reshape(-1)
-    acc = _Acc(tuple(cand_idx.shape))
+    acc = Acc(tuple(cand_idx.shape))
     acc.add(c_val.reshape(-1).double(), r_val.reshape(-1).double(), bad, None, 0)
     res = acc.result(cand_idx.numel())
     res.update({
@@ -511,7 +413,7 @@ def judge_arg_reduction(cand_idx, ref_idx, values, dim: int | None) -> dict[str,
         "reference": "native", "margin": 0.0 if res["passed"] else None,
         "index_differences": int((c != r).sum()), "out_of_range_count": int(c_bad.sum()),
         "mismatch_examples": [{"index": i, "got_index": int(c[tuple(i)]), "expected_index": int(r[tuple(i)]),
-                               "got": _num(c_val[tuple(i)].item()), "expected": _num(r_val[tuple(i)].item())}
+                               "got": num(c_val[tuple(i)].item()), "expected": num(r_val[tuple(i)].item())}
                               for i in res["mismatch_indices"][:3]],
     })
     return res
