@@ -20,7 +20,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from typing import Any
 
 from pydantic import ValidationError
@@ -28,6 +27,7 @@ from pydantic import ValidationError
 from evokernel_mcp import settings
 from evokernel_mcp.paths import sub_state_dir
 from evokernel_mcp.runtime import courier, frames, kernel_cache, limits, pycache, safefs, sandbox
+from evokernel_mcp.runtime.childerr import CHILD_KINDS, ChildFailed
 from evokernel_mcp.runtime.messages import (
     CHILD_REPLY,
     CHILD_REQUEST,
@@ -37,49 +37,21 @@ from evokernel_mcp.runtime.messages import (
     ChildReady,
     GoRequest,
 )
+from evokernel_mcp.runtime.opevents import (  # noqa: F401 - re-exported: the runner notes and drains them here
+    REQUESTS,
+    TRACE_OPS_S,
+    TRACE_PEAK_BYTES,
+    drain_events,
+    note,
+    reset_requests,
+)
 from evokernel_mcp.runtime.protocol import OUTPUT_TAIL_CHARS, classify_text
 
 log = logging.getLogger(__name__)
-TRACE_OPS_S = 1.0  # ops at least this long go in the events
-TRACE_PEAK_BYTES = 1 << 30  # ... and ops whose child's allocator reached this much
 WARM_TIMEOUT_S = 120.0
 # A spare boots at this nice value (its start is off every job's clock, so the runner and the children
 # serving jobs come first on a busy host) and is set back to 0 when a job takes it, where allowed.
 SPARE_NICE = 10
-
-
-# Where a job's time went (child starts, waits for a spare): the runner hands these to the server with the
-# op's reply, and the server logs them (stderr), so a slow job can be explained from the log.
-EVENTS: deque[str] = deque(maxlen=200)
-
-
-def note(fmt: str, *args: Any) -> None:
-    t = time.time()  # the wall clock, to line events up with outside readings (the device's memory, a profiler)
-    EVENTS.append(f"[{time.strftime('%H:%M:%S', time.localtime(t))}.{int(t % 1 * 1000):03d}] {fmt % args}")
-
-
-# Per runner op: how many requests went to children, their wall time (send -> reply read, transfers included)
-# and the time the children said the ops took; the runner reports them with its own CPU time (runner.py).
-REQUESTS: dict[str, float] = {"n": 0, "wall_s": 0.0, "child_s": 0.0}
-
-
-def reset_requests() -> dict[str, float]:
-    out = dict(REQUESTS)
-    REQUESTS.update(n=0, wall_s=0.0, child_s=0.0)
-    return out
-
-
-def drain_events() -> list[str]:
-    out = []
-    while EVENTS:
-        out.append(EVENTS.popleft())
-    return out
-
-
-# What a child may say went wrong in its op (child.py _error; the kinds of ErrorInfo); "timeout", "crash",
-# "internal" and "cancelled" are the runner's to say, and a kind outside the list is a protocol violation.
-CHILD_KINDS = ("exception", "oom", "gpu_fault", "bad_candidate", "compile_error", "harness", "too_big",
-               "missing_module")
 
 
 def handed_over(child, on: bool = True):
@@ -88,26 +60,6 @@ def handed_over(child, on: bool = True):
     False or the child has no courier."""
     c = getattr(child, "courier", None) if on else None
     return c.handing_over() if c is not None else contextlib.nullcontext()
-
-
-class ChildFailed(Exception):
-    """A child did not answer properly: it crashed, hung, faulted, lied about its frames, or its op raised."""
-
-    def __init__(self, kind: str, message: str, detail: str | None = None):
-        super().__init__(message)
-        self.kind, self.message, self.detail = kind, message, detail
-        self.role: str | None = None  # the process's role and the limit it hit (limits.attribute)
-        self.limit: str | None = None
-
-    def again(self, kind: str, message: str) -> "ChildFailed":
-        """The same failure reworded (a caller naming where it happened), the process's role and limit kept."""
-        out = ChildFailed(kind, message, self.detail)
-        out.role, out.limit = self.role, self.limit
-        return out
-
-    def info(self) -> dict[str, Any]:
-        out = {"kind": self.kind, "message": self.message, "detail": self.detail}
-        return out | ({"role": self.role} if self.role else {}) | ({"limit": self.limit} if self.limit else {})
 
 
 class Child:
