@@ -1,9 +1,11 @@
-"""The process tree as /proc shows it now: who is whose child (no import of the sandbox or the limits, which
-both walk it)."""
+"""The process tree as /proc shows it now: who is whose child, and what is done to a whole tree (killed,
+reniced, its zombies reaped). No import of the sandbox or the limits, which both walk it."""
 
 from __future__ import annotations
 
 import os
+import signal
+import time
 
 
 def children_map() -> dict[int, list[int]]:
@@ -45,3 +47,87 @@ def name_self(role: str) -> None:
         libc.prctl(15, ctypes.c_char_p(f"evk-{role}"[:15].encode()), 0, 0, 0)  # 15: PR_SET_NAME
     except (OSError, AttributeError):  # not Linux
         pass
+
+
+def kill_once(pid: int, include_self: bool = True) -> int:
+    """SIGKILL pid and every descendant found now (one pass, no waiting: kill_tree repeats until none is left);
+    how many were signalled."""
+    victims = descendants(pid) + ([pid] if include_self else [])
+    for v in victims:
+        try:
+            os.kill(v, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return len(victims)
+
+
+def kill_tree(pid: int, include_self: bool = True) -> None:
+    """SIGKILL pid and every descendant (found through /proc, not the process group: setsid children
+    are included), repeated until none is left (a fork racing the kill)."""
+    for _ in range(5):
+        if not kill_once(pid, include_self):
+            return
+        if not descendants(pid):
+            return
+        time.sleep(0.05)
+
+
+def renice_tree(pid: int, value: int = 0) -> bool:
+    """Set the nice value of every thread of pid and its descendants (on Linux it is per thread: a process's
+    CUDA and profiler threads keep the value they started with); False where not allowed (lowering it needs
+    privilege)."""
+    try:
+        for tid in tree_threads(pid):
+            try:
+                os.setpriority(os.PRIO_PROCESS, tid, value)
+            except ProcessLookupError:  # a thread that ended meanwhile
+                pass
+    except (PermissionError, OSError):
+        return False
+    return True
+
+
+def tree_threads(pid: int) -> list[int]:
+    """Every thread of pid and its descendants (what per-thread settings, nice value and CPU affinity, must
+    reach); a process whose threads cannot be listed counts as its main thread."""
+    out: list[int] = []
+    for p in [pid, *descendants(pid)]:
+        try:
+            out += [int(t) for t in os.listdir(f"/proc/{p}/task") if t.isdigit()] or [p]
+        except OSError:
+            out.append(p)
+    return out
+
+
+def reap_zombies() -> int:
+    """Collect exited children that nobody else waits for (orphans re-parented to us: we are a
+    subreaper). Only zombies found in /proc whose parent is us and that are not tracked by a Popen
+    object (`owned`) are reaped: a blind waitpid(-1) would steal Popen's exit statuses."""
+    me, n = os.getpid(), 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) in _OWNED:
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                rest = f.read().decode(errors="replace").rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if rest[0] == "Z" and int(rest[1]) == me:
+            try:
+                os.waitpid(int(name), os.WNOHANG)
+                n += 1
+            except ChildProcessError:
+                pass
+    return n
+
+
+_OWNED: set[int] = set()
+
+
+def own(pid: int) -> None:
+    """Mark a child as waited for by its Popen object (reap_zombies leaves it alone)."""
+    _OWNED.add(pid)
+
+
+def disown(pid: int) -> None:
+    _OWNED.discard(pid)

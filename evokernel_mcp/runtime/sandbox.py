@@ -26,7 +26,6 @@ import resource
 import shutil
 import signal
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,7 +35,16 @@ from evokernel_mcp.runtime import limits as job_limits
 from evokernel_mcp.runtime.envs import ENV_ALLOW, hidden_files, is_secret_name
 from evokernel_mcp.runtime.limits import NPROC
 from evokernel_mcp.runtime.proctree import children_map as _children_map  # noqa: F401 - re-exported
-from evokernel_mcp.runtime.proctree import descendants
+from evokernel_mcp.runtime.proctree import (  # noqa: F401 - re-exported: callers kill, renice and reap through here
+    descendants,
+    disown,
+    kill_once,
+    kill_tree,
+    own,
+    reap_zombies,
+    renice_tree,
+    tree_threads,
+)
 
 log = logging.getLogger(__name__)
 
@@ -295,90 +303,6 @@ def become_subreaper() -> None:
 def not_dumpable() -> None:
     """No same-uid process may ptrace us or read our memory (/proc/<pid>/mem)."""
     _prctl(PR_SET_DUMPABLE, 0)
-
-
-def kill_once(pid: int, include_self: bool = True) -> int:
-    """SIGKILL pid and every descendant found now (one pass, no waiting: kill_tree repeats until none is left);
-    how many were signalled."""
-    victims = descendants(pid) + ([pid] if include_self else [])
-    for v in victims:
-        try:
-            os.kill(v, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    return len(victims)
-
-
-def kill_tree(pid: int, include_self: bool = True) -> None:
-    """SIGKILL pid and every descendant (found through /proc, not the process group: setsid children
-    are included), repeated until none is left (a fork racing the kill)."""
-    for _ in range(5):
-        if not kill_once(pid, include_self):
-            return
-        if not descendants(pid):
-            return
-        time.sleep(0.05)
-
-
-def renice_tree(pid: int, value: int = 0) -> bool:
-    """Set the nice value of every thread of pid and its descendants (on Linux it is per thread: a process's
-    CUDA and profiler threads keep the value they started with); False where not allowed (lowering it needs
-    privilege)."""
-    try:
-        for tid in tree_threads(pid):
-            try:
-                os.setpriority(os.PRIO_PROCESS, tid, value)
-            except ProcessLookupError:  # a thread that ended meanwhile
-                pass
-    except (PermissionError, OSError):
-        return False
-    return True
-
-
-def tree_threads(pid: int) -> list[int]:
-    """Every thread of pid and its descendants (what per-thread settings, nice value and CPU affinity, must
-    reach); a process whose threads cannot be listed counts as its main thread."""
-    out: list[int] = []
-    for p in [pid, *descendants(pid)]:
-        try:
-            out += [int(t) for t in os.listdir(f"/proc/{p}/task") if t.isdigit()] or [p]
-        except OSError:
-            out.append(p)
-    return out
-
-
-def reap_zombies() -> int:
-    """Collect exited children that nobody else waits for (orphans re-parented to us: we are a
-    subreaper). Only zombies found in /proc whose parent is us and that are not tracked by a Popen
-    object (`owned`) are reaped: a blind waitpid(-1) would steal Popen's exit statuses."""
-    me, n = os.getpid(), 0
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) in _OWNED:
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                rest = f.read().decode(errors="replace").rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if rest[0] == "Z" and int(rest[1]) == me:
-            try:
-                os.waitpid(int(name), os.WNOHANG)
-                n += 1
-            except ChildProcessError:
-                pass
-    return n
-
-
-_OWNED: set[int] = set()
-
-
-def own(pid: int) -> None:
-    """Mark a child as waited for by its Popen object (reap_zombies leaves it alone)."""
-    _OWNED.add(pid)
-
-
-def disown(pid: int) -> None:
-    _OWNED.discard(pid)
 
 
 _TOOL_LEVEL: list[str] = []
