@@ -31,7 +31,8 @@ from evokernel_mcp.runtime.child_proc import (  # noqa: F401 - re-exported: the 
     handed_over,
     note,
 )
-from evokernel_mcp.runtime.refcache import TIGHT_FREE_FRACTION, Purpose, RefCache
+from evokernel_mcp.runtime.refcache import Purpose, RefCache
+from evokernel_mcp.runtime.retiring import Retiring
 from evokernel_mcp.runtime.spawner import spawn
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ def _timeable(child) -> bool:
     return getattr(child, "timeable", True)
 
 
-class Spares(RefCache):
+class Spares(RefCache, Retiring):
     """Spare children for one device, and the cache of reference children."""
 
     def __init__(self, device: str, n: int | None = None):
@@ -343,58 +344,6 @@ class Spares(RefCache):
                 child.discard()
                 raise
         return child
-
-    def retire(self, child: Child) -> None:
-        """A job is done with its child: killed now (nothing of it runs past this call), the rest of its end
-        (waiting for its processes to be gone, a CUDA context's teardown among them; its Triton cache; its
-        scratch dir) in the background, off the job's clock. Until the processes are gone it counts as
-        device work: a benchmark's timing waits for it (quiet), as it waits for a spare's device start."""
-        finish = child.stop()
-        with self._lock:
-            self._gpu_busy += 1
-            self._retiring += 1
-
-        def run() -> None:
-            try:
-                finish()
-            except Exception:  # noqa: BLE001 - a child's clean-up failing must not take the runner down
-                log.exception("could not finish a retired child")
-            finally:
-                with self._lock:
-                    self._gpu_busy -= 1
-                    self._retiring -= 1
-                    self._lock.notify_all()
-        try:
-            threading.Thread(target=run, daemon=True, name="evokernel-retire").start()
-        except RuntimeError:  # no thread to be had: end it here, on the job's clock
-            run()
-
-    @staticmethod
-    def _free_memory() -> tuple[int, int] | None:
-        """(free, total) bytes of this runner's device; None without a device view here."""
-        try:
-            import torch
-
-            return torch.cuda.mem_get_info()
-        except Exception:  # noqa: BLE001
-            return None
-
-    def wait_retired_if_tight(self) -> float:
-        """At a job's start: when the device is tight (what decides evictions and what big loads need), wait for
-        retired children first; else their end overlaps this job's loads."""
-        if not self._retiring or self.device == "cpu":
-            return 0.0
-        mem = self._free_memory()  # (no device view: wait, to be safe)
-        return self.wait_retired() if mem is None or mem[0] < mem[1] * TIGHT_FREE_FRACTION else 0.0
-
-    def wait_retired(self, timeout_s: float = 30.0) -> float:
-        """Wait until the children retired before are gone (their device memory back with the driver: a case's
-        memory plan reads what is free); the seconds waited."""
-        t0 = time.monotonic()
-        with self._lock:
-            while self._retiring and time.monotonic() - t0 < timeout_s:
-                self._lock.wait(timeout=0.5)
-        return time.monotonic() - t0
 
     def give_back_idle(self, keep: tuple = (), keep_spares: int = 0) -> dict[str, object]:
         """A job needs device memory our idle processes hold: stop every ready spare but `keep_spares` of them
