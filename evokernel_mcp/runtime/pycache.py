@@ -46,8 +46,8 @@ IMPORTS = ("torch", "torch.nn", "torch.nn.functional", "torch.autograd.profiler"
            "evokernel_mcp.runtime.child", "evokernel_mcp.benchmark.activity", "evokernel_mcp.benchmark.sides",
            "evokernel_mcp.verify.sides", "evokernel_mcp.verify.cand_side")
 # A GPU reference child's first op on meta tensors (child.py; verify/memory.py plans on meta) imports
-# torch._dynamo, sympy and mpmath: without their bytecode that took 3.5-6 s of each such child's start on the
-# lent H100, against about 1 s with it
+# torch._dynamo, sympy and mpmath: without their bytecode that took 3.5-8 s of each such child's start on the
+# lent H100, against 0.9-1.6 s with it
 META_WARM = "try:\n    import torch\n    m = torch.empty(2, device='meta')\n    m + m\nexcept Exception:\n    pass\n"
 ACTIVE: str | None = None  # the prefix this runner's children get, once prepare() made it
 
@@ -73,7 +73,7 @@ def has_bytecode(module: str) -> bool | None:
 
 # torch, and what a reference child's first op on meta tensors imports (META_WARM): a process that imported torch
 # without PYTHONDONTWRITEBYTECODE (the server, where torch's directory is writable) leaves torch's bytecode but
-# not the meta path's, which cost a KernelBench reference 4-7 s of its start on the lent H100
+# not the meta path's (META_WARM says what that cost)
 NEEDS_BYTECODE = ("torch", "torch._dynamo", "sympy")
 
 
