@@ -78,7 +78,8 @@ def _run_dict(run, name: str, init: dict, report: dict, gpu: bool, cpu: int | No
     if report.get("activity_timer_unused"):
         extra["activity_timer_unused"] = report["activity_timer_unused"]
     ovh = init.get("event_overhead_ms")
-    method = (f"interleaved with the other arms in {len(run.rounds)} rounds ({run.stop_reason})"
+    settled = f", after {run.settle_from} for the runner's bound" if run.settle_from is not None else ""
+    method = (f"interleaved with the other arms in {len(run.rounds)} rounds ({run.stop_reason}{settled})"
               + (f"; {report.get('timer')} clock" if gpu else "") + ("; CUDA/HIP graph replay" if init.get("graph") else "")
               + (("; cold cache" if init.get("flush_bytes") else "; warm cache") if gpu else "; host wall clock")
               + (f"; every arm on CPU {cpu}" if cpu is not None else "")
@@ -170,8 +171,11 @@ def interleave(arms: Arms, case: dict, pool: list, seed: int, opt: dict, progres
         return sum(b["k"] for b in blocks[name])
     calls = {name: arm(child, name, inits[name].get("event_overhead_ms"))
              for name, child in arms.children().items()}
+    def settle(r) -> bool:  # a stop waits while the bound on the rounds so far reads failed (interleave.py)
+        b = runner_bound(r, blocks, gpu=gpu)
+        return b is None or bool(b["passed"])
     run = run_interleaved(calls, opt=TimingOptions(**opt), rng_seed=seed,
-                          on_progress=lambda frac, msg: progress(frac, 1.0, msg))
+                          on_progress=lambda frac, msg: progress(frac, 1.0, msg), settle=settle)
     note("benchmark: blocks of %s repetitions; GPU sleep ahead of each sized for %s s of host work per "
          "repetition (the arms measured %s)", sorted(set(run.block_sizes)),
          f"{host:.3g}" if host is not None else "-",

@@ -121,6 +121,9 @@ def runner_bound(run, blocks: dict[str, list[dict[str, Any]]], enforced: bool = 
               f"repetitions; allowed {allowance:.4g} ms ({BOUND_FRAC:g} x its time + {frac:g} x the "
               f"baseline arms' {harness:.4g} ms + {BOUND_ABS_MS:g} ms; "
               f"{ctrl_note})")
+    settle_from = getattr(run, "settle_from", None)
+    if settle_from is not None:
+        detail += f"; it read failed at {settle_from} rounds, so the run went on to {n}"
     if wall_speedup is not None and reported_speedup is not None:
         detail += f"; speedup on the runner's clock {wall_speedup:.4g}, reported {reported_speedup:.4g}"
     return {"passed": passed, "excess_ms": excess, "allowance_ms": allowance, "wall_ms": wall,

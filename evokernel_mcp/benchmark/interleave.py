@@ -52,6 +52,15 @@ BUDGET_ARMS = 2  # arms the time budget is counted for (more arms share it)
 # with one round a single scheduler delay of the candidate's block on a loaded host reads as a forged time, and with
 # three, two delays do (an honest candidate was judged invalid in 2 of 5 runs with the VM's cores busy; none of 6 at 5)
 BUDGET_MIN_ROUNDS = 5
+# A stop (budget or interval) is put off while `settle(run)` says the runner's bound reads failed: rounds go
+# on until it passes, until the run has SETTLE_FACTOR x the rounds it had at the first such stop (at least
+# SETTLE_MIN_EXTRA more), or until the extra rounds have taken SETTLE_FACTOR x as long as the run before them
+# (or its budget, if longer: rounds that grow slower end too). A median over five rounds is still moved by
+# three scheduler delays on a loaded host (an honest candidate was judged invalid once in a CI run of the test
+# suite, two test workers on two cores); a forged time fails every round and still fails at the cap, having
+# cost it about twice its rounds.
+SETTLE_FACTOR = 2
+SETTLE_MIN_EXTRA = 10
 
 
 @dataclass
@@ -68,6 +77,7 @@ class InterleavedRun:
     elapsed_s: float = 0.0
     budget_s: float = 0.0
     stop_reason: str | None = None
+    settle_from: int | None = None  # rounds when a stop was first put off for the bound (None: never)
 
     def series(self, arm: str) -> list[float]:
         """Per-round block medians of one arm, in round order (what stats.paired_speedup pairs)."""
@@ -80,7 +90,7 @@ class InterleavedRun:
         return {"arms": self.arms, "rounds": {a: self.series(a) for a in self.arms}, "orders": self.orders,
                 "block_sizes": self.block_sizes, "times_ms": self.times_ms, "warmup_calls": self.warmup_calls,
                 "warmup_s": self.warmup_s, "elapsed_s": self.elapsed_s, "budget_s": self.budget_s,
-                "stop_reason": self.stop_reason}
+                "stop_reason": self.stop_reason, "settle_from": self.settle_from}
 
 
 def round_order(names: Sequence[str], r: int, mode: str, rng: random.Random) -> list[str]:
@@ -174,11 +184,26 @@ def _stop(run: InterleavedRun, opt: Any, t0: float, next_round_s: float) -> str 
     return None
 
 
+def _settled(run: InterleavedRun, settle: Callable[[InterleavedRun], bool] | None, reason: str,
+             extra_s: float, before_s: float) -> bool:
+    """Whether a stop for `reason` may happen now (SETTLE_FACTOR above). extra_s: seconds since the first stop
+    was put off; before_s: the run's seconds before it. A stop at max_reps or max_rounds is never put off."""
+    if settle is None or reason in ("max_reps", "max_rounds") or settle(run):
+        return True
+    if run.settle_from is None:
+        run.settle_from = len(run.rounds)
+        return False
+    cap = max(SETTLE_FACTOR * run.settle_from, run.settle_from + SETTLE_MIN_EXTRA)
+    return len(run.rounds) >= cap or extra_s > SETTLE_FACTOR * max(before_s, run.budget_s)
+
+
 def run_interleaved(arms: Mapping[str, Arm], *, opt: Any, rng_seed: int, order: str = "abba",
-                    on_progress: Callable[[float, str], None] | None = None) -> InterleavedRun:
+                    on_progress: Callable[[float, str], None] | None = None,
+                    settle: Callable[[InterleavedRun], bool] | None = None) -> InterleavedRun:
     """Time every arm in interleaved rounds (module docstring). `arms`: name -> arm(k); the FIRST arm is the
     reference the stopping rule pairs the others with (put the baseline first). `opt`: a
-    timing.TimingOptions (min_reps, max_reps, max_time_s per arm, target_rel_ci, confidence)."""
+    timing.TimingOptions (min_reps, max_reps, max_time_s per arm, target_rel_ci, confidence). settle: the
+    runner's bound on the rounds so far, True when it passes (a stop waits for it: SETTLE_FACTOR above)."""
     if len(arms) < 2:
         raise BadInput(f"{len(arms)} arm(s): interleaving needs at least 2 (baseline and candidate)")
     if order not in ORDERS:
@@ -189,13 +214,17 @@ def run_interleaved(arms: Mapping[str, Arm], *, opt: Any, rng_seed: int, order: 
     run = InterleavedRun(arms=names, times_ms={a: [] for a in names},
                          budget_s=opt.max_time_s * min(len(names), BUDGET_ARMS))
     pace = _warm_up(arms, run, run.budget_s)
-    k = 1
+    k, held = 1, None  # held: when a stop was first put off for the bound
     while True:
         k = min(block_size(max(p.marginal for p in pace.values()), run.budget_s, len(names)), GROWTH * k)
         next_round_s = sum(pace[a].block_s(k) for a in names)
-        run.stop_reason = _stop(run, opt, t0, next_round_s)
-        if run.stop_reason:
+        reason = _stop(run, opt, t0, next_round_s)
+        now = time.monotonic()
+        if reason and _settled(run, settle, reason, now - held if held else 0.0, (held or now) - t0):
+            run.stop_reason = reason
             break
+        if reason and held is None:
+            held = now
         r = len(run.rounds)
         seq = round_order(names, r, order, rng)
         row: dict[str, float] = {}

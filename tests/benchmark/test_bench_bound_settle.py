@@ -1,0 +1,90 @@
+"""A stop waits while the runner's bound reads failed (interleave.SETTLE_FACTOR): arms on a virtual clock that
+record their blocks as the runner does (arms.interleave), judged by bound.runner_bound. No real timing here."""
+
+from __future__ import annotations
+
+import pytest
+
+from evokernel_mcp.benchmark import interleave
+from evokernel_mcp.benchmark.bound import runner_bound
+from evokernel_mcp.benchmark.timing import TimingOptions
+
+OPT = TimingOptions(min_reps=3, max_time_s=1e-6, target_rel_ci=1e-9)  # the budget stop: BUDGET_MIN_ROUNDS rounds
+HARNESS_MS, KERNEL_MS, DELAY_MS = 1.5, 0.03, 3.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    c = Clock()
+    monkeypatch.setattr(interleave.time, "monotonic", c)
+    return c
+
+
+def _arms(clock: Clock, blocks: dict, delayed: set[int] = frozenset(), scale: float = 1.0):
+    """baseline, control and candidate arms of identical work; the candidate's blocks of the timed rounds in
+    `delayed` lose DELAY_MS to the scheduler (outside its timed windows), and it reports `scale` x its times."""
+    def arm(name: str):
+        def call(k: int) -> list[float]:
+            timed = len(blocks[name]) - interleave.WARMUP_MIN_CALLS  # the timed round this block belongs to
+            wall = HARNESS_MS + k * KERNEL_MS
+            if name == "candidate" and timed in delayed:
+                wall += DELAY_MS
+            clock.t += wall / 1e3
+            times = [KERNEL_MS * (scale if name == "candidate" else 1.0)] * k
+            blocks[name].append({"wall_ms": wall, "sum_ms": sum(times), "k": k})
+            return times
+        return call
+    return {n: arm(n) for n in blocks}
+
+
+def _run(clock: Clock, delayed=frozenset(), scale: float = 1.0, settle: bool = True):
+    blocks: dict = {"baseline": [], "control": [], "candidate": []}
+    arms = _arms(clock, blocks, set(delayed), scale)
+    check = (lambda r: bool((runner_bound(r, blocks) or {"passed": True})["passed"])) if settle else None
+    run = interleave.run_interleaved(arms, opt=OPT, rng_seed=0, settle=check)
+    return run, runner_bound(run, blocks)
+
+
+def test_three_delayed_blocks_of_five_fail_the_bound_without_more_rounds(clock):
+    run, bound = _run(clock, delayed={0, 1, 2}, settle=False)
+    assert len(run.rounds) == interleave.BUDGET_MIN_ROUNDS and bound["passed"] is False
+    assert run.settle_from is None
+
+
+def test_an_honest_candidate_delayed_early_passes_after_more_rounds(clock):
+    run, bound = _run(clock, delayed={0, 1, 2})
+    assert bound["passed"] is True and run.stop_reason == "max_time_s"
+    assert run.settle_from == interleave.BUDGET_MIN_ROUNDS < len(run.rounds)
+    assert "so the run went on" in bound["detail"]
+
+
+def test_a_quiet_run_stops_at_its_budget_with_no_extra_rounds(clock):
+    run, bound = _run(clock)
+    assert bound["passed"] is True and len(run.rounds) == interleave.BUDGET_MIN_ROUNDS and run.settle_from is None
+
+
+def test_a_rescaled_timer_still_fails_at_the_cap(clock):
+    run, bound = _run(clock, scale=0.35)
+    n0 = interleave.BUDGET_MIN_ROUNDS
+    assert bound["passed"] is False and run.settle_from == n0
+    assert len(run.rounds) == max(interleave.SETTLE_FACTOR * n0, n0 + interleave.SETTLE_MIN_EXTRA)
+
+
+def test_the_extra_rounds_also_end_when_they_take_too_long():
+    run = interleave.InterleavedRun(arms=["a", "b"], rounds=[{}] * 5, budget_s=1.0)
+    assert interleave._settled(run, lambda r: False, "max_time_s", 0.0, 3.0) is False and run.settle_from == 5
+    run.rounds = [{}] * 6
+    assert interleave._settled(run, lambda r: False, "max_time_s", 5.9, 3.0) is False
+    assert interleave._settled(run, lambda r: False, "max_time_s", 6.1, 3.0) is True  # 2 x the 3 s before
+    assert interleave._settled(run, lambda r: False, "max_reps", 0.0, 3.0) is True  # never put off
+    assert interleave._settled(run, lambda r: True, "max_time_s", 0.0, 3.0) is True
+    run.rounds = [{}] * 15
+    assert interleave._settled(run, lambda r: False, "max_time_s", 0.0, 3.0) is True  # the cap on rounds
