@@ -75,10 +75,10 @@ def main():
                 fn(x, y, o)
         torch.cuda.synchronize()
         return
-    from evokernel_mcp.benchmark import stats, timing
+    from evokernel_mcp.benchmark import flush, stats, timing
 
     sizes = tf.sizes_for(tf.copy_bandwidth_gbs())
-    flusher = timing.CacheFlusher(0)
+    flusher = flush.CacheFlusher(0)
     rep = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "sizes": sizes, "rows": {}}
     for name, (fn, n) in launchers(sizes).items():
         x, y, o = tf.tensors(n)[0]

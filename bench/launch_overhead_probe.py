@@ -35,11 +35,12 @@ def child() -> None:
 
 
 def main() -> None:
+    from evokernel_mcp.benchmark import flush
     from evokernel_mcp.benchmark import timing as t
 
     api = t.bind_event_api()
     dev = torch.device("cuda", 0)
-    flusher = t.CacheFlusher(dev)
+    flusher = flush.CacheFlusher(dev)
     cyc = t.sleep_cycles_per_ms(api)
     x = torch.zeros(1, device="cuda")
     call = lambda: tiny_store[(1,)](x)  # noqa: E731

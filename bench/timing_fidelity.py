@@ -206,13 +206,13 @@ def run_ncu(sizes: dict[str, int], raw: list[str]) -> tuple[dict[str, float], st
 # ----------------------------------------------------------------------------- ours, direct + do_bench
 def ours_direct(sizes: dict[str, int], runs: int) -> dict[str, dict]:
     """Per kernel and clock ('activity', 'events'): 5 medians of timing.time_device, cold cache."""
-    from evokernel_mcp.benchmark import stats, timing
+    from evokernel_mcp.benchmark import flush, stats, timing
 
-    l2, mall, _ = timing.cache_bytes(0)
-    flusher = timing.CacheFlusher(0)
+    l2, mall, _ = flush.cache_bytes(0)
+    flusher = flush.CacheFlusher(0)
     out: dict[str, dict] = {"activity": {}, "events": {}}
     for name, n in sizes.items():
-        k = timing.copies_for(3 * 4 * n, l2 + mall, torch.cuda.mem_get_info()[0])
+        k = flush.copies_for(3 * 4 * n, l2 + mall, torch.cuda.mem_get_info()[0])
         sets = tensors(n, k)
         fn = launcher(name)
         for timer in ("activity", "events"):

@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import timing_fidelity as tf  # noqa: E402
 
+from evokernel_mcp.benchmark import flush  # noqa: E402
 from evokernel_mcp.benchmark import timing as t  # noqa: E402
 
 
@@ -40,13 +41,13 @@ def windows(calls, flusher, api, cyc, n, with_kernel, start):
 
 def main() -> None:
     api = t.bind_event_api()
-    flusher = t.CacheFlusher(torch.device("cuda", 0))
+    flusher = flush.CacheFlusher(torch.device("cuda", 0))
     cyc = t.sleep_cycles_per_ms(api)
     sizes = tf.sizes_for(tf.copy_bandwidth_gbs())
     out = {}
     for name, n in sizes.items():
-        l2, mall, _ = t.cache_bytes(0)
-        sets = tf.tensors(n, t.copies_for(12 * n, l2 + mall, torch.cuda.mem_get_info()[0]))
+        l2, mall, _ = flush.cache_bytes(0)
+        sets = tf.tensors(n, flush.copies_for(12 * n, l2 + mall, torch.cuda.mem_get_info()[0]))
         fn = tf.launcher(name)
         calls = [(lambda a=a: fn(*a)) for a in sets]
         for c in calls[:3]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from evokernel_mcp.benchmark import settle, timing
+from evokernel_mcp.benchmark import flush, settle, timing
 from evokernel_mcp.verify.cand_side import candidate_fn
 from evokernel_mcp.verify.sides import _model, _plain, _sync, _to
 
@@ -48,13 +48,13 @@ def arm_init(loaded, req: dict[str, Any]) -> dict[str, Any]:
     k, flusher = (1 if gpu else CPU_COPIES), None  # host: a few rotating copies average out placement effects
     copies_note = None
     if gpu and opt.cold_cache:
-        l2, mall, _ = timing.cache_bytes(0)
+        l2, mall, _ = flush.cache_bytes(0)
         free = torch.cuda.mem_get_info()[0]
-        k, want = timing.copies_for(_nbytes(inputs), l2 + mall, free), timing.copies_for(_nbytes(inputs), l2 + mall)
+        k, want = flush.copies_for(_nbytes(inputs), l2 + mall, free), flush.copies_for(_nbytes(inputs), l2 + mall)
         if k < want:
             copies_note = (f"{k} timed input set(s) rotated instead of {want}: device memory is short "
                            f"({free / 1e9:.1f} GB free, {_nbytes(inputs) / 1e9:.2f} GB per set)")
-        flusher = timing.CacheFlusher(0)
+        flusher = flush.CacheFlusher(0)
     pool = loaded.__dict__["bench_pool"] = [_to(p, loaded.device) for p in req.get("refill_pool") or []]
     arms = loaded.__dict__.setdefault("arms", {})
     sets = [inputs] + [_clone(inputs) for _ in range(k - 1)]  # the received inputs are this arm's own

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from evokernel_mcp.benchmark import api, results, timing
+from evokernel_mcp.benchmark import api, flush, results, timing
 from evokernel_mcp.benchmark import arms as arms_mod
 from evokernel_mcp.benchmark.models import Ceilings
 from evokernel_mcp.errors import BadInput
@@ -123,10 +123,10 @@ def test_host_timing_loop_reps_and_stop_reasons():
 
 
 def test_copies_for_rotation():
-    assert timing.copies_for(1 << 30, 60 << 20) == 1  # big inputs: no copies
-    assert timing.copies_for(10 << 20, 60 << 20) == 12  # 2 x 60 MiB / 10 MiB
-    assert timing.copies_for(1 << 10, 60 << 20) == timing.MAX_COPIES
-    assert timing.copies_for(10 << 20, 60 << 20, memory_free=40 << 20) == 2
+    assert flush.copies_for(1 << 30, 60 << 20) == 1  # big inputs: no copies
+    assert flush.copies_for(10 << 20, 60 << 20) == 12  # 2 x 60 MiB / 10 MiB
+    assert flush.copies_for(1 << 10, 60 << 20) == flush.MAX_COPIES
+    assert flush.copies_for(10 << 20, 60 << 20, memory_free=40 << 20) == 2
 
 
 def test_every_arm_gets_a_fresh_child_of_its_own():
