@@ -81,6 +81,9 @@ def main() -> None:
     a = ap.parse_args()
     import torch
 
+    from evokernel_mcp.app import close_app
+
+    load = os.getloadavg()[0]
     busy = [multiprocessing.Process(target=_busy, daemon=True) for _ in range(a.busy)]
     for p in busy:
         p.start()
@@ -92,13 +95,15 @@ def main() -> None:
     finally:
         for p in busy:
             p.terminate()
+        anyio.run(close_app)
     n_settle = sum(1 for r in rows if r.get("settle_from") is not None)
     n_invalid = sum(1 for r in rows if r.get("valid") is False)
     n_err = sum(1 for r in rows if "error" in r)
     date = datetime.date.today().isoformat()
     lines = [f"# Same code, runner's bound at the fewest rounds, CPU path ({date})", "",
              f"host: {platform.node()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, torch "
-             f"{torch.__version__}; {a.busy} busy processes of this script beside the calls", "",
+             f"{torch.__version__}; {a.busy} busy processes of this script beside the calls; load average {load:.2f} at "
+             "start", "",
              f"command: `.venv/bin/python bench/bound_settle_cpu.py --calls {a.calls} --busy {a.busy}"
              + (f" --tag {a.tag}`" if a.tag else "`"), "",
              f"**{a.calls} calls: the bound read failed at the budget stop in {n_settle} (rounds added), a same-code "

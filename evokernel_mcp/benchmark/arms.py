@@ -12,6 +12,7 @@ from evokernel_mcp.benchmark.bound import common_host_per_rep, cushion_ms, runne
 from evokernel_mcp.benchmark.room import map_tensors, meta
 from evokernel_mcp.runtime import cpus
 from evokernel_mcp.runtime.devmem import trim_between_cases
+from evokernel_mcp.runtime.proctree import tree_cpu
 from evokernel_mcp.runtime.spares import handed_over, note, wall_deadline
 from evokernel_mcp.tasks import Task
 from evokernel_mcp.verify.runner_side import OUTPUT_SLACK, _nbytes
@@ -149,13 +150,18 @@ def interleave(arms: Arms, case: dict, pool: list, seed: int, opt: dict, progres
                 arms.ask(child, {"op": "arm_ready", "name": name})
             if gpu:  # every arm of a round behind the same GPU sleep; the clock stops when the block has run
                 req.update(defer=True, cushion_ms=cushion_ms(k, host) if host is not None else None)
+            c0 = None if gpu else tree_cpu(child.proc.pid)  # host timing: the tree's CPU clocks (bound.py)
             t0 = time.perf_counter()  # the runner's own clock: the candidate can lengthen it, never shorten it
             rep = arms.ask(child, req, max_bytes=64 << 20)
             wall_ms = (time.perf_counter() - t0) * 1e3
+            c1 = None if gpu else tree_cpu(child.proc.pid)
             if gpu:
                 rep = arms.ask(child, {"op": "arm_times", "name": name}, max_bytes=64 << 20)
             times = rep["times"] if isinstance(rep, dict) else rep
-            blocks[name].append({"wall_ms": wall_ms, "sum_ms": float(sum(times)), "k": k})
+            block = {"wall_ms": wall_ms, "sum_ms": float(sum(times)), "k": k}
+            if c0 is not None and c1 is not None:
+                block.update(cpu_ms=(c1[0] - c0[0]) / 1e6, tree=(c0[1], c0[2]), tree_after=(c1[1], c1[2]))
+            blocks[name].append(block)
             rows = rep.get("probes") if isinstance(rep, dict) else None
             if name == "candidate" and bar is not None and rows is not None and \
                     (not probe_checks or probe_checks[-1].get("passed")):

@@ -131,3 +131,39 @@ def own(pid: int) -> None:
 
 def disown(pid: int) -> None:
     _OWNED.discard(pid)
+
+
+_TICK_NS = 1e9 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 1e7
+
+
+def tree_cpu(pid: int) -> tuple[float, tuple[int, ...], int] | None:
+    """The CPU time of pid's process tree now: (ns of its live processes, every thread: each one's own CPU clock,
+    read by the kernel, never by the process; the tree's members, zombies included; the clock ticks its members
+    have collected from children they reaped). None where a clock cannot be read. A process that left or joined
+    the tree, or a reaped child (whose time shows only in ticks), changes the second or third part: a caller
+    comparing two readings takes their difference as the tree's work only while both are unchanged."""
+    members, todo = [], [pid]
+    kids: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    ppid = int(f.read().decode(errors="replace").rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            kids.setdefault(ppid, []).append(int(name))
+    while todo:
+        p = todo.pop()
+        members.append(p)
+        todo.extend(kids.get(p, []))
+    ns, reaped = 0, 0
+    for p in members:
+        try:
+            with open(f"/proc/{p}/stat", "rb") as f:
+                fields = f.read().decode(errors="replace").rsplit(")", 1)[1].split()
+            reaped += int(fields[13]) + int(fields[14])  # cutime, cstime (fields 16 and 17 of proc(5))
+            if fields[0] != "Z":
+                ns += time.clock_gettime_ns(((~p) << 3) | 2)  # the process's CPU clock (CPUCLOCK_SCHED)
+        except (OSError, ValueError, IndexError):
+            return None
+    return float(ns), tuple(sorted(members)), reaped

@@ -88,3 +88,72 @@ def test_the_extra_rounds_also_end_when_they_take_too_long():
     assert interleave._settled(run, lambda r: True, "max_time_s", 0.0, 3.0) is True
     run.rounds = [{}] * 15
     assert interleave._settled(run, lambda r: False, "max_time_s", 0.0, 3.0) is True  # the cap on rounds
+
+
+def _blocks(n: int, cand_wait_ms: float = 0.0, scale: float = 1.0, forked_at: int | None = None) -> dict:
+    """Host-timing block records of n rounds (no warm-up): every arm does HARNESS_MS of harness work and
+    KERNEL_MS x 40 of compute on the CPU; the candidate also waits cand_wait_ms for a CPU in each block (on the
+    runner's clock, not on its CPU clock) and reports scale x its compute; forked_at: the round in which a
+    process joins the candidate's tree."""
+    def rec(name: str, i: int) -> dict:
+        k, compute = 40, 40 * KERNEL_MS
+        wait = cand_wait_ms if name == "candidate" else 0.0
+        reported = compute * (scale if name == "candidate" else 1.0)
+        tree = ((1, 2), 0)
+        after = ((1, 2, 3), 0) if name == "candidate" and i == forked_at else tree
+        return {"wall_ms": HARNESS_MS + compute + wait, "cpu_ms": HARNESS_MS + compute, "sum_ms": reported, "k": k,
+                "tree": tree, "tree_after": after}
+    return {name: [rec(name, i) for i in range(n)] for name in ("baseline", "control", "candidate")}
+
+
+def _bound(blocks: dict, gpu: bool = False) -> dict:
+    run = interleave.InterleavedRun(arms=list(blocks), rounds=[{}] * len(blocks["candidate"]))
+    return runner_bound(run, blocks, gpu=gpu)
+
+
+def test_host_timing_a_candidate_that_waited_for_a_cpu_passes_on_its_trees_cpu_clock():
+    b = _bound(_blocks(10, cand_wait_ms=2.0))
+    assert b["passed"] is True and b["excess_ms"] > b["allowance_ms"]  # the runner's clock alone reads failed
+    assert b["cpu_excess_ms"] <= b["cpu_allowance_ms"] and "waited for a CPU" in b["detail"]
+
+
+def test_host_timing_a_rescaled_timer_fails_on_both_clocks():
+    b = _bound(_blocks(10, scale=0.35))
+    assert b["passed"] is False and b["cpu_excess_ms"] > b["cpu_allowance_ms"]
+    assert "did work it did not report" in b["detail"]
+
+
+def test_the_cpu_clocks_are_not_taken_where_the_tree_changed_or_on_a_gpu():
+    assert _bound(_blocks(10, cand_wait_ms=2.0, forked_at=4))["passed"] is False
+    assert "cpu_excess_ms" not in _bound(_blocks(10, cand_wait_ms=2.0), gpu=True)
+    quiet = _bound(_blocks(10))
+    assert quiet["passed"] is True and "cpu_excess_ms" not in quiet  # taken only where the wall reads failed
+
+
+def test_tree_cpu_counts_a_busy_child_and_sees_a_process_join():
+    import subprocess
+    import sys
+    import time
+
+    from evokernel_mcp.runtime.proctree import tree_cpu
+
+    code = "import os, time, sys\nt = time.process_time()\nwhile time.process_time() - t < 0.2: pass\n" \
+           "sys.stdout.write('x'); sys.stdout.flush()\nsys.stdin.read(1)\nos.system('sleep 3')\n"
+    p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        a = tree_cpu(p.pid)
+        assert p.stdout.read(1) == b"x"
+        b = tree_cpu(p.pid)
+        assert (b[0] - a[0]) / 1e9 >= 0.1 and a[1] == b[1] == (p.pid,)  # CPU time, whatever the wall
+        p.stdin.write(b"g")
+        p.stdin.flush()
+        for _ in range(100):
+            c = tree_cpu(p.pid)
+            if len(c[1]) > 1:
+                break
+            time.sleep(0.05)
+        assert len(c[1]) > 1  # the shell that runs sleep joined the tree
+    finally:
+        subprocess.run(["pkill", "-P", str(p.pid)], check=False)
+        p.kill()
+        p.wait()
