@@ -142,20 +142,9 @@ def tree_cpu(pid: int) -> tuple[float, tuple[int, ...], int] | None:
     have collected from children they reaped). None where a clock cannot be read. A process that left or joined
     the tree, or a reaped child (whose time shows only in ticks), changes the second or third part: a caller
     comparing two readings takes their difference as the tree's work only while both are unchanged."""
-    members, todo = [], [pid]
-    kids: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as f:
-                    ppid = int(f.read().decode(errors="replace").rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            kids.setdefault(ppid, []).append(int(name))
-    while todo:
-        p = todo.pop()
-        members.append(p)
-        todo.extend(kids.get(p, []))
+    members = _tree(pid)
+    if members is None:
+        return None
     ns, reaped = 0, 0
     for p in members:
         try:
@@ -167,3 +156,38 @@ def tree_cpu(pid: int) -> tuple[float, tuple[int, ...], int] | None:
         except (OSError, ValueError, IndexError):
             return None
     return float(ns), tuple(sorted(members)), reaped
+
+
+def _tree(pid: int) -> list[int] | None:
+    """pid and its descendants, zombies included: from each thread's `children` file (a few files for a small
+    tree), or where the kernel has none (CONFIG_PROC_CHILDREN), from every process's parent in /proc. None where
+    pid is gone."""
+    members, todo = [], [pid]
+    try:
+        while todo:
+            p = todo.pop()
+            members.append(p)
+            for t in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{t}/children", "rb") as f:
+                    todo.extend(int(x) for x in f.read().split())
+        return members
+    except FileNotFoundError:
+        if not os.path.exists(f"/proc/{pid}"):
+            return None
+    except (OSError, ValueError):
+        return None
+    kids: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    ppid = int(f.read().decode(errors="replace").rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            kids.setdefault(ppid, []).append(int(name))
+    members, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        members.append(p)
+        todo.extend(kids.get(p, []))
+    return members

@@ -157,3 +157,33 @@ def test_tree_cpu_counts_a_busy_child_and_sees_a_process_join():
         subprocess.run(["pkill", "-P", str(p.pid)], check=False)
         p.kill()
         p.wait()
+
+
+def test_tree_from_children_files_and_from_every_parent_agree(monkeypatch):
+    import builtins
+    import subprocess
+
+    from evokernel_mcp.runtime import proctree
+
+    p = subprocess.Popen(["sh", "-c", "sleep 3 & sleep 3; wait"])
+    try:
+        for _ in range(100):
+            fast = proctree._tree(p.pid)
+            if len(fast) == 3:
+                break
+            subprocess.run(["sleep", "0.05"], check=True)
+        real_open = builtins.open
+
+        def no_children(path, *a, **kw):  # a kernel without CONFIG_PROC_CHILDREN
+            if str(path).endswith("/children"):
+                raise FileNotFoundError(path)
+            return real_open(path, *a, **kw)
+        monkeypatch.setattr(builtins, "open", no_children)
+        slow = proctree._tree(p.pid)
+        monkeypatch.undo()
+        assert sorted(fast) == sorted(slow) and len(fast) == 3 and fast[0] == p.pid
+        assert proctree._tree(2**22 + 7) is None  # no such process
+    finally:
+        subprocess.run(["pkill", "-P", str(p.pid)], check=False)
+        p.kill()
+        p.wait()
