@@ -79,7 +79,7 @@ BOUND_UNACC_FRAC_GPU = 0.03
 # kernel's per-process CPU clocks, which the process cannot set) in place of the wall: a forged time still fails
 # there (the work it did not report is CPU time of its tree), waiting does not. Only where no process joined or
 # left the tree and none was reaped during a block (a reaped child's time shows only in clock ticks), and never on
-# a GPU (device work is not host CPU time).
+# a GPU (device work is not host CPU time; a host-timing arm's sandbox binds no GPU device node: child_proc.py).
 
 
 def _judge(cand: list[dict[str, Any]], base: list[dict[str, Any]], ctrl: list[dict[str, Any]], frac: float,
