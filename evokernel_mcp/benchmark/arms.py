@@ -177,6 +177,7 @@ def interleave(arms: Arms, case: dict, pool: list, seed: int, opt: dict, progres
         return sum(b["k"] for b in blocks[name])
     calls = {name: arm(child, name, inits[name].get("event_overhead_ms"))
              for name, child in arms.children().items()}
+
     def settle(r) -> bool:  # a stop waits while the bound on the rounds so far reads failed (interleave.py)
         b = runner_bound(r, blocks, gpu=gpu)
         return b is None or bool(b["passed"])

@@ -220,7 +220,8 @@ def run_interleaved(arms: Mapping[str, Arm], *, opt: Any, rng_seed: int, order: 
         next_round_s = sum(pace[a].block_s(k) for a in names)
         reason = _stop(run, opt, t0, next_round_s)
         now = time.monotonic()
-        if reason and _settled(run, settle, reason, now - held if held else 0.0, (held or now) - t0):
+        if reason and _settled(run, settle, reason, 0.0 if held is None else now - held,
+                               (now if held is None else held) - t0):
             run.stop_reason = reason
             break
         if reason and held is None:
