@@ -29,26 +29,7 @@ sys.path.insert(0, str(REPO))
 
 import anyio  # noqa: E402
 
-WEIGHTED = '''import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self, cin, cout):
-        super().__init__()
-        self.conv = nn.Conv3d(cin, cout, 3)
-
-    def forward(self, x):
-        return self.conv(x)
-
-
-def get_inputs():
-    return [torch.randn(1, 4, 6, 10, 10)]
-
-
-def get_init_inputs():
-    return [4, 8]
-'''
+WEIGHTED = (REPO / "tests" / "benchmark" / "candidates" / "conv3d_weighted_ref.py").read_text()  # the e2e test's
 SAME = WEIGHTED.replace("class Model(", "class ModelNew(")
 SETTLED = re.compile(r"in (\d+) rounds \([a-z_]+(?:, after (\d+) for the runner's bound)?\)")
 

@@ -3,7 +3,7 @@ record their blocks as the runner does (arms.interleave), judged by bound.runner
 
 from __future__ import annotations
 
-import pytest
+from vclock import Clock
 
 from evokernel_mcp.benchmark import interleave
 from evokernel_mcp.benchmark.bound import runner_bound
@@ -11,21 +11,6 @@ from evokernel_mcp.benchmark.timing import TimingOptions
 
 OPT = TimingOptions(min_reps=3, max_time_s=1e-6, target_rel_ci=1e-9)  # the budget stop: BUDGET_MIN_ROUNDS rounds
 HARNESS_MS, KERNEL_MS, DELAY_MS = 1.5, 0.03, 3.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    c = Clock()
-    monkeypatch.setattr(interleave.time, "monotonic", c)
-    return c
 
 
 def _arms(clock: Clock, blocks: dict, delayed: set[int] = frozenset(), scale: float = 1.0):

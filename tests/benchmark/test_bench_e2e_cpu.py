@@ -117,26 +117,7 @@ def test_mcp_client_benchmark_job_id_and_refusals():
     anyio.run(main)
 
 
-WEIGHTED = '''import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self, cin, cout):
-        super().__init__()
-        self.conv = nn.Conv3d(cin, cout, 3)
-
-    def forward(self, x):
-        return self.conv(x)
-
-
-def get_inputs():
-    return [torch.randn(1, 4, 6, 10, 10)]
-
-
-def get_init_inputs():
-    return [4, 8]
-'''
+WEIGHTED = (HERE / "candidates" / "conv3d_weighted_ref.py").read_text()  # a model with weights, built per seed
 
 
 def test_cpu_same_code_with_weights_passes_the_post_timing_checks():

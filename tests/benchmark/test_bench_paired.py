@@ -10,25 +10,11 @@ import math
 import random
 
 import pytest
+from vclock import Clock
 
 from evokernel_mcp.benchmark import interleave, stats
 from evokernel_mcp.benchmark.timing import TimingOptions
 from evokernel_mcp.errors import BadInput
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    c = Clock()
-    monkeypatch.setattr(interleave.time, "monotonic", c)
-    return c
 
 
 def drift(t: float, total: float) -> float:
