@@ -8,7 +8,8 @@ import signal
 import time
 
 
-def children_map() -> dict[int, list[int]]:
+def children_map(zombies: bool = False) -> dict[int, list[int]]:
+    """Every process's children, from each one's parent in /proc (zombies too, when asked)."""
     kids: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -17,7 +18,7 @@ def children_map() -> dict[int, list[int]]:
             with open(f"/proc/{name}/stat", "rb") as f:
                 stat = f.read().decode(errors="replace")
             fields = stat.rsplit(")", 1)[1].split()
-            if fields[0] == "Z":  # already dead; its parent reaps it
+            if fields[0] == "Z" and not zombies:  # already dead; its parent reaps it
                 continue
             ppid = int(fields[1])
         except (OSError, ValueError, IndexError):
@@ -26,8 +27,8 @@ def children_map() -> dict[int, list[int]]:
     return kids
 
 
-def descendants(pid: int) -> list[int]:
-    kids, out, todo = children_map(), [], [pid]
+def descendants(pid: int, zombies: bool = False) -> list[int]:
+    kids, out, todo = children_map(zombies), [], [pid]
     while todo:
         for c in kids.get(todo.pop(), []):
             out.append(c)
@@ -176,18 +177,4 @@ def _tree(pid: int) -> list[int] | None:
             return None
     except (OSError, ValueError):
         return None
-    kids: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as f:
-                    ppid = int(f.read().decode(errors="replace").rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            kids.setdefault(ppid, []).append(int(name))
-    members, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        members.append(p)
-        todo.extend(kids.get(p, []))
-    return members
+    return [pid, *descendants(pid, zombies=True)]
