@@ -28,9 +28,13 @@ class Arms:
     and, on request, the control arm (a byte-identical copy of the baseline in a child of its own, so that
     its ratio to the baseline measures what separate processes alone make of identical code)."""
 
-    def __init__(self, cand, base, task: Task, deadline: float, ctrl=None, cpu: int | None = None, dev: str = "cpu"):
+    def __init__(self, cand, base, task: Task, deadline: float, ctrl=None, cpu: int | None = None, dev: str = "cpu",
+                 base_is_reference: bool = False):
         self.cand, self.base, self.task, self.deadline, self.ctrl = cand, base, task, deadline, ctrl
         self.dev = dev  # where the runner compares outputs
+        # the baseline is the task's reference loaded afresh (baseline "pytorch"): its process can answer for the
+        # reference after its timing (runner_side.hand_over), and reference_gone says the cached one was stopped
+        self.base_is_reference, self.reference_gone = base_is_reference, False
         self.cpu = None if cpu is None else _pin(self.children().values(), cpu)
 
     @property

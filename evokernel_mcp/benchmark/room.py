@@ -13,14 +13,15 @@ from evokernel_mcp.verify.runner_side import _nbytes
 
 
 def room_for_arms(ctx, arms, ref, case: dict, room: dict, refill_sets: int = 1, sample_size: int = 1,
-                  can_park: bool = False):
+                  can_park: bool = False, hand_over: bool = False):
     """Before any arm gets its inputs: the fullest benchmark that fits the device's free memory (all processes),
     counted part by part (devplan.plan_benchmark); when that is less than asked, our idle processes give theirs
     back first (once per shape) and it is planned again; then what the plan cut is applied (the control arm
     retired, the refill pool and the sampled repetitions fewer, the runner's device copy of the outputs let go)
     and said in the notes; a shape of more than 1 GB of its own is planned within settings.memory_factor x it
     (devplan.data_cap), which cuts the same aids and gives our idle processes' memory back the same way;
-    too_big, naming the bytes, the device's and the overrides, before anything runs.
+    too_big, naming the bytes, the device's and the overrides, before anything runs. hand_over: the reference's
+    process goes before the arms get their inputs (runner_side.hand_over), so its context is not counted.
     Returns the plan (also in room["plan"])."""
     import torch
 
@@ -32,8 +33,8 @@ def room_for_arms(ctx, arms, ref, case: dict, room: dict, refill_sets: int = 1, 
     work = case.get("workspace_bytes")
     work = work if isinstance(work, int) and not isinstance(work, bool) and work > 0 else 0
 
-    # the runner, the reference and each arm hold a context: counted against the job's memory cap
-    cap = devplan.data_cap(i + o, settings.get().memory_factor, 2 + 2 + (arms.ctrl is not None))
+    # the runner, the reference (unless it hands over) and each arm hold a context: counted against the job's cap
+    cap = devplan.data_cap(i + o, settings.get().memory_factor, (1 if hand_over else 2) + 2 + (arms.ctrl is not None))
 
     def plan(freed: int = 0, hint: dict | None = None) -> devplan.BenchPlan:
         free, total = torch.cuda.mem_get_info()

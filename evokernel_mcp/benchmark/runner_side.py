@@ -151,9 +151,11 @@ def _bench_shape(arms: Arms, ref, shape: str, seed: int, opt: dict, progress, gp
     n_pool, sample = (2 if i_b <= POOL_FULL_BYTES or not gpu else 1), (2 if i_b + o_b <= POOL_FULL_BYTES else 1)
     big = gpu and i_b + o_b > BIG_BENCH_BYTES
     staged = big and host_staged(i_b, o_b)
+    hand = big and ctx is not None and arms.base_is_reference
     park = False
     if gpu and ctx is not None:  # graph replays keep their buffers' addresses: those arms cannot park
-        p = room_for_arms(ctx, arms, ref, case, room, n_pool, sample, can_park=big and not opt.get("use_graph"))
+        p = room_for_arms(ctx, arms, ref, case, room, n_pool, sample, can_park=big and not opt.get("use_graph"),
+                          hand_over=hand)
         n_pool, sample, park = p.refill_sets, p.sample_size, p.park_idle_arms
     pool = [arms.ask(ref, {"op": "case", "shape": shape, "seed": seed + 1 + i, "inputs_only": True},
                      max_bytes=1 << 42)["inputs"] for i in range(n_pool)]
@@ -165,6 +167,8 @@ def _bench_shape(arms: Arms, ref, shape: str, seed: int, opt: dict, progress, gp
     bar = _probe_bar(arms, ref, case, pool, seed, gpu) if pool else None
     if gpu:
         trim_between_cases()  # the bar's float64 copies of the reference's outputs: freed before the arms start
+    if hand:
+        ref = hand_over(ctx, arms, ref, out)
     t0 = time.monotonic()
     timed = interleave(arms, case, pool, seed, opt, progress, gpu, bar, sample=sample, release_inputs=big,
                         staged=staged, park=park)
@@ -210,6 +214,20 @@ def _bench_shape(arms: Arms, ref, shape: str, seed: int, opt: dict, progress, gp
     out["check_probe"] = _probe_check(arms, ref, shape, seed, case, hi, limit, staged)
     trim_between_cases()
     return out
+
+
+def hand_over(ctx, arms: Arms, ref, out: dict):
+    """A shape planned within the job's memory cap (more than 1 GB of its own) against PyTorch: once the cached
+    reference process has made the case, the refill pool and the probe bar, it goes, and the baseline arm's process
+    (the same reference source, loaded afresh for this job) answers the post-timing checks after its timing: one
+    CUDA context fewer while the arms time and the candidate is checked. The next job of this reference (or the
+    next shape) loads it again. Returns the process that answers for the reference now."""
+    ctx.spares.drop_reference(ref)
+    arms.reference_gone = True
+    out.setdefault("memory_notes", []).append(
+        "the cached reference process stopped before timing (device memory: one CUDA context fewer); the baseline "
+        "arm's process, the same reference loaded afresh, made the post-timing checks' inputs and expected outputs")
+    return arms.base
 
 
 def _probe_bar(arms: Arms, ref, case: dict, pool: list, seed: int, gpu: bool = False):
@@ -261,10 +279,13 @@ def _benchmark(ctx: RunnerContext, payload: BenchmarkRequest, progress, timing_q
         if payload.control:
             ctrl = _baseline_child(ctx, payload.baseline, task, deadline)
         note("benchmark: reference, candidate and baseline loaded at %.2f s", time.monotonic() - t0)
-        arms = Arms(cand, base, task, deadline, ctrl, cpu=cpu, dev=tensor_device(ctx) or "cpu")
+        arms = Arms(cand, base, task, deadline, ctrl, cpu=cpu, dev=tensor_device(ctx) or "cpu",
+                    base_is_reference=payload.baseline == "pytorch")
         shapes, seed, opt = list(payload.shapes), payload.seed, dict(payload.options)
         clocks = _Clocks(read_clocks, info)
         for i, shape in enumerate(shapes):
+            if arms.reference_gone:  # the last shape's checks were the baseline arm's (hand_over): loaded again
+                ref, arms.reference_gone = ctx.spares.reference(task, timeout_s=wall_deadline(deadline)), False
             before = clocks.before()
             result["clocks_before"] = result["clocks_before"] or before
 
@@ -283,6 +304,8 @@ def _benchmark(ctx: RunnerContext, payload: BenchmarkRequest, progress, timing_q
             note("benchmark %s: done at %.2f s", shape, time.monotonic() - t0)
             result["shapes"].append(raw)
             if payload.confirm:
+                if arms.reference_gone:
+                    ref, arms.reference_gone = ctx.spares.reference(task, timeout_s=wall_deadline(deadline)), False
                 quiet = (lambda: ctx.spares.quiet(wait=False)) if timing_quiet else contextlib.nullcontext
                 result["shapes"][-1]["confirm"] = _confirm(ctx, payload, task, ref, shape, seed, opt, deadline, gpu,
                                                            quiet, arms.cpu)

@@ -147,6 +147,8 @@ def arm_close(loaded, req: dict[str, Any]) -> dict[str, Any]:
         timer.calls, timer.arg_sets, timer.pool, timer.contents, timer.last = [], [], [], [], None
     if not arms:
         loaded.__dict__.pop("bench_pool", None)
+    if loaded.role == "reference":  # its timed model goes too: a reference's expected outputs after timing
+        loaded.models.clear()  # (runner_side.hand_over) come from the seed's model built afresh, as a cached one's
     timer = None
     gc.collect()
     return {}

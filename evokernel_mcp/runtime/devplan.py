@@ -257,9 +257,15 @@ def _bench_parts(i: int, o: int, n_arms: int, copies: int, refill: int, sample: 
             "runner's outputs freed": 0 if runner_keeps else -o}
 
 
-PARK_NOTE = ("the arms take turns on the device (device memory: the leanest plan did not fit what is free): each "
-             "arm's inputs wait in host memory while another arm runs its block, copied back before its own, off the "
-             "timed repetitions; the copies count against the time budget, so the run may have fewer rounds")
+_TURNS = ("each arm's inputs wait in host memory while another arm runs its block, copied back before its own, off "
+          "the timed repetitions; the copies count against the time budget, so the run may have fewer rounds")
+PARK_NOTE = f"the arms take turns on the device (device memory: the leanest plan did not fit what is free): {_TURNS}"
+PARK_CAP_NOTE = (f"the arms take turns on the device (the job's memory cap: the leanest plan was over it, and its inputs "
+                 f"are small enough to copy out and back at each switch of arms): {_TURNS}")
+# inputs up to this size also park to keep within the job's soft cap (not only where the free memory is short): a
+# switch of arms copies them out and back, about 0.2 s at this size on an H100's host link; a shape of 1-2.5 GB
+# otherwise holds two arms' inputs beside four CUDA contexts, over 3x its own bytes however lean its plan
+PARK_FOR_CAP_BYTES = 5 << 29
 
 
 def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | None, control: bool,
@@ -272,8 +278,9 @@ def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | 
     and fresh checks still judge the outputs); where even the leanest exceeds the cap, the leanest that fits
     what is free; where even that does not fit, the leanest with its arms parked (`can_park`: a big shape's lean
     arms, no graph replay: one arm's data on the device at a time, each switch of arms copying it out and back,
-    which made a big shape's benchmark two to five times as long on an H100, so it is the last resort, not a way under the soft
-    cap); else too_big with the bytes of the leanest plan, the device's and the overrides."""
+    which made a big shape's benchmark two to five times as long on an H100, so it is the last resort, and a way
+    under the soft cap only for inputs of at most PARK_FOR_CAP_BYTES); else too_big with the bytes of the leanest
+    plan, the device's and the overrides."""
     i, o = max(0, input_bytes), max(0, output_bytes)
     keeps = i + o <= BIG_BENCH_BYTES
     # (control arm, refill sets, sampled repetitions, transfer margin, the note saying what this step cut)
@@ -292,6 +299,7 @@ def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | 
                       "the runner's copies of their inputs"))
     if can_park:  # the last resort (a control arm would make every block a switch of arms)
         steps.append((False, 0, 0, steps[-1][3], PARK_NOTE))
+    park_for_cap = can_park and cap is not None and i <= PARK_FOR_CAP_BYTES
     notes: list[str] = []
     if not keeps:
         notes.append(f"the runner let its device copy of the reference's outputs ({_gb(o)}) go before timing"
@@ -304,8 +312,10 @@ def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | 
     park = False
     for ctrl, refill, sample, margin, why in steps:
         park = why == PARK_NOTE
-        if park and over_cap is not None:  # the free memory holds a plan without parking: the cap is soft
-            break
+        if park and over_cap is not None:  # the free memory holds a plan without parking: the cap is soft ...
+            if not park_for_cap:  # ... unless the inputs are small enough that parking costs little time
+                break
+            why = PARK_CAP_NOTE
         if why:
             notes.append(why)
         parts = _bench_parts(i, o, 3 if ctrl else 2, 1, refill, sample, per_rep_check_bytes, keeps, margin,

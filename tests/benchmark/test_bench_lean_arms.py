@@ -242,3 +242,24 @@ def test_a_big_shape_parks_its_arms_only_where_nothing_else_fits_what_is_free():
     assert unparked.too_big is not None, "without parking the same device says too_big"
     roomy = plan_benchmark(i, o, 75 * gib, 80 * gib, False, 0, 0, workspace_bytes=0, cap=None, can_park=True)
     assert not roomy.park_idle_arms
+
+
+def test_a_shape_of_about_1_gb_parks_its_arms_to_keep_within_the_cap_where_a_bigger_one_runs_over_it():
+    """6_Matmul_with_large_K_dimension_ (1.07 GB of inputs, a small output) on an 80 GB card: two arms holding the
+    inputs beside three CUDA contexts are over 3x its own bytes however lean the plan, and a switch of arms copies
+    only about a gigabyte out and back, so its arms take turns, saying why; inputs over PARK_FOR_CAP_BYTES still
+    run unparked over the soft cap (parking made a 4-13 GB shape's benchmark two to five times as long)."""
+    from evokernel_mcp.runtime.devplan import PARK_CAP_NOTE, PARK_FOR_CAP_BYTES, PARK_NOTE, data_cap, plan_benchmark
+
+    gib = 2**30
+    i, o = 1_073_741_824, 262_144
+    cap = data_cap(i + o, 3.0, 3)
+    p = plan_benchmark(i, o, 75 * gib, 80 * gib, True, 1, 1, workspace_bytes=32 << 20, cap=cap, can_park=True)
+    assert p.park_idle_arms and p.too_big is None and PARK_CAP_NOTE in p.notes and PARK_NOTE not in p.notes
+    assert p.parts["arms"] == i + 2 * o, "one arm's data on the device at a time"
+    assert not plan_benchmark(i, o, 75 * gib, 80 * gib, True, 1, 1, cap=cap).park_idle_arms, "graph replays: no park"
+    i2 = PARK_FOR_CAP_BYTES + 1
+    q = plan_benchmark(i2, o, 75 * gib, 80 * gib, True, 1, 1, workspace_bytes=i2, cap=data_cap(i2 + o, 3.0, 3),
+                       can_park=True)  # its forward's temporaries as big as its inputs: over the cap
+    assert not q.park_idle_arms and q.needed_bytes > (q.cap_bytes or 0), "over the soft cap, unparked"
+    assert plan_benchmark(1 << 20, o, 75 * gib, 80 * gib, True, 1, 1, cap=None, can_park=True).park_idle_arms is False

@@ -251,3 +251,79 @@ def test_nothing_runs_in_the_candidates_process_before_its_timing_and_the_settle
     mine = [op for who, op in asked if who == "cand"]
     assert mine[0] == "TIMING", mine
     assert mine.index("settled") > mine.index("TIMING") and out["settled"]["plain_tensor"] is True
+
+
+def test_a_big_shape_against_pytorch_stops_the_cached_reference_before_timing_and_the_baseline_answers_the_checks(
+        monkeypatch):
+    """A shape of more than 1 GB of its own (planned within the job's memory cap) against PyTorch: the cached
+    reference makes the case, the refill pool and the probe bar, then its process stops before any arm gets its
+    inputs (one CUDA context fewer while the arms hold theirs); every post-timing check's inputs and expected outputs
+    come from the baseline arm's process after its timing. A baseline source cannot answer for the reference: there
+    the cached reference stays."""
+    import torch
+
+    from evokernel_mcp.benchmark import runner_side
+    from evokernel_mcp.runtime.devplan import BenchPlan
+    from evokernel_mcp.verify import runner_side as verify_side
+
+    asked: list[tuple[str, str]] = []
+    big = [torch.empty(300_000_000, device="meta")]  # 1.2 GB of inputs and of outputs: over the cap's line
+
+    class Child:
+        def __init__(self, name: str):
+            self.name = name
+
+        def request(self, req, **_kw):
+            asked.append((self.name, req["op"]))
+            if req["op"] == "plan":
+                return {"plan": None}
+            if req["op"] == "case":
+                return {"inputs": big, "native": big[0], "init_inputs": [], "state": {}}
+            if req["op"] == "bench_checks":
+                return {k: torch.ones(8) for k in ("refill", "fresh") if k in req}
+            if req["op"] == "settled":
+                return {"plain_tensor": True, "pending": False}
+            return {"native": torch.ones(8)}
+
+    dropped: list[str] = []
+
+    class Spares:
+        def drop_reference(self, child):
+            dropped.append(child.name)
+            asked.append((child.name, "STOPPED"))
+
+    class Ctx:
+        spares = Spares()
+
+    def room(ctx, arms, ref, case, state, n_pool, sample, can_park=False, hand_over=False):
+        asked.append(("runner", f"PLAN hand_over={hand_over}"))
+        return BenchPlan(parts={}, needed_bytes=0, free_bytes=1, control=False, refill_sets=1, sample_size=0)
+
+    def timed(arms, *_a, **_kw):
+        asked.append(("cand", "TIMING"))
+        return {"rounds": {}, "runner_bound": None, "samples": []}
+
+    monkeypatch.setattr(runner_side, "interleave", timed)
+    monkeypatch.setattr(runner_side, "room_for_arms", room)
+    monkeypatch.setattr(runner_side, "_probe_bar", lambda arms, ref, *a, **kw: asked.append((ref.name, "BAR")))
+    monkeypatch.setattr(runner_side, "_check", lambda *a, **kw: {"passed": True})
+    monkeypatch.setattr(verify_side, "within_cap", lambda *a, **kw: None)
+    task = load_task("vector_add")
+
+    arms = arms_mod.Arms(Child("cand"), Child("base"), task, 1e12, base_is_reference=True)
+    out = runner_side._bench_shape(arms, Child("ref"), "small", 0, {}, lambda *a: None, True, Ctx())
+    assert dropped == ["ref"] and arms.reference_gone, "the cached reference stopped"
+    stop, timing = asked.index(("ref", "STOPPED")), asked.index(("cand", "TIMING"))
+    assert ("runner", "PLAN hand_over=True") in asked[:stop] and ("ref", "BAR") in asked[:stop]
+    assert stop < timing, "stopped before the arms get their inputs"
+    assert all(who != "ref" for who, _ in asked[stop + 1:]), "nothing asked of the stopped reference"
+    after = [op for who, op in asked[timing:] if who == "base"]
+    assert after.count("case") == 3 and "expected" in after, "the checks' inputs and expected outputs: the baseline's"
+    assert any("cached reference process stopped" in n for n in out["memory_notes"])
+
+    asked.clear()
+    dropped.clear()
+    arms = arms_mod.Arms(Child("cand"), Child("base"), task, 1e12, base_is_reference=False)  # a baseline source
+    runner_side._bench_shape(arms, Child("ref"), "small", 0, {}, lambda *a: None, True, Ctx())
+    assert dropped == [] and not arms.reference_gone and ("runner", "PLAN hand_over=False") in asked
+    assert not any(who == "base" for who, _ in asked), "a baseline source is never asked for the reference's outputs"

@@ -280,13 +280,15 @@ def test_a_closed_arm_lets_its_input_sets_go_at_once():
     timer.warm_up()
     timer.time_block(2)
     gone = weakref.ref(x)
-    loaded = types.SimpleNamespace(arms={"candidate": timer})
+    model = object()
+    loaded = types.SimpleNamespace(arms={"candidate": timer}, role="reference", models={0: model})
     x = timer = None
     gc.disable()
     try:
         assert gone() is not None, "the timer holds its input set"
         sides.arm_close(loaded, {"name": "candidate"})
         assert gone() is None and loaded.arms == {}
+        assert loaded.models == {}, "a reference arm's timed model goes: later expected outputs use a fresh one"
     finally:
         gc.enable()
 
