@@ -65,6 +65,36 @@ def room_for_arms(ctx, arms, ref, case: dict, room: dict, refill_sets: int = 1, 
     return p
 
 
+NO_CONTROL_NOTE = ("control arm left out (the job's memory cap: three arms' inputs are over it): the noise floor comes "
+                   "from the rounds (the speedup's own interval), not from a byte-identical third arm")
+
+
+def control_out_of_cap(ctx, arms, plan: dict | None) -> bool:
+    """A shape the reference planned within the job's memory cap (op "plan": cap_bytes set): three arms of its
+    inputs are over the cap, so no benchmark plan keeps the control arm; its process (and CUDA context) goes now,
+    before the reference's forward makes the case, not after. Whether it went."""
+    if arms.ctrl is None or not isinstance(plan, dict) or plan.get("cap_bytes") is None:
+        return False
+    ctrl, arms.ctrl = arms.ctrl, None
+    ctx.spares.retire(ctrl)
+    ctx.spares.wait_retired()
+    return True
+
+
+def hand_over(ctx, arms, ref, out: dict):
+    """A shape planned within the job's memory cap (more than 1 GB of its own) against PyTorch: once the cached
+    reference process has made the case, the refill pool and the probe bar, it goes, and the baseline arm's process
+    (the same reference source, loaded afresh for this job) answers the post-timing checks after its timing: one
+    CUDA context fewer while the arms time and the candidate is checked. The next job of this reference (or the
+    next shape) loads it again. Returns the process that answers for the reference now."""
+    ctx.spares.drop_reference(ref)
+    arms.reference_gone = True
+    out.setdefault("memory_notes", []).append(
+        "the cached reference process stopped before timing (device memory: one CUDA context fewer); the baseline "
+        "arm's process, the same reference loaded afresh, made the post-timing checks' inputs and expected outputs")
+    return arms.base
+
+
 def _hint(arms) -> dict | None:
     try:
         from evokernel_mcp.overrides import scaled_overrides  # AST only: nothing of the reference runs here

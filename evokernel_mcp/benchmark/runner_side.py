@@ -22,7 +22,7 @@ from typing import Any
 from evokernel_mcp import settings
 from evokernel_mcp.benchmark.arms import POOL_FULL_BYTES, Arms, interleave, on_host
 from evokernel_mcp.benchmark.messages import BenchmarkRequest
-from evokernel_mcp.benchmark.room import meta, room_for_arms
+from evokernel_mcp.benchmark.room import NO_CONTROL_NOTE, control_out_of_cap, hand_over, meta, room_for_arms
 from evokernel_mcp.benchmark.work import runner_counts
 from evokernel_mcp.runtime import cpus
 from evokernel_mcp.runtime.context import RunnerContext
@@ -137,16 +137,20 @@ def _bench_shape(arms: Arms, ref, shape: str, seed: int, opt: dict, progress, gp
                               "memory_factor": settings.get().memory_factor},  # its plan within the cap: no copy
                         max_bytes=1 << 42)
     room: dict = {}
+    no_ctrl = False
     if gpu and ctx is not None:  # a shape over the memory cap: our idle processes go before the reference's peak
         plan = plan_of(arms.ask(ref, {"op": "plan", "shape": shape, "seed": seed, "hi": False,
                                       "memory_factor": settings.get().memory_factor}, max_bytes=1 << 20))
         if within_cap(ctx, ref, plan, room, spares_room=False):
             room["notes"] = [f"within the shape's memory cap (memory_factor x its own bytes): "
                              f"{room['gave_back']['what']}"]
+        no_ctrl = control_out_of_cap(ctx, arms, plan)
     case = with_room(ctx, ask, (ref,), room) if ctx is not None else ask()
     work = runner_counts(case)
     if "gave_back" in room and not room.get("notes"):
         room["notes"] = [f"device memory given back for this shape: {room['gave_back']['what']}"]
+    if no_ctrl:
+        room.setdefault("notes", []).append(NO_CONTROL_NOTE)
     i_b, o_b = _nbytes(case["inputs"]), _nbytes(case["native"])
     n_pool, sample = (2 if i_b <= POOL_FULL_BYTES or not gpu else 1), (2 if i_b + o_b <= POOL_FULL_BYTES else 1)
     big = gpu and i_b + o_b > BIG_BENCH_BYTES
@@ -214,20 +218,6 @@ def _bench_shape(arms: Arms, ref, shape: str, seed: int, opt: dict, progress, gp
     out["check_probe"] = _probe_check(arms, ref, shape, seed, case, hi, limit, staged)
     trim_between_cases()
     return out
-
-
-def hand_over(ctx, arms: Arms, ref, out: dict):
-    """A shape planned within the job's memory cap (more than 1 GB of its own) against PyTorch: once the cached
-    reference process has made the case, the refill pool and the probe bar, it goes, and the baseline arm's process
-    (the same reference source, loaded afresh for this job) answers the post-timing checks after its timing: one
-    CUDA context fewer while the arms time and the candidate is checked. The next job of this reference (or the
-    next shape) loads it again. Returns the process that answers for the reference now."""
-    ctx.spares.drop_reference(ref)
-    arms.reference_gone = True
-    out.setdefault("memory_notes", []).append(
-        "the cached reference process stopped before timing (device memory: one CUDA context fewer); the baseline "
-        "arm's process, the same reference loaded afresh, made the post-timing checks' inputs and expected outputs")
-    return arms.base
 
 
 def _probe_bar(arms: Arms, ref, case: dict, pool: list, seed: int, gpu: bool = False):

@@ -276,7 +276,7 @@ def test_a_big_shape_against_pytorch_stops_the_cached_reference_before_timing_an
         def request(self, req, **_kw):
             asked.append((self.name, req["op"]))
             if req["op"] == "plan":
-                return {"plan": None}
+                return {"plan": {"cap_bytes": 3 << 30, "needed_bytes": 2 << 30}}
             if req["op"] == "case":
                 return {"inputs": big, "native": big[0], "init_inputs": [], "state": {}}
             if req["op"] == "bench_checks":
@@ -291,6 +291,12 @@ def test_a_big_shape_against_pytorch_stops_the_cached_reference_before_timing_an
         def drop_reference(self, child):
             dropped.append(child.name)
             asked.append((child.name, "STOPPED"))
+
+        def retire(self, child):
+            asked.append((child.name, "RETIRED"))
+
+        def wait_retired(self):
+            asked.append(("runner", "WAITED"))
 
     class Ctx:
         spares = Spares()
@@ -310,9 +316,12 @@ def test_a_big_shape_against_pytorch_stops_the_cached_reference_before_timing_an
     monkeypatch.setattr(verify_side, "within_cap", lambda *a, **kw: None)
     task = load_task("vector_add")
 
-    arms = arms_mod.Arms(Child("cand"), Child("base"), task, 1e12, base_is_reference=True)
+    arms = arms_mod.Arms(Child("cand"), Child("base"), task, 1e12, Child("ctrl"), base_is_reference=True)
     out = runner_side._bench_shape(arms, Child("ref"), "small", 0, {}, lambda *a: None, True, Ctx())
     assert dropped == ["ref"] and arms.reference_gone, "the cached reference stopped"
+    assert asked.index(("ctrl", "RETIRED")) < asked.index(("runner", "WAITED")) < asked.index(("ref", "case")), \
+        "a capped shape's control arm is gone before the reference's forward makes the case"
+    assert arms.ctrl is None and any("control arm left out" in n for n in out["memory_notes"])
     stop, timing = asked.index(("ref", "STOPPED")), asked.index(("cand", "TIMING"))
     assert ("runner", "PLAN hand_over=True") in asked[:stop] and ("ref", "BAR") in asked[:stop]
     assert stop < timing, "stopped before the arms get their inputs"
