@@ -217,5 +217,6 @@ def test_gpu_a_big_shape_within_its_memory_cap_keeps_its_checks(cached):
         assert r.valid is False and r.correct_after_timing is False, r.flags
     else:
         assert r.valid is True and r.correct_after_timing is True and abs(r.speedup - 1) < 0.1, (r.speedup, r.flags)
-        flags = " ".join(r.flags)  # one CUDA context fewer, and one arm's 2.1 GB of inputs on the device at a time
-        assert "cached reference process stopped" in flags and "the arms take turns" in flags, r.flags
+        flags = " ".join(r.flags)  # one CUDA context fewer; within the cap, or one arm's inputs on the device at a time
+        assert "cached reference process stopped" in flags, r.flags
+        assert "planned within the job's memory cap" in flags or "the arms take turns" in flags, r.flags
