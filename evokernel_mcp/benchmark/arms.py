@@ -33,7 +33,7 @@ class Arms:
         self.cand, self.base, self.task, self.deadline, self.ctrl = cand, base, task, deadline, ctrl
         self.dev = dev  # where the runner compares outputs
         # the baseline is the task's reference loaded afresh (baseline "pytorch"): its process can answer for the
-        # reference after its timing (runner_side.hand_over), and reference_gone says the cached one was stopped
+        # reference after its timing (room.hand_over), and reference_gone says the cached one was stopped
         self.base_is_reference, self.reference_gone = base_is_reference, False
         self.cpu = None if cpu is None else _pin(self.children().values(), cpu)
 

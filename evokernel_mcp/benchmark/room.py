@@ -21,7 +21,7 @@ def room_for_arms(ctx, arms, ref, case: dict, room: dict, refill_sets: int = 1, 
     and said in the notes; a shape of more than 1 GB of its own is planned within settings.memory_factor x it
     (devplan.data_cap), which cuts the same aids and gives our idle processes' memory back the same way;
     too_big, naming the bytes, the device's and the overrides, before anything runs. hand_over: the reference's
-    process goes before the arms get their inputs (runner_side.hand_over), so its context is not counted.
+    process goes before the arms get their inputs (hand_over below), so its context is not counted.
     Returns the plan (also in room["plan"])."""
     import torch
 

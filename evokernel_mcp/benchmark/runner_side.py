@@ -274,8 +274,7 @@ def _benchmark(ctx: RunnerContext, payload: BenchmarkRequest, progress, timing_q
         shapes, seed, opt = list(payload.shapes), payload.seed, dict(payload.options)
         clocks = _Clocks(read_clocks, info)
         for i, shape in enumerate(shapes):
-            if arms.reference_gone:  # the last shape's checks were the baseline arm's (hand_over): loaded again
-                ref, arms.reference_gone = ctx.spares.reference(task, timeout_s=wall_deadline(deadline)), False
+            ref = _reference_again(ctx, arms, ref, task, deadline)
             before = clocks.before()
             result["clocks_before"] = result["clocks_before"] or before
 
@@ -294,8 +293,7 @@ def _benchmark(ctx: RunnerContext, payload: BenchmarkRequest, progress, timing_q
             note("benchmark %s: done at %.2f s", shape, time.monotonic() - t0)
             result["shapes"].append(raw)
             if payload.confirm:
-                if arms.reference_gone:
-                    ref, arms.reference_gone = ctx.spares.reference(task, timeout_s=wall_deadline(deadline)), False
+                ref = _reference_again(ctx, arms, ref, task, deadline)
                 quiet = (lambda: ctx.spares.quiet(wait=False)) if timing_quiet else contextlib.nullcontext
                 result["shapes"][-1]["confirm"] = _confirm(ctx, payload, task, ref, shape, seed, opt, deadline, gpu,
                                                            quiet, arms.cpu)
@@ -313,6 +311,14 @@ def _benchmark(ctx: RunnerContext, payload: BenchmarkRequest, progress, timing_q
         note("benchmark: arms retired at %.2f s", time.monotonic() - t0)
     progress(len(payload.shapes), len(payload.shapes), "benchmark done")
     return result
+
+
+def _reference_again(ctx: RunnerContext, arms: Arms, ref, task: Task, deadline: float):
+    """The cached reference, loaded again where the last shape's checks were the baseline arm's (room.hand_over)."""
+    if not arms.reference_gone:
+        return ref
+    arms.reference_gone = False
+    return ctx.spares.reference(task, timeout_s=wall_deadline(deadline))
 
 
 def _confirm(ctx: RunnerContext, payload: BenchmarkRequest, task: Task, ref, shape: str, seed: int, opt: dict, deadline: float,

@@ -148,7 +148,7 @@ def arm_close(loaded, req: dict[str, Any]) -> dict[str, Any]:
     if not arms:
         loaded.__dict__.pop("bench_pool", None)
     if loaded.role == "reference":  # its timed model goes too: a reference's expected outputs after timing
-        loaded.models.clear()  # (runner_side.hand_over) come from the seed's model built afresh, as a cached one's
+        loaded.models.clear()  # (benchmark/room.hand_over) come from the seed's model built afresh, as a cached one's
     timer = None
     gc.collect()
     return {}

@@ -263,8 +263,9 @@ PARK_NOTE = f"the arms take turns on the device (device memory: the leanest plan
 PARK_CAP_NOTE = (f"the arms take turns on the device (the job's memory cap: the leanest plan was over it, and its inputs "
                  f"are small enough to copy out and back at each switch of arms): {_TURNS}")
 # inputs up to this size also park to keep within the job's soft cap (not only where the free memory is short): a
-# switch of arms copies them out and back, about 0.2 s at this size on an H100's host link; a shape of 1-2.5 GB
-# otherwise holds two arms' inputs beside four CUDA contexts, over 3x its own bytes however lean its plan
+# shape of 1-2.5 GB otherwise holds two arms' inputs beside the CUDA contexts, over 3x its own bytes however lean its
+# plan, and each switch of arms copies only its inputs out and back (the 15 level-1 problems of 1-2.2 GB: their
+# benchmarks 18 % longer on an H100; a 4-13 GB shape's two to five times as long)
 PARK_FOR_CAP_BYTES = 5 << 29
 
 
