@@ -117,7 +117,8 @@ async def benchmark(
     control: Annotated[bool, Field(description="Time a byte-identical copy of the baseline as a third arm (on by "
                                    "default; the three arms share the time budget of two): its ratio to the "
                                    "baseline is the measured noise floor (noise_floor); a speedup inside it is "
-                                   "not resolved. Off: resolved only needs the paired interval to exclude 1.")] = True,
+                                   "not resolved. Off: the band is the least two processes of identical code "
+                                   "differ by (1.5 % on a GPU, 1 % on the host).")] = True,
     confirm: Annotated[bool, Field(description="Re-time the candidate in a second fresh process with fresh "
                                    "inputs; the result is invalid when the two disagree.")] = False,
     overrides: Annotated[dict[str, Any] | None, Field(description="KernelBench module-level constants to "

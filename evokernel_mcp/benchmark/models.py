@@ -171,10 +171,11 @@ class ShapeResult(Model):
     noise_floor: NoiseFloor | None = Field(
         default=None, description="With control=true (the default): the baseline's paired ratio to a "
         "byte-identical copy of itself (the measured noise floor; `source` says which, over how many rounds, "
-        "and its band); null without a control arm.")
+        "and its band); without a control arm (off, or cut for device memory): the least band two processes of "
+        "identical code differ by on this kind of timing (rounds 0, `source` says so).")
     resolved: bool | None = Field(
         default=None, description="True when speedup_ci lies wholly outside the noise floor's band (without a "
-        "control arm: outside 1); null when there is no speedup.")
+        "control arm: the least band); null when there is no speedup.")
     clocks_moved: bool | None = Field(
         default=None, description="True when the SM clock changed by more than a few % or a throttle reason "
         "appeared between the readings around this shape's series (a flag, not invalid); null: not read.")

@@ -155,21 +155,22 @@ def _paired(sr: ShapeResult, raw: dict[str, Any], confidence: float) -> None:
     if rounds.get("baseline") and rounds.get("candidate"):
         s, lo, hi, noise = stats.paired_speedup(rounds["baseline"], rounds["candidate"], confidence)
         sr.speedup, sr.speedup_ci, sr.noise, sr.paired_ci = s, (lo, hi), noise, (lo, hi)
-        if rounds.get("control"):
-            host = bool((raw.get("candidate") or {}).get("host_timing"))
-            sr.noise_floor = stats.noise_floor(rounds["baseline"], rounds["control"], confidence,
-                                               min_half=stats.HOST_BAND_FLOOR if host else stats.DEVICE_BAND_FLOOR)
-            # the candidate ran in a process of its own: its interval is only as good as two processes
-            # running identical code agree, so the control's band widens it (see stats.widened)
-            sr.speedup_ci = stats.widened((lo, hi), sr.noise_floor)
-            sr.noise = sr.speedup_ci[0] <= 1.0 <= sr.speedup_ci[1]
+        host = bool((raw.get("candidate") or {}).get("host_timing"))
+        least = stats.HOST_BAND_FLOOR if host else stats.DEVICE_BAND_FLOOR
+        sr.noise_floor = (stats.noise_floor(rounds["baseline"], rounds["control"], confidence, min_half=least)
+                          if rounds.get("control") else stats.least_floor(least))
+        # the candidate ran in a process of its own: its interval is only as good as two processes
+        # running identical code agree, so the control's band (or the least band) widens it (see stats.widened)
+        sr.speedup_ci = stats.widened((lo, hi), sr.noise_floor)
+        sr.noise = sr.speedup_ci[0] <= 1.0 <= sr.speedup_ci[1]
     if sr.speedup_ci is not None:
         sr.resolved = stats.resolved(sr.paired_ci or sr.speedup_ci, sr.noise_floor)
 
 
 def _confirmed(sr: ShapeResult, raw: dict[str, Any], confidence: float) -> None:
-    """With confirm: the second fresh process's paired speedup; when its interval and the first one do not
-    overlap, the claim is not confirmed (raw['confirm_failed'] makes the verdict invalid)."""
+    """With confirm: the second fresh process's paired speedup; when its interval and the first one, each widened by
+    the noise floor's band (two processes of identical code differ by that much), do not overlap, the claim is not
+    confirmed (raw['confirm_failed'] makes the verdict invalid)."""
     conf = raw.get("confirm")
     if not conf:
         return
@@ -179,7 +180,8 @@ def _confirmed(sr: ShapeResult, raw: dict[str, Any], confidence: float) -> None:
         return
     s, lo, hi, _ = stats.paired_speedup(rounds["baseline"], rounds["candidate"], confidence)
     sr.confirm_speedup, sr.confirm_speedup_ci = s, (lo, hi)
-    if sr.speedup_ci is not None and (hi < sr.speedup_ci[0] or lo > sr.speedup_ci[1]):
+    w_lo, w_hi = stats.widened((lo, hi), sr.noise_floor) if sr.noise_floor is not None else (lo, hi)
+    if sr.speedup_ci is not None and (w_hi < sr.speedup_ci[0] or w_lo > sr.speedup_ci[1]):
         raw["confirm_failed"] = (f"a second fresh process measured {s:.4g}x [{lo:.4g}, {hi:.4g}], the first "
                                  f"{sr.speedup:.4g}x [{sr.speedup_ci[0]:.4g}, {sr.speedup_ci[1]:.4g}]")
 

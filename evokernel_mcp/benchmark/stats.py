@@ -196,6 +196,17 @@ def noise_floor(base_rounds: Sequence[float], control_rounds: Sequence[float],
                       f"rounds, ratio {r:.4f} [{lo:.4f}, {hi:.4f}], band [{band[0]:.4f}, {band[1]:.4f}]{floor}")
 
 
+def least_floor(min_half: float) -> NoiseFloor:
+    """The noise floor without a control arm (not asked, or cut for device memory): the least band two processes of
+    identical code differ by here (HOST_BAND_FLOOR, DEVICE_BAND_FLOOR), so that identical code in two processes
+    does not read as a resolved difference, nor two runs of one candidate as disagreeing (a confirm)."""
+    half = math.log1p(min_half)
+    band = (math.exp(-half), math.exp(half))
+    return NoiseFloor(ratio=1.0, ci=(1.0, 1.0), band=band, rounds=0,
+                      source=f"no control arm: the least band two processes of identical code differ by here, "
+                      f"+/-{min_half:.1%} (band [{band[0]:.4f}, {band[1]:.4f}])")
+
+
 def resolved(speedup_ci: tuple[float, float], floor: NoiseFloor | None) -> bool:
     """True when the speedup interval lies wholly outside the noise band (without a floor: outside 1).
 

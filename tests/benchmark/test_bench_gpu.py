@@ -220,3 +220,15 @@ def test_gpu_a_big_shape_within_its_memory_cap_keeps_its_checks(cached):
         flags = " ".join(r.flags)  # one CUDA context fewer; within the cap, or one arm's inputs on the device at a time
         assert "cached reference process stopped" in flags, r.flags
         assert "planned within the job's memory cap" in flags or "the arms take turns" in flags, r.flags
+
+
+def test_gpu_a_big_shape_confirmed_loads_the_reference_again_after_the_hand_over():
+    """The same 4.3 GB ReLU with confirm: the first run's checks were the baseline arm's (the cached reference
+    stopped before timing), so the confirming run's inputs come from the reference loaded again; it confirms."""
+    cand = BIG_RELU + "\n\nclass ModelNew(Model):\n    pass\n"
+    res = anyio.run(lambda: benchmark(reference=BIG_RELU, candidate=cand, confirm=True, wait_s=300, timeout_s=300))
+    assert res.error is None, res.error
+    r = res.results[0]
+    assert r.valid is True and r.confirm_speedup is not None and abs(r.confirm_speedup - 1) < 0.1, (r.confirm_speedup,
+                                                                                                   r.flags)
+    assert "cached reference process stopped" in " ".join(r.flags), r.flags
