@@ -65,8 +65,9 @@ def room_for_arms(ctx, arms, ref, case: dict, room: dict, refill_sets: int = 1, 
     return p
 
 
-NO_CONTROL_NOTE = ("control arm left out (the job's memory cap: three arms' inputs are over it): the noise floor comes "
-                   "from the rounds (the speedup's own interval), not from a byte-identical third arm")
+NO_CONTROL_NOTE = ("control arm left out (the job's memory cap: three arms' inputs are over it): the noise floor is the "
+                   "least band two processes of identical code differ by (1.5 % on a GPU), not measured by a "
+                   "byte-identical third arm")
 
 
 def control_out_of_cap(ctx, arms, plan: dict | None) -> bool:

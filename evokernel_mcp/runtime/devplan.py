@@ -273,15 +273,15 @@ def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | 
                    refill_sets: int, sample_size: int, per_rep_check_bytes: int = 0,
                    overrides: dict | None = None, reclaimed: int = 0, workspace_bytes: int = 0,
                    cap: int | None = None, can_park: bool = False) -> BenchPlan:
-    """The fullest benchmark that fits in what is free (and within `cap`, data_cap's bytes, where set): as
-    asked; else, one cut at a time, no refill pool (the post-timing refill check still catches caching by
-    address), no control arm (the noise floor then comes from the rounds), no sampled repetitions (the refill
-    and fresh checks still judge the outputs); where even the leanest exceeds the cap, the leanest that fits
-    what is free; where even that does not fit, the leanest with its arms parked (`can_park`: a big shape's lean
-    arms, no graph replay: one arm's data on the device at a time, each switch of arms copying it out and back,
-    which made a big shape's benchmark two to five times as long on an H100, so it is the last resort, and a way
-    under the soft cap only for inputs of at most PARK_FOR_CAP_BYTES); else too_big with the bytes of the leanest
-    plan, the device's and the overrides."""
+    """The fullest benchmark that fits in what is free (and within `cap`, data_cap's bytes, where set): as asked; else,
+    one cut at a time, no refill pool (the post-timing refill check still catches caching by address), no
+    control arm (the noise floor then is the least band of two processes: stats.least_floor), no sampled
+    repetitions (the refill and fresh checks still judge the outputs); where even the leanest exceeds the cap,
+    the leanest that fits what is free; where even that does not fit, the leanest with its arms parked
+    (`can_park`: a big shape's lean arms, no graph replay: one arm's data on the device at a time, each switch
+    of arms copying it out and back, which made a big shape's benchmark two to five times as long on an H100, so
+    it is the last resort, and a way under the soft cap only for inputs of at most PARK_FOR_CAP_BYTES); else
+    too_big with the bytes of the leanest plan, the device's and the overrides."""
     i, o = max(0, input_bytes), max(0, output_bytes)
     keeps = i + o <= BIG_BENCH_BYTES
     # (control arm, refill sets, sampled repetitions, transfer margin, the note saying what this step cut)
@@ -290,8 +290,9 @@ def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | 
         steps.append((control, 0, sample_size, True, "no refill pool (device memory): the timed inputs keep their "
                       "content between blocks; the post-timing refill check still catches caching by address"))
     if control:
-        steps.append((False, 0, sample_size, True, "control arm left out (device memory): the noise floor comes "
-                      "from the rounds (the speedup's own interval), not from a byte-identical third arm"))
+        steps.append((False, 0, sample_size, True, "control arm left out (device memory): the noise floor is the "
+                      "least band two processes of identical code differ by (1.5 % on a GPU), not measured by a "
+                      "byte-identical third arm"))
     if sample_size:
         steps.append((False, 0, 0, True, "no sampled timed repetitions kept (device memory): the candidate's "
                       "outputs are judged by the post-timing refill and fresh-input checks"))

@@ -208,7 +208,7 @@ def test_a_7_5_gb_norm_benchmark_on_an_80_gb_card_runs_lean_and_lets_the_runners
     assert (p.refill_sets, p.sample_size, p.control) == (0, 0, False) and room["plan"] is p
     assert case["native"].device.type == "meta" and case["inputs"][0] is x
     notes = " ".join(room["notes"])
-    assert "given back before timing" in notes and "noise floor comes from the rounds" in notes
+    assert "given back before timing" in notes and "noise floor is the least band" in notes
     big = {"inputs": [torch.empty(10 * 10**9, device="meta")], "native": torch.empty(10, device="meta")}
     with pytest.raises(ChildFailed) as ei:  # 40 GB of inputs: no cut makes it fit
         _room_for_arms(ctx, _Arms(), None, big, {})

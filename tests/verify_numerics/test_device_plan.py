@@ -90,7 +90,7 @@ def test_a_norm_benchmark_on_an_80_gb_card_with_62_gb_free_fits_by_cutting_the_a
     assert not p.control and p.refill_sets == 0 and p.sample_size == 0 and not p.runner_keeps_outputs
     assert p.parts["arms"] == 2 * (i + 2 * o) and p.parts["transfer"] == i and p.parts["runner's outputs freed"] == -o
     text = " ".join(p.notes)
-    assert "no refill pool" in text and "no sampled timed repetitions" in text and "noise floor comes from the rounds" in text
+    assert "no refill pool" in text and "no sampled timed repetitions" in text and "noise floor is the least band" in text
     assert "one timed input set per arm" in text
     mid = plan_benchmark(i, o, 80 * GB, 85 * GB, control=True, refill_sets=1, sample_size=1)
     assert mid.sample_size == 1 and not mid.control, "the anti-cheating sample goes after the control arm"
