@@ -12,10 +12,13 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
+from typing import Any
 
 from evokernel_mcp import executables
 from evokernel_mcp.benchmark.models import Clocks
 from evokernel_mcp.errors import EvoError, ParseError
+from evokernel_mcp.runtime.opevents import note
 from evokernel_mcp.subproc import run_sync
 
 log = logging.getLogger(__name__)
@@ -156,3 +159,35 @@ def _driver_version(backend: str, timeout_s: float) -> str | None:
     except (EvoError, OSError) as e:
         log.info("driver version unavailable: %s", e)
     return None
+
+
+class ShapeClocks:
+    """The device's clocks read around the shapes (nvidia-smi / amd-smi, a process each time): a shape's after
+    reading is also the next shape's before, and the last shape's the job's after, as long as nothing ran on
+    the device in between (stale() says something did: a confirm). One read per shape plus one."""
+
+    def __init__(self, read_clocks, info: dict[str, Any]) -> None:
+        self._read_clocks, self.backend, self.last = read_clocks, info["backend"], None
+
+    def _read(self) -> dict[str, Any] | None:
+        if self.backend not in ("cuda", "rocm"):
+            return None
+        t0 = time.monotonic()
+        c = self._read_clocks(self.backend, 0)
+        note("benchmark: clocks read in %.2f s", time.monotonic() - t0)
+        return c.model_dump() if c is not None else None
+
+    def before(self) -> dict[str, Any] | None:
+        out, self.last = self.last or self._read(), None  # the device runs next: this reading is spent
+        return out
+
+    def after(self) -> dict[str, Any] | None:
+        self.last = self._read()
+        return self.last
+
+    def stale(self) -> None:
+        self.last = None
+
+    def final(self) -> dict[str, Any] | None:
+        return self.last or self._read()
+

@@ -242,7 +242,7 @@ def runner_benchmark(ctx: RunnerContext, req: BenchmarkRequest, progress) -> dic
 
 
 def _benchmark(ctx: RunnerContext, payload: BenchmarkRequest, progress, timing_quiet: bool = False) -> dict[str, Any]:
-    from evokernel_mcp.benchmark.clocks import read_clocks
+    from evokernel_mcp.benchmark.clocks import ShapeClocks, read_clocks
     from evokernel_mcp.benchmark.worker_info import ceilings_for, device_info
 
     task = payload.task
@@ -272,7 +272,7 @@ def _benchmark(ctx: RunnerContext, payload: BenchmarkRequest, progress, timing_q
         arms = Arms(cand, base, task, deadline, ctrl, cpu=cpu, dev=tensor_device(ctx) or "cpu",
                     base_is_reference=payload.baseline == "pytorch")
         shapes, seed, opt = list(payload.shapes), payload.seed, dict(payload.options)
-        clocks = _Clocks(read_clocks, info)
+        clocks = ShapeClocks(read_clocks, info)
         for i, shape in enumerate(shapes):
             ref = _reference_again(ctx, arms, ref, task, deadline)
             before = clocks.before()
@@ -367,35 +367,3 @@ def _baseline_child(ctx: RunnerContext, base_src: str, task: Task, deadline: flo
         child.discard()
         raise e.again(e.kind, f"baseline: {e.message}") from e
     return child
-
-
-class _Clocks:
-    """The device's clocks read around the shapes (nvidia-smi / amd-smi, a process each time): a shape's after
-    reading is also the next shape's before, and the last shape's the job's after, as long as nothing ran on
-    the device in between (stale() says something did: a confirm). One read per shape plus one."""
-
-    def __init__(self, read_clocks, info: dict[str, Any]) -> None:
-        self._read_clocks, self.backend, self.last = read_clocks, info["backend"], None
-
-    def _read(self) -> dict[str, Any] | None:
-        if self.backend not in ("cuda", "rocm"):
-            return None
-        t0 = time.monotonic()
-        c = self._read_clocks(self.backend, 0)
-        note("benchmark: clocks read in %.2f s", time.monotonic() - t0)
-        return c.model_dump() if c is not None else None
-
-    def before(self) -> dict[str, Any] | None:
-        out, self.last = self.last or self._read(), None  # the device runs next: this reading is spent
-        return out
-
-    def after(self) -> dict[str, Any] | None:
-        self.last = self._read()
-        return self.last
-
-    def stale(self) -> None:
-        self.last = None
-
-    def final(self) -> dict[str, Any] | None:
-        return self.last or self._read()
-

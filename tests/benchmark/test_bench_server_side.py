@@ -176,8 +176,8 @@ def test_every_arm_gets_a_fresh_child_of_its_own():
 
 
 def test_clock_reads_are_shared_between_adjacent_shapes_but_never_across_device_work():
+    from evokernel_mcp.benchmark.clocks import ShapeClocks
     from evokernel_mcp.benchmark.models import Clocks
-    from evokernel_mcp.benchmark.runner_side import _Clocks
 
     reads = []
 
@@ -185,7 +185,7 @@ def test_clock_reads_are_shared_between_adjacent_shapes_but_never_across_device_
         reads.append(backend)
         return Clocks(sm_mhz=1000.0 + len(reads), mem_mhz=3201.0, source="nvidia-smi")
 
-    c = _Clocks(read, {"backend": "cuda"})
+    c = ShapeClocks(read, {"backend": "cuda"})
     b0 = c.before()
     a0 = c.after()
     b1 = c.before()  # shape 2 starts right after shape 1's after reading: the same reading
@@ -196,7 +196,7 @@ def test_clock_reads_are_shared_between_adjacent_shapes_but_never_across_device_
     assert c.final()["sm_mhz"] == 1005.0 and len(reads) == 5
     c.after()
     assert c.final()["sm_mhz"] == 1006.0 and len(reads) == 6  # nothing ran since: the job's after is that reading
-    assert _Clocks(read, {"backend": "none"}).before() is None and len(reads) == 6
+    assert ShapeClocks(read, {"backend": "none"}).before() is None and len(reads) == 6
 
 
 def test_driver_version_is_read_once_per_process_replay_nvidia_smi(tmp_path, monkeypatch):
