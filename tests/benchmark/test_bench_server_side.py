@@ -213,6 +213,27 @@ def test_driver_version_is_read_once_per_process_replay_nvidia_smi(tmp_path, mon
     assert (tmp_path / "runs").read_text().count("run") == 1
 
 
+class _ShapeChild:
+    """A child for one benchmark shape: records (name, op) in `asked` and answers each op with the case given."""
+
+    def __init__(self, name: str, asked: list, case: dict, plan: dict | None = None):
+        self.name, self.asked, self.case, self.plan = name, asked, case, plan
+
+    def request(self, req, **_kw):
+        import torch
+
+        self.asked.append((self.name, req["op"]))
+        if req["op"] == "plan":
+            return self.plan or {"plan": None}
+        if req["op"] == "case":
+            return dict(self.case)
+        if req["op"] == "bench_checks":
+            return {k: torch.ones(8) for k in ("refill", "fresh") if k in req}
+        if req["op"] == "settled":
+            return {"plain_tensor": True, "pending": False}
+        return {"native": torch.ones(8), "outputs": torch.ones(8)}
+
+
 def test_nothing_runs_in_the_candidates_process_before_its_timing_and_the_settled_check_comes_after(monkeypatch):
     """The order of what one shape asks of the candidate's child: its timing first (a call of the candidate before
     it changed that arm's times on an H100), then the post-timing checks, the settled-output check among them."""
@@ -221,21 +242,10 @@ def test_nothing_runs_in_the_candidates_process_before_its_timing_and_the_settle
     from evokernel_mcp.benchmark import runner_side
 
     asked: list[tuple[str, str]] = []
-    x = [torch.ones(8), torch.ones(8)]
+    case = {"inputs": [torch.ones(8), torch.ones(8)], "native": torch.ones(8), "init_inputs": [], "state": {}}
 
-    class Child:
-        def __init__(self, name: str):
-            self.name = name
-
-        def request(self, req, **_kw):
-            asked.append((self.name, req["op"]))
-            if req["op"] == "case":
-                return {"inputs": x, "native": torch.ones(8), "init_inputs": [], "state": {}}
-            if req["op"] == "bench_checks":
-                return {k: torch.ones(8) for k in ("refill", "fresh") if k in req}
-            if req["op"] == "settled":
-                return {"plain_tensor": True, "pending": False}
-            return {"outputs": torch.ones(8)}
+    def Child(name: str):  # noqa: N802 - a class's stand-in
+        return _ShapeChild(name, asked, case)
 
     def timed(arms, *_a, **_kw):
         asked.append(("cand", "TIMING"))
@@ -267,23 +277,12 @@ def test_a_big_shape_against_pytorch_stops_the_cached_reference_before_timing_an
     from evokernel_mcp.verify import runner_side as verify_side
 
     asked: list[tuple[str, str]] = []
-    big = [torch.empty(300_000_000, device="meta")]  # 1.2 GB of inputs and of outputs: over the cap's line
+    big = torch.empty(300_000_000, device="meta")  # 1.2 GB of inputs and of outputs: over the cap's line
+    case = {"inputs": [big], "native": big, "init_inputs": [], "state": {}}
+    plan = {"plan": {"cap_bytes": 3 << 30, "needed_bytes": 2 << 30}}
 
-    class Child:
-        def __init__(self, name: str):
-            self.name = name
-
-        def request(self, req, **_kw):
-            asked.append((self.name, req["op"]))
-            if req["op"] == "plan":
-                return {"plan": {"cap_bytes": 3 << 30, "needed_bytes": 2 << 30}}
-            if req["op"] == "case":
-                return {"inputs": big, "native": big[0], "init_inputs": [], "state": {}}
-            if req["op"] == "bench_checks":
-                return {k: torch.ones(8) for k in ("refill", "fresh") if k in req}
-            if req["op"] == "settled":
-                return {"plain_tensor": True, "pending": False}
-            return {"native": torch.ones(8)}
+    def Child(name: str):  # noqa: N802 - a class's stand-in
+        return _ShapeChild(name, asked, case, plan)
 
     dropped: list[str] = []
 
