@@ -218,7 +218,7 @@ def _plan_specs(loaded, in_specs: list[Any], out_specs: list[Any], want_hi: bool
 
 
 def _make_inputs(loaded, shape: str, seed: int, probe: bool) -> list[Any]:
-    from evokernel_mcp.verify.probe import signed_probe_inputs
+    from evokernel_mcp.verify.probe import signed_probe_inputs_replacing
 
     try:
         if cand.is_spec_task(loaded.task):  # host draws, kept between cases and jobs (verify/draws.py)
@@ -228,7 +228,7 @@ def _make_inputs(loaded, shape: str, seed: int, probe: bool) -> list[Any]:
     except Exception as e:  # noqa: BLE001 - the harness's or the reference's inputs, never the candidate
         raise HarnessError(f"making the inputs failed (reference get_inputs or the task's input specs): "
                            f"{type(e).__name__}: {e}") from e
-    return signed_probe_inputs(inputs, seed) if probe else inputs
+    return signed_probe_inputs_replacing(inputs, seed) if probe else inputs
 
 
 # ---------------------------------------------------------------- arg-reductions

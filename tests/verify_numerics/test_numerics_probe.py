@@ -38,3 +38,31 @@ def test_low_precision_and_nested_inputs():
     fp8 = torch.rand(16).to(torch.float8_e4m3fn)
     (q,) = signed_probe_inputs([fp8], seed=2)
     assert q.dtype == torch.float8_e4m3fn and float(q.float().min()) < 0
+
+
+def test_a_case_replacing_its_inputs_lets_each_go_before_its_probe_is_drawn(monkeypatch):
+    """The reference's probe case (verify/sides.py) gives its freshly made inputs up: each floating one is gone
+    before its probe is drawn (one copy of a big input on the device, not two), with the values of
+    signed_probe_inputs; non-floating inputs stay the same objects."""
+    import gc
+    import weakref
+
+    from evokernel_mcp.verify import probe
+
+    xs = [torch.rand(64, 64), torch.arange(5), (torch.rand(4).half(),), torch.rand(8, dtype=torch.float64)]
+    want = signed_probe_inputs(xs, seed=5)
+    idx = xs[1]
+    alive = []
+    refs = [weakref.ref(xs[0]), None, None, weakref.ref(xs[3])]
+    draw = probe._draw
+
+    def watched(*a, **kw):
+        gc.collect()
+        alive.append([r() is not None for r in refs if r is not None])
+        return draw(*a, **kw)
+
+    monkeypatch.setattr(probe, "_draw", watched)
+    got = probe.signed_probe_inputs_replacing(xs, seed=5)
+    assert got is xs and got[1] is idx
+    assert alive[0] == [False, True] and alive[-1] == [False, False], "each input gone before its probe is drawn"
+    assert torch.equal(got[0], want[0]) and torch.equal(got[2][0], want[2][0]) and torch.equal(got[3], want[3])
