@@ -190,4 +190,3 @@ class ShapeClocks:
 
     def final(self) -> dict[str, Any] | None:
         return self.last or self._read()
-

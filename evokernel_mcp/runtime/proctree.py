@@ -134,9 +134,6 @@ def disown(pid: int) -> None:
     _OWNED.discard(pid)
 
 
-_TICK_NS = 1e9 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 1e7
-
-
 def tree_cpu(pid: int) -> tuple[float, tuple[int, ...], int] | None:
     """The CPU time of pid's process tree now: (ns of its live processes, every thread: each one's own CPU clock,
     read by the kernel, never by the process; the tree's members, zombies included; the clock ticks its members

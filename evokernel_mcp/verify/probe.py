@@ -30,10 +30,6 @@ def _generator(device, seed: int, cache: dict):
     return cache[key]
 
 
-def _probe_tensor(t, seed: int, cache: dict):
-    return _draw(t.shape, t.dtype, t.device, t.requires_grad, seed, cache)
-
-
 def _draw(shape, dtype, device, requires_grad: bool, seed: int, cache: dict):
     import torch
 
@@ -50,7 +46,8 @@ def _walk(obj: Any, seed: int, cache: dict) -> Any:
     import torch
 
     if isinstance(obj, torch.Tensor):
-        return _probe_tensor(obj, seed, cache) if obj.is_floating_point() or obj.is_complex() else obj
+        return _draw(obj.shape, obj.dtype, obj.device, obj.requires_grad, seed, cache) \
+            if obj.is_floating_point() or obj.is_complex() else obj
     if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
         return type(obj)(_walk(x, seed, cache) for x in obj)
     return obj
@@ -60,8 +57,7 @@ def signed_probe_inputs(inputs: list[Any], seed: int) -> list[Any]:
     """For each floating input: signed values of the same shape/dtype/device, randn x PROBE_SCALE,
     deterministic in `seed` (beyond the reference's own input distribution: report separately).
     Non-floating inputs and Python values are returned unchanged (the same objects)."""
-    cache: dict = {}
-    return [_walk(x, seed, cache) for x in inputs]
+    return signed_probe_inputs_replacing(list(inputs), seed)
 
 
 def signed_probe_inputs_replacing(inputs: list[Any], seed: int) -> list[Any]:
