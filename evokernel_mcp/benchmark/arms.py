@@ -9,9 +9,9 @@ import time
 from typing import Any
 
 from evokernel_mcp.benchmark.bound import common_host_per_rep, cushion_ms, runner_bound
-from evokernel_mcp.benchmark.room import map_tensors, meta
+from evokernel_mcp.benchmark.room import meta
 from evokernel_mcp.runtime import cpus
-from evokernel_mcp.runtime.devmem import trim_between_cases
+from evokernel_mcp.runtime.devmem import on_host, trim_between_cases
 from evokernel_mcp.runtime.proctree import tree_cpu
 from evokernel_mcp.runtime.spares import handed_over, note, wall_deadline
 from evokernel_mcp.tasks import Task
@@ -47,11 +47,13 @@ class Arms:
             out["control"] = self.ctrl
         return out
 
-    def ask(self, child, req: dict[str, Any], max_bytes: int = 1 << 20, handed: bool = False) -> Any:
+    def ask(self, child, req: dict[str, Any], max_bytes: int = 1 << 20, handed: bool = False,
+            device: str | None = None) -> Any:
         """One request. handed: the request's tensors are the child's to keep (courier.handing_over: a host
-        tensor is made on the child's device in one copy, and that copy is the child's own)."""
+        tensor is made on the child's device in one copy, and that copy is the child's own); device "cpu": the
+        reply's tensors arrive in host memory (None: a CUDA tensor on the runner's device)."""
         with handed_over(child, handed):
-            return child.request(req, timeout_s=wall_deadline(self.deadline), max_bytes=max_bytes)
+            return child.request(req, timeout_s=wall_deadline(self.deadline), max_bytes=max_bytes, device=device)
 
     def inputs(self, ref, req: dict[str, Any], staged: bool) -> Any:
         """A case's inputs made by the reference (op "case", inputs_only); staged (devplan.host_staged): moved to the
@@ -203,14 +205,6 @@ def interleave(arms: Arms, case: dict, pool: list, seed: int, opt: dict, progres
         else:  # the candidate's arm stays until its post-timing checks (they reuse its input storage)
             arms.ask(child, {"op": "arm_close", "name": name})
     return out
-
-
-def on_host(x: Any) -> Any:
-    """The same structure with every tensor copied to host memory (devmem.host_empty: pinned where it can be given
-    back, release_host at the job's end), the device copies let go by the caller."""
-    from evokernel_mcp.runtime.devmem import host_empty
-
-    return map_tensors(x, lambda t: t if t.device.type == "cpu" else host_empty(t.shape, t.dtype).copy_(t))
 
 
 def _probe_summary(checks: list[dict[str, Any]], bar) -> dict[str, Any] | None:

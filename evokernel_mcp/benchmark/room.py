@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from evokernel_mcp import settings
-from evokernel_mcp.runtime.devmem import trim_between_cases
+from evokernel_mcp.runtime.devmem import map_tensors, trim_between_cases
 from evokernel_mcp.runtime.spares import ChildFailed
 from evokernel_mcp.verify.runner_side import _nbytes
 
@@ -103,19 +103,6 @@ def _hint(arms) -> dict | None:
         return scaled_overrides(arms.task.reference_source, max_elems=2**26) or None
     except Exception:  # noqa: BLE001 - only a hint
         return None
-
-
-def map_tensors(x: Any, fn) -> Any:
-    """The same structure (lists, tuples, dicts) with fn applied to every tensor in it."""
-    import torch
-
-    if isinstance(x, torch.Tensor):
-        return fn(x)
-    if isinstance(x, (list, tuple)):
-        return type(x)(map_tensors(v, fn) for v in x)
-    if isinstance(x, dict):
-        return {k: map_tensors(v, fn) for k, v in x.items()}
-    return x
 
 
 def meta(x: Any) -> Any:

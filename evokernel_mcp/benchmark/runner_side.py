@@ -20,14 +20,14 @@ import time
 from typing import Any
 
 from evokernel_mcp import settings
-from evokernel_mcp.benchmark.arms import POOL_FULL_BYTES, Arms, interleave, on_host
+from evokernel_mcp.benchmark.arms import POOL_FULL_BYTES, Arms, interleave
 from evokernel_mcp.benchmark.messages import BenchmarkRequest
 from evokernel_mcp.benchmark.room import NO_CONTROL_NOTE, control_out_of_cap, hand_over, meta, room_for_arms
 from evokernel_mcp.benchmark.work import runner_counts
 from evokernel_mcp.runtime import cpus
 from evokernel_mcp.runtime.context import RunnerContext
-from evokernel_mcp.runtime.devmem import release_host, trim_between_cases
-from evokernel_mcp.runtime.devplan import BIG_BENCH_BYTES, host_staged
+from evokernel_mcp.runtime.devmem import on_host, release_host, trim_between_cases
+from evokernel_mcp.runtime.devplan import BIG_BENCH_BYTES, host_staged, outputs_on_host
 from evokernel_mcp.runtime.spares import ChildFailed, note, wall_deadline
 from evokernel_mcp.tasks import Task
 from evokernel_mcp.verify.memory import LEAN_CHUNK
@@ -38,20 +38,22 @@ REFILL_SEED_OFFSET = 104729
 HI_CHECK_BYTES = 1 << 30  # post-timing checks against a float64 reference up to this output size
 
 
-def expected(arms, ref, x: Any, seed: int, hi: bool, staged: bool = False) -> dict[str, Any]:
+def expected(arms, ref, x: Any, seed: int, hi: bool, staged: bool = False, to_host: bool = False) -> dict[str, Any]:
     """The reference's outputs on inputs x (op "expected"). Without the float64 copy, on a GPU, the reference runs
     on its received copy of x itself, not on a second one (device memory: a check's inputs can be gigabytes); a
-    reference that modifies its inputs is then asked again, with the copy."""
+    reference that modifies its inputs is then asked again, with the copy. to_host: its outputs arrive in host
+    memory (devplan.outputs_on_host), never on the runner's device beside the candidate's."""
     from evokernel_mcp.verify.sides import MODIFIED_INPUTS
 
     req = {"op": "expected", "inputs": x, "seed": seed, "hi": hi}
+    dev = "cpu" if to_host else None
     if not hi and arms.dev != "cpu":
         try:
-            return arms.ask(ref, {**req, "own_inputs": True}, max_bytes=1 << 42, handed=staged)
+            return arms.ask(ref, {**req, "own_inputs": True}, max_bytes=1 << 42, handed=staged, device=dev)
         except ChildFailed as e:
             if MODIFIED_INPUTS not in str(e.message):
                 raise
-    return arms.ask(ref, req, max_bytes=1 << 42, handed=staged)
+    return arms.ask(ref, req, max_bytes=1 << 42, handed=staged, device=dev)
 
 
 def checks_hi(input_bytes: int, output_bytes: int) -> bool:
@@ -66,19 +68,22 @@ def checks_hi(input_bytes: int, output_bytes: int) -> bool:
     return data_cap(input_bytes + output_bytes, settings.get().memory_factor, 1) is None
 
 
-def _check(task: Task, got: Any, expected: dict[str, Any], dev: str = "cpu", chunk: int | None = None) -> dict[str, Any]:
+def _check(task: Task, got: Any, expected: dict[str, Any], dev: str = "cpu", chunk: int | None = None,
+           ref_in_place: bool = False) -> dict[str, Any]:
     """The candidate's output vs the reference's for the same inputs, with verify's bar (verify/case.py:
     RMS-floored, PyTorch's own error as the floor, outputs of every kind, arg-reductions by the values
     selected), compared on the runner's device. `expected`: a reply of the reference's "case" or
     "expected" op (native, hi or None when the float64 copy did not fit, arg_reductions, inputs); `dev`: where
     the runner compares (verify/runner_side.py tensor_device); `chunk`: the comparison's block (elements), else
-    the plan's or the judge's default."""
+    the plan's or the judge's default; ref_in_place: the reference's outputs are judged where they are (host
+    memory), block by block."""
     from evokernel_mcp.verify.case import judge_outputs
 
     plan = expected.get("plan") or {}
     m = judge_outputs(task, expected["native"], expected.get("hi"), got, None, inputs=expected.get("inputs"),
                       arg=expected.get("arg_reductions"), chunk=chunk or plan.get("chunk_elems"), device=dev,
-                      native_spread=expected.get("native_spread"), sampled_torch_err=expected.get("sampled_torch_err"))
+                      native_spread=expected.get("native_spread"), sampled_torch_err=expected.get("sampled_torch_err"),
+                      ref_in_place=ref_in_place)
     out = {k: m.get(k) for k in ("passed", "max_abs_err", "rel_l2_err", "mismatches", "nan_count", "note", "bar")}
     if m.get("passed") is False and m.get("max_rel_err") is not None and m.get("tol"):
         vs = m.get("error_vs_pytorch")
@@ -89,30 +94,30 @@ def _check(task: Task, got: Any, expected: dict[str, Any], dev: str = "cpu", chu
 
 
 def _probe_check(arms: Arms, ref, shape: str, seed: int, case: dict, hi: bool, limit: int,
-                 staged: bool = False) -> dict[str, Any]:
+                 staged: bool = False, host: bool = False) -> dict[str, Any]:
     """verify's signed probe case (verify/probe.py: floating inputs randn x 4) run by the candidate after timing
     and judged by verify's bar: a computation in a lower precision than the problem's dtype (TF32, fp16 or
     bf16 for an fp32 problem) can pass on the task's own inputs (all >= 0: no cancellation) and fails here,
     as it fails verify_vs_pytorch's probe case. A reference that cannot run on signed inputs leaves it unjudged."""
     x = arms.inputs(ref, {"shape": shape, "seed": seed + CHECK_SEED_OFFSET, "probe": True}, staged)
     try:
-        exp = {"inputs": x, **expected(arms, ref, x, seed, hi, staged)}
+        exp = {"inputs": x, **expected(arms, ref, x, seed, hi, staged, host)}
     except ChildFailed as e:  # the reference's forward raised (its child lives on); anything else stands
         if e.kind != "exception":
             raise
         return {"passed": None, "note": f"not judged: the reference failed on signed probe inputs ({e})"[:300]}
-    if staged:  # the candidate's run comes first
+    if staged and not host:  # the candidate's run comes first
         exp["native"] = on_host(exp["native"])
         trim_between_cases()
     got = arms.ask(arms.cand, {"op": "bench_checks", "fresh": x, "init_inputs": case["init_inputs"],
                                "state": case["state"], "seed": seed}, max_bytes=limit, handed=staged)
-    chk = _check(arms.task, got.pop("fresh"), exp, arms.dev)
-    return chk
+    return _check(arms.task, got.pop("fresh"), exp, arms.dev, ref_in_place=host)
 
 
-def _sampled(arms: Arms, ref, samples: list, seed: int, hi: bool, staged: bool = False) -> dict[str, Any] | None:
+def _sampled(arms: Arms, ref, samples: list, seed: int, hi: bool, staged: bool = False,
+             host: bool = False) -> dict[str, Any] | None:
     """Outputs kept from random timed repetitions, checked against the reference on the same inputs (staged: the
-    sample's inputs on the host while the reference gets its copy)."""
+    sample's inputs on the host while the reference gets its copy; host: the reference's outputs arrive there)."""
     if not samples:
         return None
     worst: dict[str, Any] = {"passed": True, "checked": 0}
@@ -121,8 +126,9 @@ def _sampled(arms: Arms, ref, samples: list, seed: int, hi: bool, staged: bool =
         if staged:
             s["inputs"] = on_host(s["inputs"])
             trim_between_cases()
-        exp = expected(arms, ref, s["inputs"], seed, hi, staged)
-        chk = _check(arms.task, s["outputs"] if len(s["outputs"]) != 1 else s["outputs"][0], exp, arms.dev)
+        exp = expected(arms, ref, s["inputs"], seed, hi, staged, host)
+        chk = _check(arms.task, s["outputs"] if len(s["outputs"]) != 1 else s["outputs"][0], exp, arms.dev,
+                     ref_in_place=host)
         worst["checked"] += 1
         if not chk.get("passed"):
             return {**chk, "checked": worst["checked"], "rep": s["rep"]}
@@ -155,6 +161,7 @@ def _bench_shape(arms: Arms, ref, shape: str, seed: int, opt: dict, progress, gp
     n_pool, sample = (2 if i_b <= POOL_FULL_BYTES or not gpu else 1), (2 if i_b + o_b <= POOL_FULL_BYTES else 1)
     big = gpu and i_b + o_b > BIG_BENCH_BYTES
     staged = big and host_staged(i_b, o_b)
+    host = big and outputs_on_host(i_b, o_b, settings.get().memory_factor)  # the checks' expected outputs
     hand = big and ctx is not None and arms.base_is_reference
     park = False
     if gpu and ctx is not None:  # graph replays keep their buffers' addresses: those arms cannot park
@@ -183,7 +190,7 @@ def _bench_shape(arms: Arms, ref, shape: str, seed: int, opt: dict, progress, gp
     case["inputs"], pool = None, None  # every arm has its copies: device memory for the checks below
     trim_between_cases()
     hi = checks_hi(out["input_bytes"], _nbytes(case["native"]))
-    out["check_sampled"] = _sampled(arms, ref, timed.pop("samples", None) or [], seed, hi, staged)
+    out["check_sampled"] = _sampled(arms, ref, timed.pop("samples", None) or [], seed, hi, staged, host)
     trim_between_cases()
     # inputs of other seeds, but the expected outputs from the model of the TIMED seed: a model with weights
     # (nn.Conv3d, nn.Linear) is built per seed, and the candidate's checks run the timed seed's model
@@ -208,14 +215,15 @@ def _bench_shape(arms: Arms, ref, shape: str, seed: int, opt: dict, progress, gp
         if staged:
             got = on_host(got)
             trim_between_cases()
-        exp = {"inputs": x, **expected(arms, ref, x, seed, hi, staged)}
+        exp = {"inputs": x, **expected(arms, ref, x, seed, hi, staged, host)}
         if not exp.get("arg_reductions"):  # the judge needs the inputs only for an arg-reduction's values
             exp["inputs"] = x = None
             trim_between_cases()
-        out[key] = _check(arms.task, got.pop(name), exp, arms.dev, chunk=LEAN_CHUNK if big else None)
+        out[key] = _check(arms.task, got.pop(name), exp, arms.dev, chunk=LEAN_CHUNK if big else None,
+                          ref_in_place=host)
         exp = got = x = None
         trim_between_cases()
-    out["check_probe"] = _probe_check(arms, ref, shape, seed, case, hi, limit, staged)
+    out["check_probe"] = _probe_check(arms, ref, shape, seed, case, hi, limit, staged, host)
     trim_between_cases()
     return out
 

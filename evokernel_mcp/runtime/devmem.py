@@ -4,6 +4,7 @@ next job's reference all share one GPU): hand it back to the driver at the point
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 
 def release_cached(min_idle_bytes: int = 0) -> None:
@@ -81,3 +82,22 @@ def release_host() -> None:
         torch = sys.modules.get("torch")
         if torch is not None and torch.cuda.is_initialized():
             f()
+
+
+def map_tensors(x: Any, fn) -> Any:
+    """The same structure (lists, tuples, dicts) with fn applied to every tensor in it."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return fn(x)
+    if isinstance(x, (list, tuple)):
+        return type(x)(map_tensors(v, fn) for v in x)
+    if isinstance(x, dict):
+        return {k: map_tensors(v, fn) for k, v in x.items()}
+    return x
+
+
+def on_host(x: Any) -> Any:
+    """The same structure with every tensor copied to host memory (host_empty: pinned where it can be given
+    back, release_host at the job's end), the device copies let go by the caller."""
+    return map_tensors(x, lambda t: t if t.device.type == "cpu" else host_empty(t.shape, t.dtype).copy_(t))

@@ -55,6 +55,16 @@ def data_cap(own_bytes: int, factor: float, processes: int) -> int | None:
     return max(0, int(factor * own_bytes) - processes * CONTEXT_BYTES_ASSUMED)
 
 
+def outputs_on_host(input_bytes: int, output_bytes: int, factor: float) -> bool:
+    """Whether the runner keeps the reference's outputs of a check in host memory, judging them block by block
+    (verify's lean case, the benchmark's post-timing checks): where its device copy beside the candidate's outputs
+    and the inputs would take the job past its cap (data_cap, the job's three processes' contexts counted), a job
+    of 1-2 GB whose outputs are most of its bytes (a convolution's). Elsewhere the device copy stays: the host
+    round trip costs a copy each way of every check."""
+    cap = data_cap(input_bytes + output_bytes, factor, 3)
+    return cap is not None and input_bytes + 2 * output_bytes > cap
+
+
 def _gb(n: float) -> str:
     return f"{n / 1e9:.1f} GB" if abs(n) >= 1e8 else f"{n / 1e6:.1f} MB"
 

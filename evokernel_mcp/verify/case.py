@@ -63,14 +63,14 @@ def _scalar_paths(obj: Any, path: str = "out") -> set[str]:
     return set()
 
 
-def _leaves(obj: Any, device: str, scalars: set[str] | None = None, like: dict | None = None):
-    """{path: tensor on device}; a Python-number leaf of the reference accepts the candidate's 0-d (or
-    1-element) tensor in the reference's dtype, and vice versa."""
+def _leaves(obj: Any, device: str | None, scalars: set[str] | None = None, like: dict | None = None):
+    """{path: tensor on device (None: where it is)}; a Python-number leaf of the reference accepts the candidate's
+    0-d (or 1-element) tensor in the reference's dtype, and vice versa."""
     from evokernel_mcp.verify.outputs import flatten_outputs
 
     out = {}
     for leaf in flatten_outputs(obj):
-        t = leaf.tensor.to(device)
+        t = leaf.tensor if device is None else leaf.tensor.to(device)
         if like is not None and scalars and leaf.path in scalars and leaf.path in like and t.numel() == 1:
             t = t.reshape(()).to(like[leaf.path].dtype)
         out[leaf.path] = t
@@ -160,9 +160,10 @@ def _merge(parts: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
 def judge_outputs(task: Task, native: Any, hi: Any, got_a: Any, got_b: Any, *, inputs: list | None = None,
                   arg: dict | None = None, override: dict | None = None, chunk: int | None = None,
                   device: str = "cpu", native_spread: dict[str, float] | None = None,
-                  sampled_torch_err: dict[str, float] | None = None) -> dict[str, Any]:
+                  sampled_torch_err: dict[str, float] | None = None, ref_in_place: bool = False) -> dict[str, Any]:
     """Compare the candidate's outputs (run A, and run B for unwritten/determinism, or None) with the
-    reference's. native_spread: {output
+    reference's. ref_in_place: the reference's outputs stay where they are (host memory: a big case's), each block
+    moved to `device` as the bar reads it, not the whole output at once. native_spread: {output
     path: the native reference's run-to-run spread} (verify/refout.py; with hi, the paths that are
     ill-conditioned and also held to the native reference); sampled_torch_err: {output path: PyTorch's error on
     a float64 sample of the batch} (without hi). Returns the
@@ -176,8 +177,8 @@ def judge_outputs(task: Task, native: Any, hi: Any, got_a: Any, got_b: Any, *, i
         return {"passed": False, "note": note}
     scalars = _scalar_paths(native)
     try:
-        ref = _leaves(native, device)
-        ref_hi = _leaves(hi, device) if hi is not None else {}
+        ref = _leaves(native, None if ref_in_place else device)
+        ref_hi = _leaves(hi, None if ref_in_place else device) if hi is not None else {}
     except OutputError as e:
         return {"passed": False, "note": f"the reference's {e}"}
     try:
@@ -213,13 +214,13 @@ def judge_outputs(task: Task, native: Any, hi: Any, got_a: Any, got_b: Any, *, i
 
 
 def judge(task: Task, shape: str, seed: int, case: dict[str, Any], run_a: dict, run_b: dict,
-          override: dict | None, device: str = "cpu", probe: bool = False) -> dict[str, Any]:
-    """The case record (VerifyCase fields) from what the two sides sent."""
+          override: dict | None, device: str = "cpu", probe: bool = False, ref_in_place: bool = False) -> dict[str, Any]:
+    """The case record (VerifyCase fields) from what the two sides sent (ref_in_place: judge_outputs')."""
     plan = case.get("plan") or {}
     res = judge_outputs(task, case["native"], case.get("hi"), run_a.get("out"), run_b.get("out"),
                         inputs=case.get("inputs"), arg=case.get("arg_reductions"), override=override,
                         chunk=plan.get("chunk_elems"), device=device, native_spread=case.get("native_spread"),
-                        sampled_torch_err=case.get("sampled_torch_err"))
+                        sampled_torch_err=case.get("sampled_torch_err"), ref_in_place=ref_in_place)
     return case_record(shape, seed, case, res, run_a, run_b, probe)
 
 

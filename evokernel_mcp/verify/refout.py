@@ -197,14 +197,16 @@ def _batch_size(inputs: list[Any]) -> int | None:
 
 
 def _sample_error(model, inputs: list[Any], native: Any, rng, device: str, room: int | None,
-                  hi_bytes: int) -> tuple[dict[str, float], int, int, dict[str, float]] | None:
+                  hi_bytes: int, least_one: bool = False) -> tuple[dict[str, float], int, int, dict[str, float]] | None:
     """PyTorch's own error measured on a float64 sample of the batch, when the whole float64 copy does not
     fit: ({output path: max |native - float64| on the first k samples}, k, B, {output path: the native
     run-to-run spread on those k samples}), or None. Only for a batch-separable model: every input and floating
     output leads with the batch, and the native forward on the first k samples gives the full run's first k
     rows (a BatchNorm in training mode does not). The spread comes from the native forward on the k samples
     run twice (same random state): a second full forward, with its outputs and working memory, is what does
-    not fit. k: at most a quarter of the batch, and what the free room holds (room None: an eighth)."""
+    not fit. k: at most a quarter of the batch, and what the free room holds (room None: an eighth); least_one: at
+    least one sample (a job within its memory cap, whose room may be none: one sample is still less than the second
+    full forward that measures the spread without it)."""
     import torch
 
     from evokernel_mcp.verify import bar
@@ -214,6 +216,7 @@ def _sample_error(model, inputs: list[Any], native: Any, rng, device: str, room:
     if b is None or not _leads_with_batch(native, b):  # known before any forward: a loss's scalar output does
         return None  # not (its float64 forward on a quarter of the batch ran for nothing: 96_HuberLoss, 27 GiB)
     k = max(1, b // 8) if room is None or hi_bytes <= 0 else min(max(1, b // 4), int(b * room // hi_bytes))
+    k = max(1, k) if least_one else k
     if k < 1:
         return None
     part = [t[:k] if isinstance(t, torch.Tensor) and t.dim() >= 1 else t for t in inputs]
@@ -307,7 +310,7 @@ def _native_spread(model, inputs: list[Any], native: Any, rng, device: str, path
 
 
 def reference_outputs(model, inputs: list[Any], hi: bool, device: str, why_not_hi: str | None = None, *,
-                      room_bytes: int | None = None, hi_bytes: int = 0, hi_check=None) -> dict:
+                      room_bytes: int | None = None, hi_bytes: int = 0, hi_check=None, least_one: bool = False) -> dict:
     """The reference's outputs for one case: {native, hi, precision, spread, sampled, workspace_bytes}.
 
     precision: "float64"; "float64 and native run twice (...)" where the native output is ill-conditioned
@@ -316,14 +319,16 @@ def reference_outputs(model, inputs: list[Any], hi: bool, device: str, why_not_h
     `why_not_hi`: the memory plan's reason when it left the float64 copy out (hi is then False); then, or when
     the float64 forward ran out of memory, PyTorch's own error is measured on a float64 sample of the batch
     where the model allows (sampled: {output path: error}; room_bytes: free bytes left by the plan,
-    hi_bytes: the whole float64 copy's; hi_check: _outputs_why's)."""
+    hi_bytes: the whole float64 copy's; least_one: at least one sample; hi_check: _outputs_why's)."""
     rng = _rng_state(device)
     native, ref_hi, why, work = _outputs_why(model, inputs, hi, device, hi_check)
-    out = _reference_outputs(model, inputs, device, rng, native, ref_hi, why, why_not_hi, room_bytes, hi_bytes)
+    out = _reference_outputs(model, inputs, device, rng, native, ref_hi, why, why_not_hi, room_bytes, hi_bytes,
+                             least_one)
     return out | {"workspace_bytes": work}
 
 
-def _reference_outputs(model, inputs, device, rng, native, ref_hi, why, why_not_hi, room_bytes, hi_bytes) -> dict:
+def _reference_outputs(model, inputs, device, rng, native, ref_hi, why, why_not_hi, room_bytes, hi_bytes,
+                       least_one: bool = False) -> dict:
     """reference_outputs' answer but for the working memory, from the forwards already run."""
     if ref_hi is None and not (why or why_not_hi):  # no float64 asked for (benchmark's cases): native alone
         return {"native": native, "hi": None, "precision": "native", "spread": {}, "sampled": {}}
@@ -331,7 +336,8 @@ def _reference_outputs(model, inputs, device, rng, native, ref_hi, why, why_not_
         reason = why or why_not_hi
         sample = None
         if why_not_hi or why in (OUT_OF_DEVICE_MEMORY, OUT_OF_HOST_MEMORY) or why.startswith(DOES_NOT_FIT):
-            sample = _sample_error(model, inputs, native, rng, device, None if why else room_bytes, hi_bytes)
+            sample = _sample_error(model, inputs, native, rng, device, None if why else room_bytes, hi_bytes,
+                                   least_one)
         # short of memory: the run-to-run spread on the sample too (a second full forward is what did not fit)
         spread = sample[3] if sample is not None else _native_spread(model, inputs, native, rng, device, None)
         if sample is not None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from evokernel_mcp import settings
 from evokernel_mcp.runtime.context import RunnerContext
-from evokernel_mcp.runtime.devmem import trim_between_cases
+from evokernel_mcp.runtime.devmem import release_host, trim_between_cases
 from evokernel_mcp.runtime.spares import ChildFailed, handed_over, note, wall_deadline
 from evokernel_mcp.tasks import Task
 from evokernel_mcp.verify.messages import VerifyRequest, VerifyStep, VerifyStepsRequest
@@ -109,6 +109,7 @@ def _verify_steps(ctx: RunnerContext, source: str, steps: list[VerifyStep], dead
     except ChildFailed as e:
         outs[-1]["error"] = e.info()
     finally:
+        release_host()  # the pinned host memory of a big case's reference outputs (_lean_case), whatever ended it
         if cand is not None:  # (no candidate process yet: the runner's own captured output stands)
             stdout, stderr = cand.output()
             ctx.spares.retire(cand)
@@ -216,20 +217,28 @@ def _lean_case(task: Task, shape: str, seed: int, case: dict, cand, deadline: fl
     """A case planned within its memory cap, judged one run at a time: run A against the reference, then only
     a digest of run A's outputs is kept while run B arrives (the runner never holds the reference's outputs and
     both runs at once). Unwritten elements are NaN in run A: where run A has any NaN, run A is kept for run B
-    and the case is judged as every other is. Run B is compared with run A by digest (deterministic or not)."""
+    and the case is judged as every other is. Run B is compared with run A by digest (deterministic or not).
+    Where a device copy of the reference's outputs beside run A's would take the job past its cap
+    (devplan.outputs_on_host: a 1-2 GB convolution's), they wait in host memory, judged block by block."""
+    from evokernel_mcp.runtime.devmem import on_host
+    from evokernel_mcp.runtime.devplan import outputs_on_host
     from evokernel_mcp.verify.case import case_record, has_nan, judge, judge_outputs, output_digests
 
     def later(k: int) -> dict:
         return _candidate_runs(cand, case, seed, deadline, dev, what, model_key, only=k)[0]
 
+    host = outputs_on_host(_nbytes(case["inputs"]), _nbytes(case["native"]), settings.get().memory_factor)
+    if host:
+        case["native"], case["hi"] = on_host(case["native"]), on_host(case.get("hi"))
+        trim_between_cases()
     run_a = later(0)
     if has_nan(run_a.get("out"), dev):
-        return judge(task, shape, seed, case, run_a, later(1), tolerance, device=dev, probe=probe)
+        return judge(task, shape, seed, case, run_a, later(1), tolerance, device=dev, probe=probe, ref_in_place=host)
     plan = case.get("plan") or {}
     res = judge_outputs(task, case["native"], case.get("hi"), run_a.get("out"), None, inputs=case.get("inputs"),
                         arg=case.get("arg_reductions"), override=tolerance, chunk=plan.get("chunk_elems"),
                         device=dev, native_spread=case.get("native_spread"),
-                        sampled_torch_err=case.get("sampled_torch_err"))
+                        sampled_torch_err=case.get("sampled_torch_err"), ref_in_place=host)
     want = output_digests(run_a.get("out"), dev)
     run_a["out"] = None
     trim_between_cases()

@@ -299,7 +299,7 @@ def ref_case(loaded, req: dict[str, Any]) -> dict[str, Any]:
                      "the native-dtype reference with a doubled tolerance")
     state = {k: v.detach().clone() for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
     try:
-        room = {"room_bytes": plan.budget_bytes - plan.needed_bytes, "hi_bytes": plan.ref_hi_bytes} if why_not else {}
+        room = _sample_room(plan) if why_not else {}
         check = _outputs_check(loaded, inputs, want_hi, bound) if hi and bound is not None else None
         if not getattr(plan, "pristine", True):  # within the job's memory cap: no copy of the inputs
             inputs, ref = _own_inputs_outputs(loaded, inputs, req, lambda x: reference_outputs(
@@ -332,6 +332,17 @@ def ref_case(loaded, req: dict[str, Any]) -> dict[str, Any]:
         loaded.held_hi = out["hi"]
         out["hi"], out["hi_held"] = None, out["hi"] is not None
     return out
+
+
+def _sample_room(plan) -> dict[str, Any]:
+    """What sizes the float64 sample of the batch (refout._sample_error) where the plan left the whole float64 copy
+    out: the bytes the plan leaves free, within the job's memory cap where it has one (a quarter of a 1 GB
+    convolution's batch in float64, beside its native outputs, took its reference process to 3 GB), and then at
+    least one sample."""
+    free = plan.budget_bytes - plan.needed_bytes
+    if plan.cap_bytes is not None:
+        free = min(free, plan.cap_bytes - plan.needed_bytes)
+    return {"room_bytes": free, "hi_bytes": plan.ref_hi_bytes, "least_one": plan.cap_bytes is not None}
 
 
 def ref_plan(loaded, req: dict[str, Any]) -> dict[str, Any]:

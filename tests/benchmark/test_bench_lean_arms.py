@@ -167,7 +167,7 @@ def test_the_benchmarks_case_is_planned_within_the_jobs_memory_cap_as_verifys_is
         pass
 
     class Arms:
-        def ask(self, child, req, max_bytes=0, handed=False):
+        def ask(self, child, req, max_bytes=0, handed=False, device=None):
             self.req = req
             raise Stop
 

@@ -219,10 +219,12 @@ class _ShapeChild:
     def __init__(self, name: str, asked: list, case: dict, plan: dict | None = None):
         self.name, self.asked, self.case, self.plan = name, asked, case, plan
 
-    def request(self, req, **_kw):
+    def request(self, req, **kw):
         import torch
 
         self.asked.append((self.name, req["op"]))
+        if req["op"] == "expected":
+            self.asked.append((self.name, f"expected to {kw.get('device')}"))
         if req["op"] == "plan":
             return self.plan or {"plan": None}
         if req["op"] == "case":
@@ -335,3 +337,42 @@ def test_a_big_shape_against_pytorch_stops_the_cached_reference_before_timing_an
     runner_side._bench_shape(arms, Child("ref"), "small", 0, {}, lambda *a: None, True, Ctx())
     assert dropped == [] and not arms.reference_gone and ("runner", "PLAN hand_over=False") in asked
     assert not any(who == "base" for who, _ in asked), "a baseline source is never asked for the reference's outputs"
+
+
+@pytest.mark.parametrize(("in_mb", "out_mb", "on_host"), [(50, 980, True), (2000, 2000, False), (100, 300, False)])
+def test_a_capped_shapes_checks_take_the_references_outputs_to_the_host_where_a_device_copy_passes_the_cap(
+        monkeypatch, in_mb, out_mb, on_host):
+    """A shape of 1-2 GB whose outputs are most of its bytes (a convolution's: 50 MB in, 980 MB out): the reference's
+    outputs for every post-timing check arrive in host memory and are judged there block by block, so the runner never
+    holds them beside the candidate's on the device (54_conv_standard_3D's runner held 3.3 GB beyond its context at
+    the checks on an H100). A shape whose two output copies fit its cap, or a small one, keeps the device copy."""
+    import torch
+
+    from evokernel_mcp.benchmark import runner_side
+    from evokernel_mcp.runtime.devplan import BenchPlan
+    from evokernel_mcp.verify import runner_side as verify_side
+
+    asked: list[tuple[str, str]] = []
+    case = {"inputs": [torch.empty(in_mb << 18, device="meta")], "native": torch.empty(out_mb << 18, device="meta"),
+            "init_inputs": [], "state": {}}
+    judged: list[bool] = []
+
+    class Ctx:
+        class spares:  # noqa: N801 - a stand-in's attribute
+            drop_reference = retire = staticmethod(lambda child: None)
+            wait_retired = staticmethod(lambda: None)
+
+    def room(*_a, **_kw):
+        return BenchPlan(parts={}, needed_bytes=0, free_bytes=1, control=False, refill_sets=0, sample_size=0)
+
+    monkeypatch.setattr(runner_side, "interleave", lambda *a, **kw: {"rounds": {}, "runner_bound": None, "samples": []})
+    monkeypatch.setattr(runner_side, "room_for_arms", room)
+    monkeypatch.setattr(runner_side, "_probe_bar", lambda *a, **kw: None)
+    monkeypatch.setattr(runner_side, "_check", lambda *a, **kw: judged.append(kw.get("ref_in_place")) or {"passed": 1})
+    monkeypatch.setattr(verify_side, "within_cap", lambda *a, **kw: None)
+    task = load_task("vector_add")
+    arms = arms_mod.Arms(_ShapeChild("cand", asked, case), _ShapeChild("base", asked, case), task, 1e12)
+    runner_side._bench_shape(arms, _ShapeChild("ref", asked, case), "small", 0, {}, lambda *a: None, True, Ctx())
+    where = [op for _, op in asked if op.startswith("expected to")]
+    assert len(where) == 3 and len(judged) == 3, "refill, fresh and probe checks"
+    assert set(where) == {"expected to cpu" if on_host else "expected to None"} and set(judged) == {on_host}

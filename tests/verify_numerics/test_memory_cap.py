@@ -178,12 +178,16 @@ class _Cand:
         return {"out": self.outs[req["poison"]].clone(), "inputs_mutated": False}
 
 
+@pytest.mark.parametrize("host", [False, True])
 @pytest.mark.parametrize("kind", ["honest", "racy", "unwritten", "wrong"])
-def test_a_lean_case_judged_one_run_at_a_time_gives_the_record_of_the_full_judge(kind):
+def test_a_lean_case_judged_one_run_at_a_time_gives_the_record_of_the_full_judge(kind, host, monkeypatch):
     """verify/runner_side._lean_case (a case within its memory cap: run A judged, then only its digest kept while
     run B arrives) gives the case record judge() gives with both runs at hand; where run A has NaN (unwritten
-    elements) it keeps run A and judges both."""
+    elements) it keeps run A and judges both. With the reference's outputs in host memory (devplan.outputs_on_host:
+    a 1-2 GB convolution's) the judge reads them where they are, block by block, never as a whole device copy."""
+    from evokernel_mcp.runtime import devplan
     from evokernel_mcp.tasks import load_task
+    from evokernel_mcp.verify import case as case_mod
     from evokernel_mcp.verify.case import judge
     from evokernel_mcp.verify.compare import SENTINEL
     from evokernel_mcp.verify.runner_side import _lean_case
@@ -205,7 +209,12 @@ def test_a_lean_case_judged_one_run_at_a_time_gives_the_record_of_the_full_judge
                 "plan": {"pristine": False}, "reference_precision": "native", "notes": []}
 
     cand = _Cand(a, b)
+    monkeypatch.setattr(devplan, "outputs_on_host", lambda i, o, factor: host)
+    moved, leaves = [], case_mod._leaves
+    monkeypatch.setattr(case_mod, "_leaves", lambda obj, device, *r: moved.append(device) or leaves(obj, device, *r))
     lean = _lean_case(task, "small", 0, case(), cand, 1e18, "cpu", "test", None, None, False)
+    assert (None in moved) is host, "the reference's outputs: judged where they are, or moved whole"
+    monkeypatch.setattr(case_mod, "_leaves", leaves)
     full = judge(task, "small", 0, case(), {"out": a.clone()}, {"out": b.clone()}, None, device="cpu")
     assert cand.asked == ["nan", "sentinel"]
     keys = ("passed", "mismatches", "nan_count", "unwritten_count", "deterministic", "max_abs_err", "note")
@@ -253,7 +262,7 @@ def test_the_runner_asks_again_with_a_copy_when_the_reference_modified_its_input
     class Arms:
         dev, asked = "cuda", []
 
-        def ask(self, child, req, max_bytes=0, handed=False):
+        def ask(self, child, req, max_bytes=0, handed=False, device=None):
             self.asked.append(req.get("own_inputs", False))
             if req.get("own_inputs"):
                 raise ChildFailed("harness", f"HarnessError: {MODIFIED_INPUTS}: ask again with a copy")

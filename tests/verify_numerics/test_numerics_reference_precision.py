@@ -273,3 +273,49 @@ def test_a_candidate_more_accurate_than_a_narrow_dtype_reference_passes(tmp_path
     assert "ill-conditioned" not in (case.get("reference_precision") or "")
     same, pert = same_and_perturbed(HALF_GEMM, tmp_path, "half")
     assert same["passed"] and not pert["passed"]
+
+
+def test_within_a_memory_cap_the_float64_sample_fits_what_the_cap_leaves_and_is_never_none():
+    """A job within its memory cap sizes its float64 sample from what the cap leaves, not from the free device (a
+    quarter of a 1 GB convolution's batch in float64 took its reference process to 3 GB on an H100), and takes at
+    least one sample where the cap leaves nothing: the spread then comes from that sample run twice, not from a second
+    full forward. Without a cap, no room still means no sample."""
+    from evokernel_mcp.verify.memory import Plan
+    from evokernel_mcp.verify.sides import _sample_room
+
+    class Counting(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.batches = torch.nn.Linear(32, 16), []
+
+        def forward(self, x):
+            self.batches.append(x.shape[0])
+            return self.lin(x)
+
+    capped = Plan(ref_hi=False, chunk_elems=1, where="device", needed_bytes=4 << 30, budget_bytes=70 << 30,
+                  ref_hi_bytes=2 << 30, pristine=False, cap_bytes=1 << 30)
+    room = _sample_room(capped)
+    assert room == {"room_bytes": -(3 << 30), "hi_bytes": 2 << 30, "least_one": True}
+    free = _sample_room(capped.model_copy(update={"cap_bytes": None}))
+    assert free["room_bytes"] == 66 << 30 and free["least_one"] is False, "no cap: the free device sizes it"
+    why = f"{refout.DOES_NOT_FIT}: 4 GB"
+    m = Counting()
+    out = refout.reference_outputs(m, [torch.randn(16, 32)], False, "cpu", why_not_hi=why, **room)
+    assert m.batches == [16, 1, 1] and "on the first 1 of 16 samples" in out["precision"]
+    m.batches.clear()
+    refout.reference_outputs(m, [torch.randn(16, 32)], False, "cpu", why_not_hi=why,
+                             **{**room, "least_one": False})
+    assert m.batches == [16, 16], "no room and no cap: no sample, the full forward again for the spread"
+
+
+def test_the_reference_outputs_of_a_check_wait_on_the_host_only_where_a_device_copy_passes_the_cap():
+    """devplan.outputs_on_host: a 1 GB convolution (50 MB in, 980 MB out) keeps them on the host; a 13 GB activation
+    (half inputs, half outputs) and a matmul of 1 GB of inputs and small outputs fit their cap with the device copy;
+    a job of at most 1 GB has no cap."""
+    from evokernel_mcp.runtime.devplan import outputs_on_host
+
+    mb = 1 << 20
+    assert outputs_on_host(50 * mb, 980 * mb, 3.0)
+    assert not outputs_on_host(6440 * mb, 6440 * mb, 3.0)
+    assert not outputs_on_host(1020 * mb, 4 * mb, 3.0)
+    assert not outputs_on_host(100 * mb, 800 * mb, 3.0) and not outputs_on_host(50 * mb, 980 * mb, 0.0)
