@@ -11,7 +11,7 @@ from typing import Any
 from evokernel_mcp.benchmark.bound import common_host_per_rep, cushion_ms, runner_bound
 from evokernel_mcp.benchmark.room import meta
 from evokernel_mcp.runtime import cpus
-from evokernel_mcp.runtime.devmem import on_host, trim_between_cases
+from evokernel_mcp.runtime.devmem import on_host, release_cached, trim_between_cases
 from evokernel_mcp.runtime.proctree import tree_cpu
 from evokernel_mcp.runtime.spares import handed_over, note, wall_deadline
 from evokernel_mcp.tasks import Task
@@ -134,10 +134,10 @@ def interleave(arms: Arms, case: dict, pool: list, seed: int, opt: dict, progres
                "probe_chunks": bar.chunks if bar is not None else None, "lean": lean, "park": lean and park}
         inits[name] = arms.ask(child, req, max_bytes=1 << 20, handed=True)  # its inputs are its own (one copy)
     req = None  # the last request holds the runner's inputs too: they must go with case["inputs"] below
-    if release_inputs:  # every arm has its own copy: the runner's goes (sizes kept for the limits below)
-        case["inputs"] = meta(case["inputs"])
-        pool[:] = [meta(p) for p in pool]
-        trim_between_cases()
+    if release_inputs:  # every arm has its own copy: the runner's goes (sizes kept for the limits below), its
+        case["inputs"] = meta(case["inputs"])  # allocator's cache with it (trim_between_cases would keep up to 512 MiB:
+        pool[:] = [meta(p) for p in pool]  # half a 1 GB shape's bytes, through its whole timing)
+        release_cached()
     blocks: dict[str, list[dict[str, Any]]] = {name: [] for name in arms.children()}
     probe_checks: list[dict[str, Any]] = []
 

@@ -26,7 +26,7 @@ from evokernel_mcp.benchmark.room import NO_CONTROL_NOTE, control_out_of_cap, ha
 from evokernel_mcp.benchmark.work import runner_counts
 from evokernel_mcp.runtime import cpus
 from evokernel_mcp.runtime.context import RunnerContext
-from evokernel_mcp.runtime.devmem import on_host, release_host, trim_between_cases
+from evokernel_mcp.runtime.devmem import on_host, release_cached, release_host, trim_between_cases
 from evokernel_mcp.runtime.devplan import BIG_BENCH_BYTES, host_staged, outputs_on_host
 from evokernel_mcp.runtime.spares import ChildFailed, note, wall_deadline
 from evokernel_mcp.tasks import Task
@@ -94,7 +94,7 @@ def _check(task: Task, got: Any, expected: dict[str, Any], dev: str = "cpu", chu
 
 
 def _probe_check(arms: Arms, ref, shape: str, seed: int, case: dict, hi: bool, limit: int,
-                 staged: bool = False, host: bool = False) -> dict[str, Any]:
+                 staged: bool = False, host: bool = False, chunk: int | None = None) -> dict[str, Any]:
     """verify's signed probe case (verify/probe.py: floating inputs randn x 4) run by the candidate after timing
     and judged by verify's bar: a computation in a lower precision than the problem's dtype (TF32, fp16 or
     bf16 for an fp32 problem) can pass on the task's own inputs (all >= 0: no cancellation) and fails here,
@@ -111,11 +111,11 @@ def _probe_check(arms: Arms, ref, shape: str, seed: int, case: dict, hi: bool, l
         trim_between_cases()
     got = arms.ask(arms.cand, {"op": "bench_checks", "fresh": x, "init_inputs": case["init_inputs"],
                                "state": case["state"], "seed": seed}, max_bytes=limit, handed=staged)
-    return _check(arms.task, got.pop("fresh"), exp, arms.dev, ref_in_place=host)
+    return _check(arms.task, got.pop("fresh"), exp, arms.dev, chunk=chunk, ref_in_place=host)
 
 
 def _sampled(arms: Arms, ref, samples: list, seed: int, hi: bool, staged: bool = False,
-             host: bool = False) -> dict[str, Any] | None:
+             host: bool = False, chunk: int | None = None) -> dict[str, Any] | None:
     """Outputs kept from random timed repetitions, checked against the reference on the same inputs (staged: the
     sample's inputs on the host while the reference gets its copy; host: the reference's outputs arrive there)."""
     if not samples:
@@ -128,7 +128,7 @@ def _sampled(arms: Arms, ref, samples: list, seed: int, hi: bool, staged: bool =
             trim_between_cases()
         exp = expected(arms, ref, s["inputs"], seed, hi, staged, host)
         chk = _check(arms.task, s["outputs"] if len(s["outputs"]) != 1 else s["outputs"][0], exp, arms.dev,
-                     ref_in_place=host)
+                     chunk=chunk, ref_in_place=host)
         worst["checked"] += 1
         if not chk.get("passed"):
             return {**chk, "checked": worst["checked"], "rep": s["rep"]}
@@ -161,7 +161,9 @@ def _bench_shape(arms: Arms, ref, shape: str, seed: int, opt: dict, progress, gp
     n_pool, sample = (2 if i_b <= POOL_FULL_BYTES or not gpu else 1), (2 if i_b + o_b <= POOL_FULL_BYTES else 1)
     big = gpu and i_b + o_b > BIG_BENCH_BYTES
     staged = big and host_staged(i_b, o_b)
-    host = big and outputs_on_host(i_b, o_b, settings.get().memory_factor)  # the checks' expected outputs
+    host = big and outputs_on_host(i_b, o_b, settings.get().memory_factor, case.get("workspace_bytes"))
+    chunk = LEAN_CHUNK if big else None  # every check's judge blocks (float64: 8 arrays of 16 M elements are 1 GiB)
+    trim = release_cached if big else trim_between_cases  # a big shape's runner keeps no cache between its steps
     hand = big and ctx is not None and arms.base_is_reference
     park = False
     if gpu and ctx is not None:  # graph replays keep their buffers' addresses: those arms cannot park
@@ -177,7 +179,7 @@ def _bench_shape(arms: Arms, ref, shape: str, seed: int, opt: dict, progress, gp
     limit = 2 * OUTPUT_SLACK * _nbytes(case["native"]) + (16 << 20)
     bar = _probe_bar(arms, ref, case, pool, seed, gpu) if pool else None
     if gpu:
-        trim_between_cases()  # the bar's float64 copies of the reference's outputs: freed before the arms start
+        trim()  # the bar's float64 copies of the reference's outputs: freed before the arms start
     if hand:
         ref = hand_over(ctx, arms, ref, out)
     t0 = time.monotonic()
@@ -188,10 +190,10 @@ def _bench_shape(arms: Arms, ref, shape: str, seed: int, opt: dict, progress, gp
     out.update({k: v for k, v in timed.items() if k != "samples"})
     note("benchmark %s: arms set up and timed in %.2f s", shape, time.monotonic() - t0)
     case["inputs"], pool = None, None  # every arm has its copies: device memory for the checks below
-    trim_between_cases()
+    trim()
     hi = checks_hi(out["input_bytes"], _nbytes(case["native"]))
-    out["check_sampled"] = _sampled(arms, ref, timed.pop("samples", None) or [], seed, hi, staged, host)
-    trim_between_cases()
+    out["check_sampled"] = _sampled(arms, ref, timed.pop("samples", None) or [], seed, hi, staged, host, chunk)
+    trim()
     # inputs of other seeds, but the expected outputs from the model of the TIMED seed: a model with weights
     # (nn.Conv3d, nn.Linear) is built per seed, and the candidate's checks run the timed seed's model
     # One check at a time (inputs made, run by the candidate, judged, freed): device memory. The refill
@@ -214,17 +216,16 @@ def _bench_shape(arms: Arms, ref, shape: str, seed: int, opt: dict, progress, gp
             arms.ask(arms.cand, {"op": "arm_close", "name": "candidate"})  # (94_MSELoss: 8 of 27 GiB at the peak)
         if staged:
             got = on_host(got)
-            trim_between_cases()
+            trim()
         exp = {"inputs": x, **expected(arms, ref, x, seed, hi, staged, host)}
         if not exp.get("arg_reductions"):  # the judge needs the inputs only for an arg-reduction's values
             exp["inputs"] = x = None
-            trim_between_cases()
-        out[key] = _check(arms.task, got.pop(name), exp, arms.dev, chunk=LEAN_CHUNK if big else None,
-                          ref_in_place=host)
+            trim()
+        out[key] = _check(arms.task, got.pop(name), exp, arms.dev, chunk=chunk, ref_in_place=host)
         exp = got = x = None
-        trim_between_cases()
-    out["check_probe"] = _probe_check(arms, ref, shape, seed, case, hi, limit, staged, host)
-    trim_between_cases()
+        trim()
+    out["check_probe"] = _probe_check(arms, ref, shape, seed, case, hi, limit, staged, host, chunk)
+    trim()
     return out
 
 

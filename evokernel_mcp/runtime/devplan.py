@@ -34,7 +34,7 @@ needs, the bytes the device has and the overrides that would shrink it.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -55,14 +55,16 @@ def data_cap(own_bytes: int, factor: float, processes: int) -> int | None:
     return max(0, int(factor * own_bytes) - processes * CONTEXT_BYTES_ASSUMED)
 
 
-def outputs_on_host(input_bytes: int, output_bytes: int, factor: float) -> bool:
+def outputs_on_host(input_bytes: int, output_bytes: int, factor: float, workspace_bytes: Any = 0) -> bool:
     """Whether the runner keeps the reference's outputs of a check in host memory, judging them block by block
-    (verify's lean case, the benchmark's post-timing checks): where its device copy beside the candidate's outputs
-    and the inputs would take the job past its cap (data_cap, the job's three processes' contexts counted), a job
-    of 1-2 GB whose outputs are most of its bytes (a convolution's). Elsewhere the device copy stays: the host
-    round trip costs a copy each way of every check."""
+    (verify's lean case, the benchmark's post-timing checks): where its device copy beside the candidate's inputs,
+    outputs and forward's working memory (`workspace_bytes`: the reference's forward measured it; agent code's
+    number, it only picks where the runner keeps a copy) would take the job past its cap (data_cap, the job's three
+    processes' contexts counted): a job of 1-2 GB whose outputs are most of its bytes (a convolution's). Elsewhere
+    the device copy stays: the host round trip costs a copy each way of every check."""
     cap = data_cap(input_bytes + output_bytes, factor, 3)
-    return cap is not None and input_bytes + 2 * output_bytes > cap
+    work = workspace_bytes if isinstance(workspace_bytes, int) and not isinstance(workspace_bytes, bool) else 0
+    return cap is not None and input_bytes + 2 * output_bytes + max(0, work) > cap
 
 
 def _gb(n: float) -> str:

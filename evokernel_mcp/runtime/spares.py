@@ -68,6 +68,10 @@ def _timeable(child) -> bool:
     return getattr(child, "timeable", True)
 
 
+class StoppedForRoom(Exception):
+    """A spare's start stopped by give_back_idle (a job needed the device memory its context was taking)."""
+
+
 class Spares(RefCache, Retiring):
     """Spare children for one device, and the cache of reference children."""
 
@@ -83,6 +87,8 @@ class Spares(RefCache, Retiring):
         self._starting_warm = 0
         self._warming = 0  # cold spares being warmed in the background (out of _ready meanwhile)
         self._gated = 0  # spare starts waiting at the device gate (CPU start done, no context yet)
+        self._past_gate: set[Child] = set()  # spare starts making their device context now (give_back_idle stops them)
+        self._stopped_for_room: set[int] = set()  # ... the pids it stopped
         self._gpu_busy = 0  # background work touching the device now (a spare's device start, a warm-up,
         self._retiring = 0  # a retired child's end), and of it retired children not yet gone
         self._closed = False
@@ -96,6 +102,7 @@ class Spares(RefCache, Retiring):
         self._took = False  # a child was taken (or a reference asked for) since the last job ended
         self._takers = 0  # take() calls waiting for a child now
         self._wanting = 0  # ... of which with no fitting child ready (they open a big job's device gate)
+        self._let_through = 0  # ... and the starts that gate let through for them
         self._timing = 0  # ... of which timing now: spares' device phases are held back only then
         self._profiles = device != "cpu"  # only a GPU child has a profiler to warm
         self._triton_key: str | None = None  # Triton's install key, from the first GPU spare (child.py)
@@ -112,8 +119,9 @@ class Spares(RefCache, Retiring):
         """Is a background start held back from the device now? While arms are timed; and while a job that
         needed the room runs (_held), unless a take waits with no fitting child ready: such a start waits there
         with its CPU work done (torch imported) and no device context, and makes its context once the job ends
-        (a fraction of a second instead of a whole start). Under the lock."""
-        return bool(self._timing) or (self._held and not self._wanting)
+        (a fraction of a second instead of a whole start); one start per such take, not every start held there
+        (each would make a context of 0.4 GiB through the job's peak). Under the lock."""
+        return bool(self._timing) or (self._held and self._wanting <= self._let_through)
 
     def _gpu_phase(self, start: bool = False):
         """For a background start's device phase: blocks while the gate is shut (_gate_shut); then counts it as
@@ -124,6 +132,7 @@ class Spares(RefCache, Retiring):
             try:
                 while self._gate_shut() and not self._closed:
                     self._lock.wait(timeout=1.0)
+                self._let_through += int(start and self._held and not self._timing)
             finally:
                 self._gated -= int(start)
             self._gpu_busy += 1
@@ -149,7 +158,11 @@ class Spares(RefCache, Retiring):
                 child = spawn(lambda: Child(self.device, level, warm=warm, gated=gated, triton_key=self._triton_key,
                                             queues=queues))
                 spawned = time.monotonic() - t0  # the spawner thread's queue, the scratch dir, fork + exec
-                info = child.wait_ready(gate=(lambda: self._gpu_phase(start=True)) if gated else None)
+                try:
+                    info = child.wait_ready(gate=(lambda c=child: self._through_gate(c)) if gated else None)
+                finally:
+                    with self._lock:
+                        self._past_gate.discard(child)
                 child.start_s = time.monotonic() - t0
                 kernel_cache.save_driver(child.scratch)  # no agent code has reached it yet
                 if child.triton_key and not self._triton_key:  # likewise: later spares skip hashing Triton
@@ -162,6 +175,9 @@ class Spares(RefCache, Retiring):
                 msg, tail = (e.message, (e.detail or "")[-600:]) if isinstance(e, ChildFailed) else (repr(e), "")
                 if child is not None:
                     child.discard()
+                    if child.proc.pid in self._stopped_for_room:  # give_back_idle's doing, not the level's
+                        self._stopped_for_room.discard(child.proc.pid)
+                        raise StoppedForRoom from e
                 if self.level == self.levels[-1]:
                     raise
                 why = f"isolation {self.level} failed here ({msg}; {tail.strip()}); using the next level"
@@ -169,9 +185,19 @@ class Spares(RefCache, Retiring):
                 self.level_notes.append(why[:800])
                 self.level = self.levels[self.levels.index(self.level) + 1]
 
+    def _through_gate(self, child: Child):
+        """A background start's device gate (_gpu_phase); once through, the start counts as making its context
+        until it is ready, so a job that needs the room stops it too (give_back_idle)."""
+        done = self._gpu_phase(start=True)
+        with self._lock:
+            self._past_gate.add(child)
+        return done
+
     def _fill(self, warm: bool) -> None:
         try:
             child = self._start_one(warm, background=True)
+        except StoppedForRoom:
+            child = None
         except Exception:  # noqa: BLE001
             log.exception("could not start a spare child")
             child = None
@@ -325,6 +351,7 @@ class Spares(RefCache, Retiring):
             finally:
                 self._takers -= 1
                 self._wanting -= int(short)
+                self._let_through = max(0, self._let_through - int(short))
             pick = next((c for c in self._ready if c.warm == want and usable(c)), None) if purpose != "any" else None
             child = pick or next((c for c in self._ready if usable(c)), None)
             if child is not None:
@@ -363,8 +390,14 @@ class Spares(RefCache, Retiring):
             refs = [(k, c) for k, c in self._refs.items() if c not in keep]
             for k, _ in refs:
                 del self._refs[k]
+            # starts past the device gate before the hold: each was making a context of 0.4 GiB, kept until its
+            # start ended (a second or two, through a 1 GB job's peak); their start threads see the end and drop them
+            making, self._past_gate = list(self._past_gate), set()
+            self._stopped_for_room.update(c.proc.pid for c in making)
+        for c in making:
+            sandbox.kill_once(c.proc.pid)
         gone = [Holding(role="spare", pid=c.proc.pid, bytes=CONTEXT_BYTES_ASSUMED, source="assumed (a CUDA context)")
-                for c in spares] + \
+                for c in spares + making] + \
                [Holding(role="cached reference", pid=c.proc.pid, bytes=CONTEXT_BYTES_ASSUMED,
                         source="assumed (a CUDA context)") for _, c in refs]
         for c in spares + [c for _, c in refs]:
@@ -386,7 +419,7 @@ class Spares(RefCache, Retiring):
         with self._lock:
             took, self._took = self._took, False
             if self._held:
-                self._held, self._after_big = False, True
+                self._held, self._after_big, self._let_through = False, True, 0
                 self._lock.notify_all()  # starts held at the device gate make their contexts now
             elif self._after_big and took:
                 self._after_big = False

@@ -227,7 +227,8 @@ def _lean_case(task: Task, shape: str, seed: int, case: dict, cand, deadline: fl
     def later(k: int) -> dict:
         return _candidate_runs(cand, case, seed, deadline, dev, what, model_key, only=k)[0]
 
-    host = outputs_on_host(_nbytes(case["inputs"]), _nbytes(case["native"]), settings.get().memory_factor)
+    host = outputs_on_host(_nbytes(case["inputs"]), _nbytes(case["native"]), settings.get().memory_factor,
+                           case.get("workspace_bytes"))
     if host:
         case["native"], case["hi"] = on_host(case["native"]), on_host(case.get("hi"))
         trim_between_cases()

@@ -345,12 +345,14 @@ def test_a_capped_shapes_checks_take_the_references_outputs_to_the_host_where_a_
     """A shape of 1-2 GB whose outputs are most of its bytes (a convolution's: 50 MB in, 980 MB out): the reference's
     outputs for every post-timing check arrive in host memory and are judged there block by block, so the runner never
     holds them beside the candidate's on the device (54_conv_standard_3D's runner held 3.3 GB beyond its context at
-    the checks on an H100). A shape whose two output copies fit its cap, or a small one, keeps the device copy."""
+    the checks on an H100). A shape whose two output copies fit its cap, or a small one, keeps the device copy. A big
+    shape's every check judges in lean blocks (the probe check's default blocks were 1 GiB of float64)."""
     import torch
 
     from evokernel_mcp.benchmark import runner_side
     from evokernel_mcp.runtime.devplan import BenchPlan
     from evokernel_mcp.verify import runner_side as verify_side
+    from evokernel_mcp.verify.memory import LEAN_CHUNK
 
     asked: list[tuple[str, str]] = []
     case = {"inputs": [torch.empty(in_mb << 18, device="meta")], "native": torch.empty(out_mb << 18, device="meta"),
@@ -368,7 +370,9 @@ def test_a_capped_shapes_checks_take_the_references_outputs_to_the_host_where_a_
     monkeypatch.setattr(runner_side, "interleave", lambda *a, **kw: {"rounds": {}, "runner_bound": None, "samples": []})
     monkeypatch.setattr(runner_side, "room_for_arms", room)
     monkeypatch.setattr(runner_side, "_probe_bar", lambda *a, **kw: None)
-    monkeypatch.setattr(runner_side, "_check", lambda *a, **kw: judged.append(kw.get("ref_in_place")) or {"passed": 1})
+    chunks: list = []
+    monkeypatch.setattr(runner_side, "_check", lambda *a, **kw: chunks.append(kw.get("chunk")) or
+                        judged.append(kw.get("ref_in_place")) or {"passed": 1})
     monkeypatch.setattr(verify_side, "within_cap", lambda *a, **kw: None)
     task = load_task("vector_add")
     arms = arms_mod.Arms(_ShapeChild("cand", asked, case), _ShapeChild("base", asked, case), task, 1e12)
@@ -376,3 +380,5 @@ def test_a_capped_shapes_checks_take_the_references_outputs_to_the_host_where_a_
     where = [op for _, op in asked if op.startswith("expected to")]
     assert len(where) == 3 and len(judged) == 3, "refill, fresh and probe checks"
     assert set(where) == {"expected to cpu" if on_host else "expected to None"} and set(judged) == {on_host}
+    big = in_mb + out_mb > 1000
+    assert set(chunks) == {LEAN_CHUNK if big else None}, "a big shape's every check judges in lean blocks (probe too)"

@@ -132,3 +132,58 @@ def test_a_big_jobs_replacements_start_within_its_timed_section_on_a_host_of_man
     with pool2.quiet(wait=False):
         _hold(pool2, monkeypatch)
         assert started2 == [], "a host of few cores starts nothing in a timed section"
+
+
+def test_a_take_during_a_big_job_lets_one_held_start_through_not_every_one(monkeypatch):
+    """Each start let through makes a context of 0.4 GiB during the job's peak: one per take that needs it."""
+    pool, _ = _pool(monkeypatch, n=0)
+    _hold(pool, monkeypatch)
+    kid, first, second = Kid(False), [], []
+    a = _gated_start(pool, first, kid)
+    b = _gated_start(pool, second)
+    assert _until(lambda: pool._gated == 2)
+    got: list = []
+    taker = RealThread(target=lambda: got.append(pool.take("verify")), daemon=True)
+    taker.start()
+    assert _until(lambda: len(first) + len(second) == 1)
+    taker.join(20)
+    time.sleep(0.3)
+    assert len(first) + len(second) == 1 and pool._gated == 1, "the other start still waits at the gate"
+    pool.end_hold()
+    a.join(10)
+    b.join(10)
+    assert first and second and pool._let_through == 0
+
+
+def test_a_start_making_its_context_when_a_big_job_gives_the_room_back_is_stopped_then(monkeypatch):
+    """A spare's start that passed the device gate before the hold is making a context; the give-back stops it at
+    once (not when its start ends, seconds into the job), counts it, and its start ends quietly: no isolation level
+    is dropped for it and no spare joins the ready ones."""
+    from evokernel_mcp.runtime.child_proc import ChildFailed
+
+    pool, _ = _pool(monkeypatch, n=0)
+    monkeypatch.setattr(spares.Spares, "_free_memory", staticmethod(lambda: None))
+    monkeypatch.setattr(devmem, "release_cached", lambda: None)
+    killed: list[int] = []
+    monkeypatch.setattr(spares.sandbox, "kill_once", killed.append)
+    gave: list = []
+
+    class Starting(Kid):
+        def __init__(self, *_a, **_kw):
+            super().__init__(False)
+            self.proc = type("P", (), {"pid": 4242, "poll": lambda s: None})()
+
+        def wait_ready(self, gate=None, timeout_s=None):
+            gate()()  # through the device gate: its context is being made
+            gave.append(pool.give_back_idle())  # a big job needs the room meanwhile
+            raise ChildFailed("crash", "the process was killed at its start")  # what the killed start reads
+
+    monkeypatch.setattr(spares, "spawn", lambda make: Starting())
+    levels = (pool.level, list(pool.level_notes))
+    try:
+        pool._start_one(False, background=True)
+        raise AssertionError("the stopped start must not come back as a spare")
+    except spares.StoppedForRoom:
+        pass
+    assert killed == [4242] and gave[0]["processes"] == 1 and gave[0]["holdings"][0]["pid"] == 4242
+    assert (pool.level, pool.level_notes) == levels and not pool._past_gate and not pool._stopped_for_room

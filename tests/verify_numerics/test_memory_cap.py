@@ -209,7 +209,7 @@ def test_a_lean_case_judged_one_run_at_a_time_gives_the_record_of_the_full_judge
                 "plan": {"pristine": False}, "reference_precision": "native", "notes": []}
 
     cand = _Cand(a, b)
-    monkeypatch.setattr(devplan, "outputs_on_host", lambda i, o, factor: host)
+    monkeypatch.setattr(devplan, "outputs_on_host", lambda i, o, factor, work: host)
     moved, leaves = [], case_mod._leaves
     monkeypatch.setattr(case_mod, "_leaves", lambda obj, device, *r: moved.append(device) or leaves(obj, device, *r))
     lean = _lean_case(task, "small", 0, case(), cand, 1e18, "cpu", "test", None, None, False)
