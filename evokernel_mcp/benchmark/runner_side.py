@@ -117,14 +117,14 @@ def _probe_check(arms: Arms, ref, shape: str, seed: int, case: dict, hi: bool, l
 def _sampled(arms: Arms, ref, samples: list, seed: int, hi: bool, staged: bool = False,
              host: bool = False, chunk: int | None = None) -> dict[str, Any] | None:
     """Outputs kept from random timed repetitions, checked against the reference on the same inputs (staged: the
-    sample's inputs on the host while the reference gets its copy; host: the reference's outputs arrive there)."""
+    sample's inputs and outputs on the host while the reference runs; host: the reference's outputs arrive there)."""
     if not samples:
         return None
     worst: dict[str, Any] = {"passed": True, "checked": 0}
     while samples:
         s = samples.pop(0)
         if staged:
-            s["inputs"] = on_host(s["inputs"])
+            s = on_host(s)
             trim_between_cases()
         exp = expected(arms, ref, s["inputs"], seed, hi, staged, host)
         chk = _check(arms.task, s["outputs"] if len(s["outputs"]) != 1 else s["outputs"][0], exp, arms.dev,
@@ -160,8 +160,7 @@ def _bench_shape(arms: Arms, ref, shape: str, seed: int, opt: dict, progress, gp
     i_b, o_b = _nbytes(case["inputs"]), _nbytes(case["native"])
     n_pool, sample = (2 if i_b <= POOL_FULL_BYTES or not gpu else 1), (2 if i_b + o_b <= POOL_FULL_BYTES else 1)
     big = gpu and i_b + o_b > BIG_BENCH_BYTES
-    staged = big and host_staged(i_b, o_b)
-    host = big and outputs_on_host(i_b, o_b, settings.get().memory_factor, case.get("workspace_bytes"))
+    host, staged = _on_host(big, i_b, o_b, case)
     chunk = LEAN_CHUNK if big else None  # every check's judge blocks (float64: 8 arrays of 16 M elements are 1 GiB)
     trim = release_cached if big else trim_between_cases  # a big shape's runner keeps no cache between its steps
     hand = big and ctx is not None and arms.base_is_reference
@@ -227,6 +226,16 @@ def _bench_shape(arms: Arms, ref, shape: str, seed: int, opt: dict, progress, gp
     out["check_probe"] = _probe_check(arms, ref, shape, seed, case, hi, limit, staged, host, chunk)
     trim()
     return out
+
+
+def _on_host(big: bool, i_b: int, o_b: int, case: dict) -> tuple[bool, bool]:
+    """(host, staged) for a shape of i_b bytes of inputs and o_b of outputs. host: the reference's outputs of every
+    check arrive in host memory (devplan.outputs_on_host). staged: the runner's copies of the inputs wait there while
+    it passes them on, and a check's outputs while the reference runs its forward: a big shape whose inputs are most
+    of its bytes (devplan.host_staged), or one whose checks' outputs are on the host (a transposed convolution's arm
+    took 4.1 GB at its first call beside the runner's inputs)."""
+    host = big and outputs_on_host(i_b, o_b, settings.get().memory_factor, case.get("workspace_bytes"))
+    return host, big and (host_staged(i_b, o_b) or host)
 
 
 def _probe_bar(arms: Arms, ref, case: dict, pool: list, seed: int, gpu: bool = False):
@@ -353,7 +362,7 @@ def _confirm(ctx: RunnerContext, payload: BenchmarkRequest, task: Task, ref, sha
             bar = _probe_bar(arms, ref, case, pool, s2, gpu)
         with quiet():  # the children are taken and loaded first: only the timing holds spares back
             timed = interleave(arms, case, pool, s2, opt, lambda *a: None, gpu, bar, sample=0, release_inputs=big,
-                                staged=big and host_staged(_nbytes(case["inputs"]), _nbytes(case["native"])))
+                                staged=_on_host(big, _nbytes(case["inputs"]), _nbytes(case["native"]), case)[1])
         return {"rounds": timed["rounds"], "timer": timed["candidate"].get("timer"),
                 "runner_bound": timed.get("runner_bound"), "check_probes": timed.get("check_probes")}
     except ChildFailed as e:

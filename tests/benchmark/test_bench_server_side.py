@@ -345,7 +345,8 @@ def test_a_capped_shapes_checks_take_the_references_outputs_to_the_host_where_a_
     """A shape of 1-2 GB whose outputs are most of its bytes (a convolution's: 50 MB in, 980 MB out): the reference's
     outputs for every post-timing check arrive in host memory and are judged there block by block, so the runner never
     holds them beside the candidate's on the device (54_conv_standard_3D's runner held 3.3 GB beyond its context at
-    the checks on an H100). A shape whose two output copies fit its cap, or a small one, keeps the device copy. A big
+    the checks on an H100), and the candidate's outputs and each check's inputs wait on the host while the reference
+    runs its forward. A shape whose two output copies fit its cap, or a small one, keeps the device copy. A big
     shape's every check judges in lean blocks (the probe check's default blocks were 1 GiB of float64)."""
     import torch
 
@@ -370,6 +371,9 @@ def test_a_capped_shapes_checks_take_the_references_outputs_to_the_host_where_a_
     monkeypatch.setattr(runner_side, "interleave", lambda *a, **kw: {"rounds": {}, "runner_bound": None, "samples": []})
     monkeypatch.setattr(runner_side, "room_for_arms", room)
     monkeypatch.setattr(runner_side, "_probe_bar", lambda *a, **kw: None)
+    staged: list = []  # what waits on the host (the stand-in's tensors are meta: recorded, not copied)
+    monkeypatch.setattr(runner_side, "on_host", lambda x: staged.append("got") or x)
+    monkeypatch.setattr(arms_mod, "on_host", lambda x: staged.append("inputs") or x)
     chunks: list = []
     monkeypatch.setattr(runner_side, "_check", lambda *a, **kw: chunks.append(kw.get("chunk")) or
                         judged.append(kw.get("ref_in_place")) or {"passed": 1})
@@ -381,4 +385,6 @@ def test_a_capped_shapes_checks_take_the_references_outputs_to_the_host_where_a_
     assert len(where) == 3 and len(judged) == 3, "refill, fresh and probe checks"
     assert set(where) == {"expected to cpu" if on_host else "expected to None"} and set(judged) == {on_host}
     big = in_mb + out_mb > 1000
+    assert (staged.count("got"), staged.count("inputs")) == ((2, 3) if on_host else (0, 0)), \
+        "a host shape is staged too: the candidate's outputs of a check wait on the host while the reference runs"
     assert set(chunks) == {LEAN_CHUNK if big else None}, "a big shape's every check judges in lean blocks (probe too)"
