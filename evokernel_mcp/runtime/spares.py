@@ -396,6 +396,9 @@ class Spares(RefCache, Retiring):
             self._stopped_for_room.update(c.proc.pid for c in making)
         for c in making:
             sandbox.kill_once(c.proc.pid)
+        end = time.monotonic() + 3.0  # their contexts gone before the job's data is made (their threads reap them)
+        while any(sandbox.descendants(c.proc.pid) for c in making) and time.monotonic() < end:
+            time.sleep(0.02)
         gone = [Holding(role="spare", pid=c.proc.pid, bytes=CONTEXT_BYTES_ASSUMED, source="assumed (a CUDA context)")
                 for c in spares + making] + \
                [Holding(role="cached reference", pid=c.proc.pid, bytes=CONTEXT_BYTES_ASSUMED,

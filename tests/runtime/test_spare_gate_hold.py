@@ -166,6 +166,7 @@ def test_a_start_making_its_context_when_a_big_job_gives_the_room_back_is_stoppe
     monkeypatch.setattr(devmem, "release_cached", lambda: None)
     killed: list[int] = []
     monkeypatch.setattr(spares.sandbox, "kill_once", killed.append)
+    monkeypatch.setattr(spares.sandbox, "descendants", lambda pid: [] if pid in killed else [pid + 1])
     gave: list = []
 
     class Starting(Kid):
