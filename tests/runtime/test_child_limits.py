@@ -213,14 +213,14 @@ def test_a_child_joins_its_own_cgroup_with_the_caps_where_this_host_has_one(use_
 
 
 def test_the_memory_plan_sees_the_per_process_limit():
-    """verify's plan (sides._host_free) counts RLIMIT_DATA: a case too big for the limit is planned for it (or
+    """verify's plan (refplan._host_free) counts RLIMIT_DATA: a case too big for the limit is planned for it (or
     refused as too_big with the sizes) instead of running into the limit."""
     import subprocess
     import sys
 
-    code = ("import resource\nfrom evokernel_mcp.verify import sides\n"
+    code = ("import resource\nfrom evokernel_mcp.verify import refplan\n"
             "resource.setrlimit(resource.RLIMIT_DATA, (1 << 30, resource.RLIM_INFINITY))\n"
-            "print(sides._host_free())\n")
+            "print(refplan._host_free())\n")
     free = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     assert 0 < free < 1 << 30
 

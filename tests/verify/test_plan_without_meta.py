@@ -10,7 +10,7 @@ import pytest
 from evokernel_mcp import candidate as cand
 from evokernel_mcp.runtime.child import Loaded
 from evokernel_mcp.tasks import get_task, task_from_reference
-from evokernel_mcp.verify import draws, memory, sides
+from evokernel_mcp.verify import draws, memory, refplan, sides
 
 
 @pytest.fixture
@@ -75,7 +75,7 @@ def test_kernelbench_case_near_the_budget_runs_the_meta_forward(tmp_path, meta_c
 def test_outputs_past_the_bound_are_planned_again_before_the_float64_copy(tmp_path, meta_calls, monkeypatch):
     # 40 MB free: the bound's plan keeps the float64 copy; the real outputs (8 MB, three copies, 16 MB in float64)
     # leave room for the native reference only
-    monkeypatch.setattr(sides, "_host_free", lambda: 40 << 20)
+    monkeypatch.setattr(refplan, "_host_free", lambda: 40 << 20)
     loaded, shape = _kb(KB_REPEAT, tmp_path, "kbbig")
     case = sides.ref_case(loaded, {"shape": shape, "seed": 1, "hi": True})
     assert meta_calls == []
@@ -84,7 +84,7 @@ def test_outputs_past_the_bound_are_planned_again_before_the_float64_copy(tmp_pa
 
 
 def test_outputs_past_the_bound_that_do_not_fit_at_all_are_too_big(tmp_path, meta_calls, monkeypatch):
-    monkeypatch.setattr(sides, "_host_free", lambda: 20 << 20)
+    monkeypatch.setattr(refplan, "_host_free", lambda: 20 << 20)
     loaded, shape = _kb(KB_REPEAT, tmp_path, "kbhuge")
     with pytest.raises(sides.TooBig, match="does not fit"):
         sides.ref_case(loaded, {"shape": shape, "seed": 1, "hi": True})

@@ -10,7 +10,7 @@ import torch
 from refcase import run_case, same_and_perturbed
 
 from evokernel_mcp.kb_candidates import same_code
-from evokernel_mcp.verify import bar, memory, refout, sides
+from evokernel_mcp.verify import bar, memory, refout, refplan, sides
 
 HEAD = "import torch\nimport torch.nn as nn\n"
 TAIL = '''
@@ -132,7 +132,7 @@ def test_a_float64_copy_that_does_not_fit_the_plan_falls_back_to_the_native_refe
     est = memory.estimate_case(memory.specs_of([x]), memory.specs_of([torch.empty(8, 20)]), ref_hi=True, clones=4)
     workspace = memory.JUDGE_ARRAYS * 8 * memory.MIN_CHUNK
     free = int((est.base_bytes + workspace + est.ref_hi_bytes // 2) / memory.HEADROOM)  # without float64 only
-    monkeypatch.setattr(sides, "_host_free", lambda: free)
+    monkeypatch.setattr(refplan, "_host_free", lambda: free)
     same, pert = same_and_perturbed(NO_FLOAT64.replace("x.to(torch.float32)", "x"), tmp_path, "tight")
     assert same["reference_precision"].startswith("native (the float64 copy does not fit"), same
     assert same["passed"] is True and same["reference"] == "native"
@@ -158,7 +158,7 @@ def _tight(monkeypatch, n_in: int, n_out: int, fraction: float) -> None:
                                ref_hi=True, clones=4)
     workspace = memory.JUDGE_ARRAYS * 8 * memory.MIN_CHUNK
     free = int((est.base_bytes + workspace + fraction * est.ref_hi_bytes) / memory.HEADROOM)
-    monkeypatch.setattr(sides, "_host_free", lambda: free)
+    monkeypatch.setattr(refplan, "_host_free", lambda: free)
 
 
 def test_without_room_for_float64_pytorchs_error_is_measured_on_a_sample_of_the_batch(tmp_path, monkeypatch):
@@ -281,7 +281,7 @@ def test_within_a_memory_cap_the_float64_sample_fits_what_the_cap_leaves_and_is_
     least one sample where the cap leaves nothing: the spread then comes from that sample run twice, not from a second
     full forward. Without a cap, no room still means no sample."""
     from evokernel_mcp.verify.memory import Plan
-    from evokernel_mcp.verify.sides import _sample_room
+    from evokernel_mcp.verify.refplan import _sample_room
 
     class Counting(torch.nn.Module):
         def __init__(self):
