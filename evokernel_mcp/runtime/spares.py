@@ -132,6 +132,7 @@ class Spares(RefCache, Retiring, Hold):
                 finally:
                     with self._lock:
                         self._past_gate.discard(child)
+                self._stopped_for_room.discard(child.proc.pid)  # a start that was ready before the give-back's kill
                 child.start_s = time.monotonic() - t0
                 kernel_cache.save_driver(child.scratch)  # no agent code has reached it yet
                 if child.triton_key and not self._triton_key:  # likewise: later spares skip hashing Triton
