@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from evokernel_mcp.benchmark import probes, settle, timing
+from evokernel_mcp.benchmark import probes, settle, timing, warmup
 from evokernel_mcp.benchmark.timing import TimingOptions
 
 ENQUEUE_PROBES = 4  # calls (with their checks) whose host enqueue cost sizes the GPU sleep ahead of a block
@@ -86,8 +86,8 @@ class BlockTimer:
         return call
 
     def warm_up(self) -> int:
-        """Warm up by time (timing.warm_up_by_time), then (GPU) calibrate the activity clock once."""
-        n, per_call = timing.warm_up_by_time(self.calls, timing.warmup_budget_s(self.opt), self.api["sync"])
+        """Warm up by time (warmup.warm_up_by_time), then (GPU) calibrate the activity clock once."""
+        n, per_call = warmup.warm_up_by_time(self.calls, warmup.warmup_budget_s(self.opt), self.api["sync"])
         self.warmup_calls, self.host_per_rep_s = n, per_call
         if self.gpu:
             self.cycles_per_ms = timing.sleep_cycles_per_ms(self.api)

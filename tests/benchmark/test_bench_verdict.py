@@ -13,7 +13,7 @@ import torch
 from fakegpu import recording_session
 
 from evokernel_mcp.benchmark import activity as act
-from evokernel_mcp.benchmark import clocks, results, settle, stats, timing, verdict
+from evokernel_mcp.benchmark import clocks, results, settle, stats, timing, verdict, warmup
 from evokernel_mcp.benchmark.blocks import BlockTimer
 from evokernel_mcp.benchmark.models import Clocks
 from evokernel_mcp.tasks import load_task
@@ -318,7 +318,7 @@ def test_warm_up_by_time_is_bounded_by_time_not_count():
     def slow():
         n["c"] += 1
         time.sleep(0.02)
-    calls, last = timing.warm_up_by_time([slow], budget_s=0.05, sync=lambda: None)
+    calls, last = warmup.warm_up_by_time([slow], budget_s=0.05, sync=lambda: None)
     assert 2 <= calls <= 6 and n["c"] == calls and last > 0
     opt = timing.TimingOptions(max_time_s=1.0, warmup_ms=500)
-    assert timing.warmup_budget_s(opt) == pytest.approx(0.05)
+    assert warmup.warmup_budget_s(opt) == pytest.approx(0.05)
