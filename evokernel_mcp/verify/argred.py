@@ -1,6 +1,6 @@
 """Which integer outputs of a reference are arg-reductions, found by behaviour in the reference child (the indices
 select the max or min of a floating input along a dim: argmax/argmin, torch.max(x, dim).indices ...). Such an output
-is judged by the values its indices select (verify/bar.judge_arg_reduction), since ties are legal."""
+is judged by the values its indices select (verify/argjudge.judge_arg_reduction), since ties are legal."""
 
 from __future__ import annotations
 

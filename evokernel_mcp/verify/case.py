@@ -6,7 +6,7 @@ paired by verify/outputs.py; this file decides pass/fail and writes the case rec
 
 Arg-reductions are found by behaviour in the reference child (verify/argred.arg_reductions): an integer
 output whose indices select the max (min) of a floating input along a dim is judged with
-bar.judge_arg_reduction on that input, so a tie broken differently passes.
+argjudge.judge_arg_reduction on that input, so a tie broken differently passes.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from evokernel_mcp.tasks import Task
-from evokernel_mcp.verify.bar import DEFAULT_CHUNK, judge_arg_reduction, preset_of
+from evokernel_mcp.verify.argjudge import judge_arg_reduction
+from evokernel_mcp.verify.bar import DEFAULT_CHUNK, preset_of
 from evokernel_mcp.verify.bar import judge as bar_judge
 
 NUMBERS = ("max_abs_err", "max_rel_err", "rel_l2_err", "calc_diff", "torch_max_abs_err", "floor_abs_err", "rms_ref",

@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from evokernel_mcp.verify.bar import DEFAULT_TOL, effective_tolerance, judge, judge_arg_reduction, preset_of
+from evokernel_mcp.verify.argjudge import judge_arg_reduction
+from evokernel_mcp.verify.bar import DEFAULT_TOL, effective_tolerance, judge, preset_of
 from evokernel_mcp.verify.probe import signed_probe_inputs
 
 
