@@ -43,7 +43,7 @@ PyTorch's own result, < 1 more accurate than PyTorch, > 1 less (None without a f
 PyTorch is exact and the candidate is not).
 
 Integer and bool outputs: exact match. Arg-reductions (argmax/argmin, ties legal): the values the
-indices select are compared, `judge_arg_reduction`.
+indices select are compared (argjudge.py: `judge_arg_reduction`).
 
 Unwritten detection: the caller passes `unwritten`, a bool mask (same shape) of elements that still
 hold the poison after the candidate ran; each one is a mismatch and is counted.
