@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from evokernel_mcp import settings
 from evokernel_mcp.paths import sub_state_dir
 from evokernel_mcp.runtime import courier, frames, kernel_cache, limits, pycache, safefs, sandbox
-from evokernel_mcp.runtime.childerr import CHILD_KINDS, ChildFailed
+from evokernel_mcp.runtime.childerr import CHILD_KINDS, ChildFailed, out_of_device_memory
 from evokernel_mcp.runtime.messages import (
     CHILD_REPLY,
     CHILD_REQUEST,
@@ -195,11 +195,11 @@ class Child:
             raise ChildFailed("crash", f"the process running {what} {self._how()}", self._tails()) from e
         except frames.FrameError as e:
             self.kill()
-            if _out_of_device_memory(e):  # our own receive found no device memory: not the peer's doing
+            if out_of_device_memory(e):  # our own receive found no device memory: not the peer's doing
                 raise ChildFailed("oom", f"receiving the reply to {what} failed on the runner's side: {e}") from e
             raise ChildFailed("bad_candidate", f"protocol violation during {what}: {e}") from e
         except RuntimeError as e:
-            if not _out_of_device_memory(e, itself=True):
+            if not out_of_device_memory(e, itself=True):
                 raise
             self.kill()  # the fds of the rest of the message are unread: the channel is out of step
             raise ChildFailed("oom", f"receiving the reply to {what} failed on the runner's side: "
@@ -390,26 +390,6 @@ class Child:
             self._close_captures()
             shutil.rmtree(self.scratch, ignore_errors=True)
         return finish
-
-
-def _out_of_device_memory(e: BaseException, itself: bool = False) -> bool:
-    """A FrameError caused by our own device allocation failing (the courier's VMM import or copy, torch's
-    allocator): judged by the exception types along the cause chain, never by text the peer could have put in
-    a header (a dtype name, a shape)."""
-    import sys
-
-    from evokernel_mcp.runtime.cuda_vmm import VmmError
-    from evokernel_mcp.runtime.protocol import classify_text
-
-    torch = sys.modules.get("torch")
-    oom_type = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
-    seen = e if itself else e.__cause__
-    while seen is not None:
-        if (oom_type is not None and isinstance(seen, oom_type)) or \
-                (isinstance(seen, VmmError) and classify_text(str(seen)) == "oom"):
-            return True
-        seen = seen.__cause__
-    return False
 
 
 CAPTURE_NAMES = ("stdout.txt", "stderr.txt", ".boot.log")

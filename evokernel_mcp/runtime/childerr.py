@@ -1,4 +1,5 @@
-"""How a sandboxed child failed, as the runner sees it (runtime/child_proc.py raises it)."""
+"""How a sandboxed child failed, as the runner sees it (runtime/child_proc.py raises it), and whether a failed receive
+was our own device running out of memory (out_of_device_memory)."""
 
 from __future__ import annotations
 
@@ -28,3 +29,23 @@ class ChildFailed(Exception):
     def info(self) -> dict[str, Any]:
         out = {"kind": self.kind, "message": self.message, "detail": self.detail}
         return out | ({"role": self.role} if self.role else {}) | ({"limit": self.limit} if self.limit else {})
+
+
+def out_of_device_memory(e: BaseException, itself: bool = False) -> bool:
+    """A FrameError caused by our own device allocation failing (the courier's VMM import or copy, torch's
+    allocator): judged by the exception types along the cause chain, never by text the peer could have put in
+    a header (a dtype name, a shape)."""
+    import sys
+
+    from evokernel_mcp.runtime.cuda_vmm import VmmError
+    from evokernel_mcp.runtime.protocol import classify_text
+
+    torch = sys.modules.get("torch")
+    oom_type = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
+    seen = e if itself else e.__cause__
+    while seen is not None:
+        if (oom_type is not None and isinstance(seen, oom_type)) or \
+                (isinstance(seen, VmmError) and classify_text(str(seen)) == "oom"):
+            return True
+        seen = seen.__cause__
+    return False

@@ -267,7 +267,7 @@ def test_a_child_out_of_device_memory_is_stopped_so_no_cache_hands_it_to_the_nex
 
 
 def test_our_own_receive_out_of_device_memory_is_oom_on_the_runners_side_never_the_peers_protocol_violation():
-    from evokernel_mcp.runtime.child_proc import _out_of_device_memory
+    from evokernel_mcp.runtime.childerr import out_of_device_memory
     from evokernel_mcp.runtime.courier import CourierError
     from evokernel_mcp.runtime.cuda_vmm import VmmError
     from evokernel_mcp.runtime.frames import FrameError
@@ -278,11 +278,11 @@ def test_our_own_receive_out_of_device_memory_is_oom_on_the_runners_side_never_t
         return errs[-1]
 
     ours = chain(VmmError("cuMemCreate failed: CUDA error 2 (out of memory)"), CourierError("x"), FrameError("y"))
-    assert _out_of_device_memory(ours)
+    assert out_of_device_memory(ours)
     forged = FrameError("tensor dtype 'out of memory' is not allowed")  # text the peer chose
-    assert not _out_of_device_memory(forged)
+    assert not out_of_device_memory(forged)
     other = chain(VmmError("cuMemMap failed: CUDA error 1 (invalid argument)"), CourierError("x"), FrameError("y"))
-    assert not _out_of_device_memory(other)
+    assert not out_of_device_memory(other)
     torch = pytest.importorskip("torch")
-    assert _out_of_device_memory(torch.OutOfMemoryError("CUDA out of memory"), itself=True)
-    assert not _out_of_device_memory(RuntimeError("out of memory"), itself=True), "only the allocator's own type"
+    assert out_of_device_memory(torch.OutOfMemoryError("CUDA out of memory"), itself=True)
+    assert not out_of_device_memory(RuntimeError("out of memory"), itself=True), "only the allocator's own type"
