@@ -147,7 +147,7 @@ class EvoServer(MCPServer):
 
     # ---------------------------------------------------------------- tools/call
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> CallToolResult:
-        from evokernel_mcp.runtime.jobs import CALL_SCOPE, CallScope
+        from evokernel_mcp.runtime.jobmodels import CALL_SCOPE, CallScope
 
         tool = self._tool_manager.get_tool(name)
         if tool is None:
