@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from evokernel_mcp.runtime import sandbox
+from evokernel_mcp.runtime import proctree, sandbox
 from evokernel_mcp.runtime.child_proc import Child, note
 
 
@@ -77,10 +77,11 @@ class Hold:
             # start ended (a second or two, through a 1 GB job's peak); their start threads see the end and drop them
             making, self._past_gate = list(self._past_gate), set()
             self._stopped_for_room.update(c.proc.pid for c in making)
+        victims = [v for c in making for v in (c.proc.pid, *proctree.descendants(c.proc.pid))]
         for c in making:
             sandbox.kill_once(c.proc.pid)
         end = time.monotonic() + 3.0  # their contexts gone before the job's data is made (their threads reap them)
-        while any(sandbox.descendants(c.proc.pid) for c in making) and time.monotonic() < end:
+        while proctree.running(victims) and time.monotonic() < end:
             time.sleep(0.02)
         gone = [Holding(role="spare", pid=c.proc.pid, bytes=CONTEXT_BYTES_ASSUMED, source="assumed (a CUDA context)")
                 for c in spares + making] + \

@@ -36,6 +36,20 @@ def descendants(pid: int, zombies: bool = False) -> list[int]:
     return out
 
 
+def running(pids: list[int]) -> list[int]:
+    """Those of pids that still run: neither gone nor zombies (a zombie's device memory is already released)."""
+    out = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                state = f.read().decode(errors="replace").rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("Z", "X"):
+            out.append(pid)
+    return out
+
+
 def name_self(role: str) -> None:
     """Name this process after its role ('evk-runner', 'evk-spare', 'evk-reference', 'evk-candidate': what ps,
     top and a sweep's per-process device memory show). prctl(PR_SET_NAME), which a non-dumpable process may

@@ -166,7 +166,10 @@ def test_a_start_making_its_context_when_a_big_job_gives_the_room_back_is_stoppe
     monkeypatch.setattr(devmem, "release_cached", lambda: None)
     killed: list[int] = []
     monkeypatch.setattr(spares.sandbox, "kill_once", killed.append)
-    monkeypatch.setattr(spares.sandbox, "descendants", lambda pid: [] if pid in killed else [pid + 1])
+    from evokernel_mcp.runtime import proctree
+
+    monkeypatch.setattr(proctree, "descendants", lambda pid: [pid + 1])  # its python under the sandbox's process
+    monkeypatch.setattr(proctree, "running", lambda pids: [] if killed else list(pids))
     gave: list = []
 
     class Starting(Kid):
@@ -188,3 +191,24 @@ def test_a_start_making_its_context_when_a_big_job_gives_the_room_back_is_stoppe
         pass
     assert killed == [4242] and gave[0]["processes"] == 1 and gave[0]["holdings"][0]["pid"] == 4242
     assert (pool.level, pool.level_notes) == levels and not pool._past_gate and not pool._stopped_for_room
+
+
+def test_a_killed_process_reads_as_not_running_once_it_is_a_zombie_or_gone():
+    """proctree.running, which the give-back waits on: a process runs until it is killed; its zombie (device memory
+    already released by the driver) and its absence both read as not running."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from evokernel_mcp.runtime import proctree
+
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert proctree.running([p.pid]) == [p.pid]
+        os.kill(p.pid, signal.SIGKILL)
+        assert _until(lambda: not proctree.running([p.pid])), "a zombie (not reaped yet) does not run"
+    finally:
+        p.kill()
+        p.wait()
+    assert proctree.running([p.pid]) == []
