@@ -138,15 +138,16 @@ def test_a_take_during_a_big_job_lets_one_held_start_through_not_every_one(monke
     """Each start let through makes a context of 0.4 GiB during the job's peak: one per take that needs it."""
     pool, _ = _pool(monkeypatch, n=0)
     _hold(pool, monkeypatch)
-    kid, first, second = Kid(False), [], []
-    a = _gated_start(pool, first, kid)
-    b = _gated_start(pool, second)
+    kids, first, second = [Kid(False), Kid(False)], [], []
+    a = _gated_start(pool, first, kids[0])
+    b = _gated_start(pool, second, kids[1])
     assert _until(lambda: pool._gated == 2)
     got: list = []
     taker = RealThread(target=lambda: got.append(pool.take("verify")), daemon=True)
     taker.start()
     assert _until(lambda: len(first) + len(second) == 1)
     taker.join(20)
+    assert got and got[0] in kids
     time.sleep(0.3)
     assert len(first) + len(second) == 1 and pool._gated == 1, "the other start still waits at the gate"
     pool.end_hold()
