@@ -30,8 +30,7 @@ def room_for_arms(ctx, arms, ref, case: dict, room: dict, refill_sets: int = 1, 
 
     i, o = _nbytes(case["inputs"]), _nbytes(case["native"])
     per_rep = devplan.per_rep_check_bytes(i, o)  # a per-repetition output check's device bytes per arm
-    work = case.get("workspace_bytes")
-    work = work if isinstance(work, int) and not isinstance(work, bool) and work > 0 else 0
+    work = devplan.reported_bytes(case.get("workspace_bytes"))
 
     # the runner, the reference (unless it hands over) and each arm hold a context: counted against the job's cap
     cap = devplan.data_cap(i + o, settings.get().memory_factor, (1 if hand_over else 2) + 2 + (arms.ctrl is not None))

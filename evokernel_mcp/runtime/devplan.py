@@ -55,6 +55,11 @@ def data_cap(own_bytes: int, factor: float, processes: int) -> int | None:
     return max(0, int(factor * own_bytes) - processes * CONTEXT_BYTES_ASSUMED)
 
 
+def reported_bytes(x: Any) -> int:
+    """A byte count a child reported (agent code's process: anything but a non-negative int reads as 0)."""
+    return x if isinstance(x, int) and not isinstance(x, bool) and x > 0 else 0
+
+
 def outputs_on_host(input_bytes: int, output_bytes: int, factor: float, workspace_bytes: Any = 0) -> bool:
     """Whether the runner keeps the reference's outputs of a check in host memory, judging them block by block
     (verify's lean case, the benchmark's post-timing checks): where its device copy beside the candidate's inputs,
@@ -63,8 +68,7 @@ def outputs_on_host(input_bytes: int, output_bytes: int, factor: float, workspac
     processes' contexts counted): a job of 1-2 GB whose outputs are most of its bytes (a convolution's). Elsewhere
     the device copy stays: the host round trip costs a copy each way of every check."""
     cap = data_cap(input_bytes + output_bytes, factor, 3)
-    work = workspace_bytes if isinstance(workspace_bytes, int) and not isinstance(workspace_bytes, bool) else 0
-    return cap is not None and input_bytes + 2 * output_bytes + max(0, work) > cap
+    return cap is not None and input_bytes + 2 * output_bytes + reported_bytes(workspace_bytes) > cap
 
 
 def _gb(n: float) -> str:
