@@ -17,7 +17,11 @@ memory while the problem ran, sampled every 0.2 s in a thread:
   own_bytes          the problem's own bytes: its inputs + its outputs (shapes from meta tensors, no data)
   floor_bytes        its inputs + the peak of the tensors PyTorch's own forward makes (verify/forward_peak.py,
                      forwards on meta tensors: a lower bound of the reference process's need, no context)
-and the distributions of peak_ours / own and peak_ours / floor over the problems whose own bytes exceed 1 GB.
+  peak_one_child_mib the largest reading of one reference or candidate child (PyTorch's forward as our children
+                     run it, context included); others_at_least_mib = peak_ours - it: what the runner, the idle
+                     arm or child and spares held at least at our peak (bench/gpu_memory.py)
+and the distributions of peak_ours / own, peak_ours / floor and one child / own over the problems whose own bytes
+exceed 1 GB, with the problems over 3x broken down.
 `--ballast-gb N` starts a separate process holding N GB of the device (torch.empty) for the sweep's duration:
 every problem must then run or say too_big/oom cleanly (the summary counts the error kinds; none may be crash).
 Writes bench/results/kernelbench_sweep_<device>_<date>[_part-i-of-n].{md,json} (and a copy under $OUT)
@@ -33,9 +37,7 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -44,165 +46,7 @@ import anyio
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-
-def _tree(root: int) -> set[int]:
-    """root and every descendant (ppid links from /proc: the runner, its sandboxed children, their children)."""
-    kids: dict[int, list[int]] = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        kids.setdefault(ppid, []).append(int(d))
-    out, todo = set(), [root]
-    while todo:
-        p = todo.pop()
-        if p not in out:
-            out.add(p)
-            todo += kids.get(p, [])
-    return out
-
-
-def _comm(pid: int) -> str:
-    """The process's name: our runner and children name themselves after their role (evk-runner, evk-spare,
-    evk-reference, evk-candidate: runtime/proctree.name_self)."""
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
-    except OSError:
-        return "?"
-
-
-def per_process_mib() -> dict[int, float] | None:
-    """{pid: device MiB} of every compute process (pynvml where installed, else nvidia-smi); None without either."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        out: dict[int, float] = {}
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
-                out[p.pid] = out.get(p.pid, 0.0) + (p.usedGpuMemory or 0) / 2**20
-        return out
-    except Exception:  # noqa: BLE001 - not installed, or no NVML: nvidia-smi
-        pass
-    if not shutil.which("nvidia-smi"):
-        return None
-    try:
-        text = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                              capture_output=True, text=True, timeout=5).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    out = {}
-    for line in text.splitlines():
-        parts = [x.strip() for x in line.split(",")]
-        if len(parts) == 2 and parts[0].isdigit():
-            try:
-                out[int(parts[0])] = out.get(int(parts[0]), 0.0) + float(parts[1])
-            except ValueError:
-                continue
-    return out
-
-
-def ours_mib(readings: dict[int, float], tree: set[int], exclude: set[int]) -> float | None:
-    """Device MiB of our processes together (None when no reading is of a process of ours)."""
-    mine = [v for pid, v in readings.items() if pid in tree and pid not in exclude]
-    return sum(mine) if mine else None
-
-
-class GpuMemSampler:
-    """Peaks sampled in a thread: the device's used memory (nvidia-smi / amd-smi, the whole device) and the sum
-    over our own processes (per_process_mib filtered to this process's tree, `exclude` left out)."""
-
-    def __init__(self, period_s: float = 0.2, exclude: set[int] | None = None, timeline: bool = False):
-        self.period_s, self.peak_mib, self.peak_ours_mib, self._stop = period_s, None, None, threading.Event()
-        self.timeline: list | None = [] if timeline else None  # [unix s, phase, ours MiB, {name:pid: MiB}]
-        self.exclude = exclude or set()
-        self.phase = "start"  # set by the sweep before each call: the peak of our processes is kept per phase
-        self.by_phase: dict[str, dict] = {}  # {phase: {"peak_mib", "processes": [[name, MiB] of ours at it]}}
-        self.tool = "nvidia-smi" if shutil.which("nvidia-smi") else None
-
-    def _read(self) -> float | None:
-        try:
-            out = subprocess.run([self.tool, "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                                 capture_output=True, text=True, timeout=5).stdout
-            return max(float(x) for x in out.split())
-        except (OSError, ValueError, subprocess.SubprocessError):
-            return None
-
-    def _loop(self) -> None:
-        me = os.getpid()
-        while not self._stop.is_set():
-            v = self._read()
-            if v is not None:
-                self.peak_mib = v if self.peak_mib is None else max(self.peak_mib, v)
-            per = per_process_mib()
-            tree = _tree(me)
-            o = ours_mib(per, tree, self.exclude) if per else None
-            if o is not None:
-                self.peak_ours_mib = o if self.peak_ours_mib is None else max(self.peak_ours_mib, o)
-                ph = self.by_phase.get(self.phase)
-                if ph is None or o > ph["peak_mib"]:
-                    mine = sorted(((_comm(pid), v) for pid, v in per.items() if pid in tree and pid not in self.exclude),
-                                  key=lambda x: -x[1])
-                    self.by_phase[self.phase] = {"peak_mib": o, "processes": mine}
-                if self.timeline is not None:
-                    roles = {f"{_comm(pid)}:{pid}": v for pid, v in per.items() if pid in tree and pid not in self.exclude}
-                    self.timeline.append([round(time.time(), 2), self.phase, o, roles])
-            self._stop.wait(self.period_s)
-
-    def __enter__(self) -> "GpuMemSampler":
-        if self.tool:
-            self._t = threading.Thread(target=self._loop, daemon=True)
-            self._t.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        if self.tool:
-            self._t.join(timeout=10)
-
-
-BALLAST = """
-import sys, torch
-x = torch.empty(int(float(sys.argv[1]) * 1e9), dtype=torch.uint8, device="cuda")
-x.fill_(1)
-torch.cuda.synchronize()
-print("ready", flush=True)
-sys.stdin.read()  # held until the sweep closes our stdin (or ends)
-"""
-
-
-class Ballast:
-    """A separate process holding `gb` GB of the device (torch.empty) for the sweep's duration."""
-
-    def __init__(self, gb: float):
-        self.gb, self.proc = gb, None
-
-    def __enter__(self) -> "Ballast":
-        if self.gb > 0:
-            self.proc = subprocess.Popen([sys.executable, "-c", BALLAST, str(self.gb)], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, text=True)
-            if self.proc.stdout.readline().strip() != "ready":
-                raise SystemExit(f"the ballast process could not hold {self.gb} GB of the device")
-            print(f"ballast: process {self.proc.pid} holds {self.gb} GB of the device", flush=True)
-        return self
-
-    @property
-    def pids(self) -> set[int]:
-        return {self.proc.pid} if self.proc else set()
-
-    def __exit__(self, *exc) -> None:
-        if self.proc:
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+from bench.gpu_memory import Ballast, GpuMemSampler, timeline_busiest_child_mib  # noqa: E402
 
 
 def problem_bytes(src: str, overrides: dict | None = None) -> dict:
@@ -241,11 +85,26 @@ def _with_floor(r: dict) -> dict:
     return {**r, "peak_over_floor": round(p * 2**20 / f, 2) if f and p else None}
 
 
-def ratio_summary(rows: list, min_own: int = 10**9, over: str = "own_bytes") -> dict:
-    """Distribution of peak_ours / `over` (own_bytes, or floor_bytes) over the problems whose own bytes exceed
-    min_own."""
-    rs = sorted(r["peak_ours_mib"] * 2**20 / r[over] for r in rows
-                if r.get("own_bytes") and r["own_bytes"] > min_own and r.get("peak_ours_mib") and r.get(over))
+def _with_one_child(r: dict) -> dict:
+    """The row with the one-child figures: peak_one_child_mib (the largest reading of one reference or candidate
+    process: PyTorch's forward as one of our children runs it, its CUDA context included; from the timeline where
+    an older row lacks it), one_child_over_own, and others_at_least_mib = peak of ours - that reading (at our
+    peak, the processes other than the busiest child held at least this much: the runner, the idle arm or
+    child, spares)."""
+    one = r.get("peak_one_child_mib")
+    if one is None and r.get("timeline"):
+        one = timeline_busiest_child_mib(r["timeline"])
+    own, ours = r.get("own_bytes"), r.get("peak_ours_mib")
+    return {**r, "peak_one_child_mib": one,
+            "one_child_over_own": round(one * 2**20 / own, 2) if one and own else None,
+            "others_at_least_mib": round(ours - one) if one and ours else None}
+
+
+def ratio_summary(rows: list, min_own: int = 10**9, over: str = "own_bytes", num: str = "peak_ours_mib") -> dict:
+    """Distribution of `num` (peak_ours_mib, or peak_one_child_mib) / `over` (own_bytes, or floor_bytes) over the
+    problems whose own bytes exceed min_own."""
+    rs = sorted(r[num] * 2**20 / r[over] for r in rows
+                if r.get("own_bytes") and r["own_bytes"] > min_own and r.get(num) and r.get(over))
     if not rs:
         return {"n": 0}
 
@@ -361,9 +220,10 @@ async def sweep(files: list[Path], seeds: int, max_time_s: float, scale: int, be
                 # memory over what was used before the sweep began (the ballast's share and others' left out)
                 row["peak_ours_mib"] = mem.peak_mib - start_mib
                 row["peak_ours_source"] = "device used minus used at the sweep's start"
+            row["peak_one_child_mib"] = mem.peak_one_child_mib
             row["peak_over_own"] = (round(row["peak_ours_mib"] * 2**20 / row["own_bytes"], 2)
                                     if row["peak_ours_mib"] and row["own_bytes"] else None)
-            row = _with_floor(row)
+            row = _with_floor(_with_one_child(row))
             row["wall_s"] = round(time.perf_counter() - t_all, 2)
             sc = row["benchmark"].get("speedup_ci") if bench else None
             row["ok"] = (row["same"]["passed"] is True and row["perturbed"]["passed"] is False
@@ -405,10 +265,15 @@ def _markdown(meta: dict, rows: list) -> str:
              "tensors, a lower bound; no CUDA context); floor / own bytes, problems over 1 GB: "
              f"{json.dumps(meta.get('floor_over_own_over_1gb') or {})}; peak of our processes / the floor: "
              f"{json.dumps(meta.get('peak_over_floor_over_1gb') or {})}", "",
+             "one child: the largest reading of one reference or candidate process (PyTorch's forward as one of our "
+             "children runs it, its CUDA context included) / own bytes, problems over 1 GB: "
+             f"{json.dumps(meta.get('one_child_over_own_over_1gb') or {})}; the problems over 3x: one child alone / "
+             "own bytes, and what our other processes (the runner, the idle arm or child, spares) held at least at "
+             f"our peak: {json.dumps(meta.get('over_3x_breakdown') or {})}", "",
              "| problem | same-code | perturbed | benchmark | speedup [CI] | own MB | floor MB | peak ours MiB | "
-             "ours/own | ours/floor | peak ours by phase GiB (verify/perturbed/benchmark) | peak GPU MiB | wall s | "
-             "error |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "ours/own | ours/floor | one child MiB | peak ours by phase GiB (verify/perturbed/benchmark) | "
+             "peak GPU MiB | wall s | error |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         b = r.get("benchmark") or {}
         ci = b.get("speedup_ci")
@@ -419,7 +284,8 @@ def _markdown(meta: dict, rows: list) -> str:
                      f"({b.get('wall_s', '-')} s) | {sp} | "
                      f"{round(r['own_bytes'] / 1e6) if r.get('own_bytes') else '-'} | "
                      f"{round(r['floor_bytes'] / 1e6) if r.get('floor_bytes') else '-'} | {r.get('peak_ours_mib')} | "
-                     f"{r.get('peak_over_own')} | {r.get('peak_over_floor')} | {_phases(r)} | {r['peak_gpu_mem_mib']} | "
+                     f"{r.get('peak_over_own')} | {r.get('peak_over_floor')} | {r.get('peak_one_child_mib') or '-'} | "
+                     f"{_phases(r)} | {r['peak_gpu_mem_mib']} | "
                      f"{r['wall_s']} | "
                      f"{str(err)[:160].replace('|', '/')} |")
     return "\n".join(lines) + "\n"
@@ -483,7 +349,21 @@ def _write(stem: str, meta: dict, rows: list) -> None:
 
 def _summaries(rows: list) -> dict:
     return {"peak_over_own_over_1gb": ratio_summary(rows), "peak_over_floor_over_1gb": ratio_summary(rows, over=
-            "floor_bytes"), "floor_over_own_over_1gb": _floor_summary(rows), "error_kinds": kinds_summary(rows)}
+            "floor_bytes"), "floor_over_own_over_1gb": _floor_summary(rows),
+            "one_child_over_own_over_1gb": ratio_summary(rows, num="peak_one_child_mib"),
+            "over_3x_breakdown": over_3x_breakdown(rows), "error_kinds": kinds_summary(rows)}
+
+
+def over_3x_breakdown(rows: list, min_own: int = 10**9) -> dict:
+    """For the problems over 1 GB whose peak of ours passes 3x their own bytes: how far one child alone went
+    (one_child_over_own, sorted) and what the other processes held at least at our peak (others_at_least_mib)."""
+    over = [r for r in rows if r.get("own_bytes") and r["own_bytes"] > min_own and (r.get("peak_over_own") or 0) > 3
+            and r.get("one_child_over_own")]
+    extra = sorted(r["others_at_least_mib"] for r in over)
+    return {"n": len(over), "one_child_over_own": sorted(r["one_child_over_own"] for r in over),
+            "one_child_over_2_5x": sum(r["one_child_over_own"] > 2.5 for r in over),
+            "others_at_least_mib": {"min": extra[0], "median": extra[len(extra) // 2], "max": extra[-1]}
+            if extra else None}
 
 
 def _floor_summary(rows: list) -> dict:
@@ -498,7 +378,8 @@ def _floor_summary(rows: list) -> dict:
 
 def combine(paths: list[Path], tag: str, kb: Path | None = None) -> None:
     """One table from the parts (each run in its own device call); a problem run twice keeps its last row. A row
-    without floor_bytes (an older run) gets it from the problem's file in `kb` (meta tensors, on this host)."""
+    without floor_bytes (an older run) gets it from the problem's file in `kb` (meta tensors, on this host).
+    Timelines are read for the one-child figures, then left in the parts' own files."""
     metas, by_problem = [], {}
     for p in paths:
         d = json.loads(p.read_text())
@@ -508,7 +389,9 @@ def combine(paths: list[Path], tag: str, kb: Path | None = None) -> None:
     for name, r in by_problem.items():
         if "floor_bytes" not in r and kb is not None and (kb / name).is_file():
             r["floor_bytes"] = problem_bytes((kb / name).read_text(), r.get("overrides"))["floor_bytes"]
-        by_problem[name] = _with_floor(r)
+        r = _with_floor(_with_one_child(r))
+        r.pop("timeline", None)  # it stays in the run's own file
+        by_problem[name] = r
     rows = sorted(by_problem.values(), key=lambda r: int(r["problem"].split("_")[0]))
     m0 = metas[-1]  # the newest run names the table (device, date)
     meta = {**m0, "problems": len(rows), "ok": sum(r["ok"] for r in rows), "wall_s": sum(m["wall_s"] for m in metas),
