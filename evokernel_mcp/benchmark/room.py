@@ -9,6 +9,7 @@ from typing import Any
 from evokernel_mcp import settings
 from evokernel_mcp.runtime.devmem import map_tensors, trim_between_cases
 from evokernel_mcp.runtime.spares import ChildFailed
+from evokernel_mcp.verify.refplan import _host_free
 from evokernel_mcp.verify.runner_side import _nbytes
 
 
@@ -39,7 +40,7 @@ def room_for_arms(ctx, arms, ref, case: dict, room: dict, refill_sets: int = 1, 
         free, total = torch.cuda.mem_get_info()
         return devplan.plan_benchmark(i, o, free, total, arms.ctrl is not None, refill_sets, sample_size,
                                       per_rep, overrides=hint, reclaimed=freed, workspace_bytes=min(work, total),
-                                      cap=cap, can_park=can_park)
+                                      cap=cap, can_park=can_park, park_big=can_park and _host_free() >= 4 * i)
 
     p = plan()
     full = (p.control == (arms.ctrl is not None) and p.refill_sets == refill_sets and p.sample_size == sample_size

@@ -281,14 +281,24 @@ PARK_CAP_NOTE = (f"the arms take turns on the device (the job's memory cap: the 
 # inputs up to this size also park to keep within the job's soft cap (not only where the free memory is short): a
 # shape of 1-2.5 GB otherwise holds two arms' inputs beside the CUDA contexts, over 3x its own bytes however lean its
 # plan, and each switch of arms copies only its inputs out and back (the 15 level-1 problems of 1-2.2 GB: their
-# benchmarks 18 % longer on an H100; a 4-13 GB shape's two to five times as long)
+# benchmarks 18 % longer on an H100; a 4-13 GB shape's two to five times as long). Bigger inputs park for the cap
+# only where even one turn of lean arms is over it (_one_turn_bytes: a loss's 8 GiB of temporaries beside the idle
+# arm's 8 GiB of inputs), not where the plan's every-arm figure alone is (an elementwise shape's 6 GiB outputs)
 PARK_FOR_CAP_BYTES = 5 << 29
+
+
+def _one_turn_bytes(i: int, o: int, n_arms: int, work: int, runner_keeps: bool, margin: bool) -> int:
+    """What the leanest unparked plan holds on the device while one lean arm runs its block: every arm's inputs, the
+    running arm's outputs and working memory alone (a lean arm gives its cache back between its blocks: blocks.py
+    give_back), the transfer margin, less the runner's device copy of the outputs where it let it go."""
+    return (n_arms * i + 2 * o + max(0, work) + (i if margin and not host_staged(i, o) else 0)
+            - (0 if runner_keeps else o))
 
 
 def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | None, control: bool,
                    refill_sets: int, sample_size: int, per_rep_check_bytes: int = 0,
                    overrides: dict | None = None, reclaimed: int = 0, workspace_bytes: int = 0,
-                   cap: int | None = None, can_park: bool = False) -> BenchPlan:
+                   cap: int | None = None, can_park: bool = False, park_big: bool = False) -> BenchPlan:
     """The fullest benchmark that fits in what is free (and within `cap`, data_cap's bytes, where set): as asked; else,
     one cut at a time, no refill pool (the post-timing refill check still catches caching by address), no
     control arm (the noise floor then is the least band of two processes: stats.least_floor), no sampled
@@ -296,8 +306,9 @@ def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | 
     the leanest that fits what is free; where even that does not fit, the leanest with its arms parked
     (`can_park`: a big shape's lean arms, no graph replay: one arm's data on the device at a time, each switch
     of arms copying it out and back, which made a big shape's benchmark two to five times as long on an H100, so
-    it is the last resort, and a way under the soft cap only for inputs of at most PARK_FOR_CAP_BYTES); else
-    too_big with the bytes of the leanest plan, the device's and the overrides."""
+    it is the last resort, and a way under the soft cap only for inputs of at most PARK_FOR_CAP_BYTES, or, with
+    `park_big` (the host holds every arm's inputs twice over), bigger ones whose one turn of lean arms is over the cap:
+    _one_turn_bytes); else too_big with the bytes of the leanest plan, the device's and the overrides."""
     i, o = max(0, input_bytes), max(0, output_bytes)
     keeps = i + o <= BIG_BENCH_BYTES
     # (control arm, refill sets, sampled repetitions, transfer margin, the note saying what this step cut)
@@ -317,7 +328,10 @@ def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | 
                       "the runner's copies of their inputs"))
     if can_park:  # the last resort (a control arm would make every block a switch of arms)
         steps.append((False, 0, 0, steps[-1][3], PARK_NOTE))
-    park_for_cap = can_park and cap is not None and i <= PARK_FOR_CAP_BYTES
+    lean = steps[-2] if can_park else steps[-1]  # the leanest step short of parking
+    park_for_cap = can_park and cap is not None and (
+        i <= PARK_FOR_CAP_BYTES or park_big and _one_turn_bytes(i, o, 2, work=workspace_bytes, runner_keeps=keeps,
+                                                                margin=lean[3]) > cap)
     notes: list[str] = []
     if not keeps:
         notes.append(f"the runner let its device copy of the reference's outputs ({_gb(o)}) go before timing"

@@ -247,8 +247,9 @@ def test_a_big_shape_parks_its_arms_only_where_nothing_else_fits_what_is_free():
 def test_a_shape_of_about_1_gb_parks_its_arms_to_keep_within_the_cap_where_a_bigger_one_runs_over_it():
     """6_Matmul_with_large_K_dimension_ (1.07 GB of inputs, a small output) on an 80 GB card: two arms holding the
     inputs beside three CUDA contexts are over 3x its own bytes however lean the plan, and a switch of arms copies
-    only about a gigabyte out and back, so its arms take turns, saying why; inputs over PARK_FOR_CAP_BYTES still
-    run unparked over the soft cap (parking made a 4-13 GB shape's benchmark two to five times as long)."""
+    only about a gigabyte out and back, so its arms take turns, saying why; inputs over PARK_FOR_CAP_BYTES run
+    unparked over the soft cap (parking made a 4-13 GB shape's benchmark two to five times as long) unless the
+    host holds their copies (park_big) and even one turn of lean arms is over the cap (the next test)."""
     from evokernel_mcp.runtime.devplan import PARK_CAP_NOTE, PARK_FOR_CAP_BYTES, PARK_NOTE, data_cap, plan_benchmark
 
     gib = 2**30
@@ -263,3 +264,26 @@ def test_a_shape_of_about_1_gb_parks_its_arms_to_keep_within_the_cap_where_a_big
                        can_park=True)  # its forward's temporaries as big as its inputs: over the cap
     assert not q.park_idle_arms and q.needed_bytes > (q.cap_bytes or 0), "over the soft cap, unparked"
     assert plan_benchmark(1 << 20, o, 75 * gib, 80 * gib, True, 1, 1, cap=None, can_park=True).park_idle_arms is False
+
+
+def test_big_inputs_park_for_the_cap_only_where_one_turn_of_lean_arms_is_over_it():
+    """94_MSELoss on an 80 GB card: 8 GiB of inputs, a scalar output, and 8 GiB of temporaries in its forward. Lean
+    arms give their cache back between blocks, so while one arm runs, the other holds its inputs alone: 8 + 8 + 8
+    GiB, over the cap (3 x 8 GiB less three contexts); with the host able to hold the copies (park_big) its arms
+    take turns. 19_ReLU (6 GiB in, 6 GiB out, no temporaries): one turn is 6 + 6 + 2 x 6 - 6 (the runner's outputs
+    let go) = 18 GiB, under the cap, so it stays unparked however the plan's every-arm figure reads."""
+    from evokernel_mcp.runtime.devplan import PARK_CAP_NOTE, data_cap, plan_benchmark
+
+    gib = 2**30
+    loss_i, loss_o = 8 * gib, 4
+    cap = data_cap(loss_i + loss_o, 3.0, 3)
+    loss = plan_benchmark(loss_i, loss_o, 75 * gib, 80 * gib, True, 1, 1, workspace_bytes=8 * gib, cap=cap,
+                          can_park=True, park_big=True)
+    assert loss.park_idle_arms and PARK_CAP_NOTE in loss.notes and loss.too_big is None
+    assert loss.parts["arms"] + loss.parts["arms' working memory"] <= cap, "one arm's data at a time, within the cap"
+    no_host = plan_benchmark(loss_i, loss_o, 75 * gib, 80 * gib, True, 1, 1, workspace_bytes=8 * gib, cap=cap,
+                             can_park=True)
+    assert not no_host.park_idle_arms, "without room on the host for the parked copies: unparked, over the soft cap"
+    relu = plan_benchmark(6 * gib, 6 * gib, 75 * gib, 80 * gib, True, 1, 1, workspace_bytes=0,
+                          cap=data_cap(12 * gib, 3.0, 3), can_park=True, park_big=True)
+    assert not relu.park_idle_arms and relu.too_big is None
