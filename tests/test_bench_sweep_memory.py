@@ -57,3 +57,26 @@ def test_over_3x_breakdown_counts_only_big_problems_over_3x():
     assert b["others_at_least_mib"] == {"min": 1050, "median": 2300, "max": 9000}
     assert over_3x_breakdown(rows[3:5]) == {"n": 0, "one_child_over_own": [], "one_child_over_2_5x": 0,
                                             "others_at_least_mib": None}
+
+
+def test_design_floor_table_sets_each_problem_beside_pytorch_alone():
+    """bench/child_memory.compare: PyTorch alone (its reserved peak + one context) and the design floor (+ two more
+    contexts) per problem over 1 GB, and the within-3x count where the floor allows it."""
+    from bench.child_memory import CONTEXT_MIB, compare
+
+    sweep = [{"problem": "a.py", "own_bytes": 1 * GIB, "peak_ours_mib": 2800.0},  # within 3x, floor allows
+             {"problem": "b.py", "own_bytes": 1 * GIB, "peak_ours_mib": 3500.0},  # over, floor allows
+             {"problem": "c.py", "own_bytes": 1 * GIB, "peak_ours_mib": 4000.0},  # over, the floor too
+             {"problem": "small.py", "own_bytes": 10**8, "peak_ours_mib": 900.0},  # not over 1 GB
+             {"problem": "unmeasured.py", "own_bytes": 2 * GIB, "peak_ours_mib": 9000.0}]
+    alone = [{"problem": "a.py", "plain": {"reserved_mib": 1024}}, {"problem": "b.py", "plain": {"reserved_mib": 1024}},
+             {"problem": "c.py", "plain": {"reserved_mib": 2100}}, {"problem": "small.py", "plain": {"reserved_mib": 90}},
+             {"problem": "unmeasured.py", "error": "oom"}]
+    out = compare(sweep, alone)
+    assert [r["problem"] for r in out["rows"]] == ["a.py", "b.py", "c.py"]
+    c = out["rows"][2]
+    assert c["alone_over_own"] == round((2100 + CONTEXT_MIB) / 1024, 2)
+    assert c["floor_over_own"] == round((2100 + 3 * CONTEXT_MIB) / 1024, 2) > 3
+    s = out["summary"]
+    assert s["n"] == 3 and s["within_3x"] == 1 and s["floor_over_3x"] == ["c.py"] and s["alone_over_3x"] == []
+    assert s["where_floor_allows"] == {"n": 2, "within_3x": 1, "over": ["b.py"]}
