@@ -39,15 +39,8 @@ import stat
 import time
 from typing import Any
 
-from evokernel_mcp.runtime.devmem import release_cached
-
 THRESHOLD = 1 << 20  # bytes: smaller tensors stay in the pipe
 ARENA_BYTES = 64 << 20  # 0: a VMM allocation per tensor
-# an export of a tensor this big first gives the sender's idle allocator cache back (devmem.release_cached): the
-# export's copy is a driver allocation beside that cache, and after a convolution's forward the cache holds its
-# freed cuDNN working memory (1-1.7 GiB of 1-2 GB level-1 problems): the reference's process read its inputs' bytes
-# above PyTorch alone for the same forward (68, 69, 74 on an H100: +0.5 GiB)
-EXPORT_RELEASE_BYTES = 256 << 20
 _ALIGN = 512  # bytes: each tensor's offset in the arena
 _CHUNK = 1 << 30
 _TAG = 8  # bytes of sequence number sent with each fd
@@ -212,8 +205,6 @@ class Courier:
         from evokernel_mcp.runtime import cuda_vmm
         from evokernel_mcp.runtime.protocol import classify_text
 
-        if t.numel() * t.element_size() >= EXPORT_RELEASE_BYTES:
-            release_cached()  # the export's copy takes the room a forward's freed working memory left cached
         for attempt in (0, 1):
             try:
                 self._exported = cuda_vmm.export(t)

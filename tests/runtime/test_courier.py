@@ -460,34 +460,3 @@ def test_received_bytes_that_do_not_make_the_announced_shape_are_refused_as_befo
     for shape in ([4, 3], [4, 5]):  # fewer elements than the bytes hold, or more
         with pytest.raises(RuntimeError):
             _typed(raw, torch.float32, shape)
-
-
-class _Big:
-    """A CUDA tensor's size, no device: what _no_room_for_export reads before it exports."""
-
-    def __init__(self, nbytes: int):
-        self.n = nbytes
-
-    def numel(self) -> int:
-        return self.n
-
-    def element_size(self) -> int:
-        return 1
-
-
-def test_an_export_of_a_big_tensor_gives_the_idle_allocator_cache_back_first(monkeypatch):
-    """The export's copy is a driver allocation beside the sender's allocator cache: for a tensor of at least
-    EXPORT_RELEASE_BYTES the cache goes back first (a convolution's freed working memory), for a small one it stays."""
-    from evokernel_mcp.runtime import cuda_vmm
-
-    calls = []
-    monkeypatch.setattr(courier, "release_cached", lambda *a: calls.append("release"))
-    monkeypatch.setattr(cuda_vmm, "export", lambda t: calls.append("export") or (0, t.numel(), None))
-    a, b = socket.socketpair()
-    with a, b:
-        tx = courier.Courier(a)
-        assert tx._no_room_for_export(_Big(courier.EXPORT_RELEASE_BYTES)) is False
-        assert calls == ["release", "export"]
-        calls.clear()
-        assert tx._no_room_for_export(_Big(courier.EXPORT_RELEASE_BYTES - 1)) is False
-        assert calls == ["export"]
