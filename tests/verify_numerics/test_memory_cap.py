@@ -397,3 +397,54 @@ def test_a_nan_anywhere_in_a_big_output_is_found_block_by_block(monkeypatch):
     x[999] = float("nan")  # the last, partial block
     assert has_nan([x], "cpu") is True and has_nan([x.view(10, 100).t()], "cpu") is True
     assert has_nan([torch.zeros(0)], "cpu") is False
+
+
+def _digest_on_the_host(t, block_elems):
+    """The digest as two sums of per-block sums in Python integers (no wrapping until the end)."""
+    from evokernel_mcp.verify.compare import _WEIGHT, _bits
+
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    x = _bits(t).reshape(-1)
+    plain = weighted = 0
+    for s in range(0, x.numel(), block_elems):
+        blk = x[s:s + block_elems].to(torch.int64)
+        pos = torch.arange(s, s + blk.numel(), dtype=torch.int64) * _WEIGHT + 1
+        plain += int(blk.sum())
+        weighted += int((blk * pos).sum())
+    return plain % (1 << 64), weighted % (1 << 64)
+
+
+@pytest.mark.parametrize("t", [torch.randn(10_007), torch.randn(3001, dtype=torch.float64),
+                               torch.randint(-2**62, 2**62, (4099,), dtype=torch.int64),
+                               torch.randn(77, 5, dtype=torch.complex128), torch.randn(999).to(torch.float16)])
+def test_a_digest_summed_on_the_device_is_the_host_sum_of_its_blocks_mod_2_64(t):
+    """The sums wrap in int64 where the tensor is and are read once: the same values as summing each block's sums
+    in Python integers (int64 near 2**62 overflows within a block and across blocks); an 8-byte input, which the
+    digest reads in place, is left as it was."""
+    kept = t.clone()
+    assert digest(t, block_elems=1000) == _digest_on_the_host(t, 1000) == _digest_on_the_host(t, 1 << 24)
+    assert torch.equal(t, kept)
+
+
+def test_a_digest_makes_no_temporary_bigger_than_one_small_block():
+    """A digest runs just before a forward, and the allocator keeps what it freed: its temporaries are at most
+    16 MiB each (DIGEST_BLOCK_ELEMS int64s), whatever the tensor's size (32 MiB here)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from evokernel_mcp.verify.compare import DIGEST_BLOCK_ELEMS
+
+    sizes = []
+
+    class Sizes(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for o in out if isinstance(out, (tuple, list)) else [out]:
+                if isinstance(o, torch.Tensor) and o.untyped_storage().data_ptr() != x.untyped_storage().data_ptr():
+                    sizes.append(o.numel() * o.element_size())
+            return out
+
+    x = torch.randn(1 << 23)
+    with Sizes():
+        digest(x)
+    assert sizes and max(sizes) <= 8 * DIGEST_BLOCK_ELEMS == 16 << 20
