@@ -40,7 +40,7 @@ def room_for_arms(ctx, arms, ref, case: dict, room: dict, refill_sets: int = 1, 
         free, total = torch.cuda.mem_get_info()
         return devplan.plan_benchmark(i, o, free, total, arms.ctrl is not None, refill_sets, sample_size,
                                       per_rep, overrides=hint, reclaimed=freed, workspace_bytes=min(work, total),
-                                      cap=cap, can_park=can_park, park_big=can_park and _host_free() >= 4 * i)
+                                      cap=cap, can_park=can_park, park_big=can_park and host_holds_parked(i))
 
     p = plan()
     full = (p.control == (arms.ctrl is not None) and p.refill_sets == refill_sets and p.sample_size == sample_size
@@ -63,6 +63,16 @@ def room_for_arms(ctx, arms, ref, case: dict, room: dict, refill_sets: int = 1, 
     room.setdefault("notes", []).extend(p.notes)
     room["plan"] = p
     return p
+
+
+def host_holds_parked(input_bytes: int) -> bool:
+    """Whether the host has room for a big shape's parked inputs (devplan.plan_benchmark's park_big): four times
+    them free to this process (two arms' copies, twice over), and each arm's process allowed twice them
+    (limits.memory_bytes: its parked copy is pinned host memory of its own)."""
+    from evokernel_mcp.runtime import limits
+
+    allowed = limits.memory_bytes()
+    return _host_free() >= 4 * input_bytes and (allowed is None or allowed >= 2 * input_bytes)
 
 
 NO_CONTROL_NOTE = ("control arm left out (the job's memory cap: three arms' inputs are over it): the noise floor is the "

@@ -287,3 +287,20 @@ def test_big_inputs_park_for_the_cap_only_where_one_turn_of_lean_arms_is_over_it
     relu = plan_benchmark(6 * gib, 6 * gib, 75 * gib, 80 * gib, True, 1, 1, workspace_bytes=0,
                           cap=data_cap(12 * gib, 3.0, 3), can_park=True, park_big=True)
     assert not relu.park_idle_arms and relu.too_big is None
+
+
+def test_a_big_shape_parks_for_the_cap_only_where_the_host_and_each_arm_may_hold_its_inputs(monkeypatch):
+    """The parked copies are pinned host memory in each arm's process: four times the inputs free to the runner,
+    and each arm's memory limit at least twice them (a user's child_memory of 4G keeps an 8 GiB shape unparked)."""
+    from evokernel_mcp.benchmark import room
+    from evokernel_mcp.runtime import limits
+
+    gib = 2**30
+    monkeypatch.setattr(room, "_host_free", lambda: 64 * gib)
+    monkeypatch.setattr(limits, "memory_bytes", lambda: 32 * gib)
+    assert room.host_holds_parked(8 * gib)
+    assert not room.host_holds_parked(17 * gib), "the host's free memory is under 4x the inputs"
+    monkeypatch.setattr(limits, "memory_bytes", lambda: 4 * gib)
+    assert not room.host_holds_parked(8 * gib), "an arm may not hold its parked copy"
+    monkeypatch.setattr(limits, "memory_bytes", lambda: None)
+    assert room.host_holds_parked(8 * gib), "no limit on the children"
