@@ -55,8 +55,9 @@ _WEIGHT = 0x9E3779B97F4A7C15 - (1 << 64)  # an odd 64-bit multiplier (as int64):
 
 # a digest's blocks: its temporaries (the block as int64, the positions' weights, their product) are 16 MiB each.
 # It runs just before a forward (the inputs' digest in the reference's and the candidate's processes), and the
-# allocator keeps what it freed cached: blocks of BLOCK_ELEMS left 0.5 GiB of 128 MiB pieces there that the forward's
-# outputs and working memory could not use (68, 69, 74 of level 1: the reference 0.5 GiB above PyTorch alone)
+# allocator keeps what it freed cached: blocks of BLOCK_ELEMS could leave up to 0.5 GiB of 128 MiB pieces there that
+# a forward's outputs and working memory cannot use (the likely cause, inferred not measured, of the reference's
+# process reading 0.5 GiB above PyTorch alone for 68, 69 and 74 of KernelBench level 1 on an H100)
 DIGEST_BLOCK_ELEMS = 1 << 21
 
 
