@@ -11,7 +11,7 @@ from typing import Any
 from evokernel_mcp.benchmark.bound import common_host_per_rep, cushion_ms, runner_bound
 from evokernel_mcp.benchmark.room import meta
 from evokernel_mcp.runtime import cpus
-from evokernel_mcp.runtime.devmem import on_host, release_cached, trim_between_cases
+from evokernel_mcp.runtime.devmem import on_host, release_cached
 from evokernel_mcp.runtime.proctree import tree_cpu
 from evokernel_mcp.runtime.spares import handed_over, note, wall_deadline
 from evokernel_mcp.tasks import Task
@@ -57,11 +57,12 @@ class Arms:
 
     def inputs(self, ref, req: dict[str, Any], staged: bool) -> Any:
         """A case's inputs made by the reference (op "case", inputs_only); staged (devplan.host_staged): moved to the
-        host (pinned) once here, so that the runner holds no device copy while it passes them on."""
+        host (pinned) once here, so that the runner holds no device copy while it passes them on, nor the cached
+        block it came in (a staged shape is big: trim_between_cases would keep up to 512 MiB of it)."""
         x = self.ask(ref, {**req, "op": "case", "inputs_only": True}, max_bytes=1 << 42)["inputs"]
         if staged:
             x = on_host(x)
-            trim_between_cases()
+            release_cached()
         return x
 
 
@@ -99,7 +100,7 @@ def _run_dict(run, name: str, init: dict, report: dict, gpu: bool, cpu: int | No
 
 def interleave(arms: Arms, case: dict, pool: list, seed: int, opt: dict, progress, gpu: bool,
                 bar=None, sample: int | None = None, release_inputs: bool = False, staged: bool = False,
-                park: bool = False) -> dict:
+                park: bool = False, last_from_host: bool = False) -> dict:
     """Time every arm in interleaved rounds; raw records per arm, the rounds, the sampled outputs, the runner's
     bound on the reported times (runner_bound) and, with a ProbeBar, the check of every repetition's probes.
     sample: timed repetitions the candidate keeps (None: two, one when inputs and outputs are big);
@@ -110,7 +111,9 @@ def interleave(arms: Arms, case: dict, pool: list, seed: int, opt: dict, progres
     arms get theirs (each arm's is made on its device by the hand-over: courier.py), so that two arms' copies,
     not three, are on the device at once; park (devplan.plan_benchmark's park_idle_arms, lean arms only): an arm's
     data waits in its host memory from the end of its set-up and whenever another arm's block is next, so one
-    arm's data is on the device at a time (the ABBA order switches arms about once per round)."""
+    arm's data is on the device at a time (the ABBA order switches arms about once per round); last_from_host
+    (devplan.last_arm_from_host, lean unstaged arms): the runner's copies go to the host before the last arm gets
+    its own, so that arm's first calls run without them beside."""
     from evokernel_mcp.benchmark import probes
     from evokernel_mcp.benchmark.interleave import run_interleaved
     from evokernel_mcp.benchmark.timing import TimingOptions
@@ -122,11 +125,16 @@ def interleave(arms: Arms, case: dict, pool: list, seed: int, opt: dict, progres
     limit = 4 * OUTPUT_SLACK * big + (16 << 20)
     table = probes.position_table(seed) if bar is not None and not gpu else None  # GPU: chunk sums only
     lean = bool(release_inputs and gpu)  # each arm gives its working memory back between its blocks
-    if lean and staged:
-        case["inputs"] = on_host(case["inputs"])
-        pool[:] = [on_host(p) for p in pool]
-        trim_between_cases()
+    if lean and staged:  # the device copies' cached blocks go too, not only up to trim_between_cases's 512 MiB:
+        case["inputs"] = on_host(case["inputs"])  # on an H100 the runner kept a 1-2 GB shape's 512 MiB of inputs
+        pool[:] = [on_host(p) for p in pool]  # cached beside the last arm's first call (3.4x its own bytes, not 3.1x)
+        release_cached()
+    last = list(arms.children())[-1]
     for name, child in arms.children().items():
+        if lean and last_from_host and not staged and name == last:
+            case["inputs"] = on_host(case["inputs"])
+            pool[:] = [on_host(p) for p in pool]
+            release_cached()
         req = {"op": "arm_init", "name": name, "inputs": case["inputs"], "seed": seed,
                "init_inputs": case["init_inputs"], "state": case["state"], "options": opt,
                "sample_size": sample if name == "candidate" else 0,

@@ -33,6 +33,13 @@ def cache_bytes(device: Any) -> tuple[int, int, str]:
     return l2, mall, src
 
 
+def lean_flush_bytes(l2: int, mall: int) -> int | None:
+    """The flush buffer of a lean arm (a shape of more than 1 GB of its own: its inputs alone are many times the
+    caches): twice the caches it evicts, without MIN_FLUSH_BYTES's floor (an H100: 100 MB, not 256 MiB, beside the
+    running arm's forward); None where the L2 size is unknown (the floor stays)."""
+    return 2 * (l2 + mall) if l2 > 0 else None
+
+
 class CacheFlusher:
     """Evicts L2 (+ MALL) with a read-only pass over a buffer written once, so the caches hold clean lines."""
 
@@ -41,9 +48,24 @@ class CacheFlusher:
 
         l2, mall, self.source = cache_bytes(device)
         self.nbytes = int(nbytes or max(2 * (l2 + mall), MIN_FLUSH_BYTES))
-        self.buf = torch.ones(self.nbytes // 4, dtype=torch.float32, device=device)  # the only write pass
+        self.device = device
+        self.buf: Any = None
         self.sink = torch.empty((), dtype=torch.float32, device=device)
-        self.flush()  # evicts the dirty lines left by the fill itself
+        self.restore()
+
+    def restore(self) -> None:
+        """The buffer made (again, after release): written once, then read once, so the caches hold clean lines."""
+        import torch
+
+        if self.buf is None:
+            self.buf = torch.ones(self.nbytes // 4, dtype=torch.float32, device=self.device)  # the only write pass
+            self.flush()  # evicts the dirty lines left by the fill itself
+
+    def release(self) -> None:
+        """The buffer goes (its device memory back once the allocator's cache is emptied): a lean arm between its
+        blocks holds no flush buffer beside the running arm (blocks.BlockTimer.give_back); restore() before the
+        next flush."""
+        self.buf = None
 
     def flush(self) -> None:
         import torch

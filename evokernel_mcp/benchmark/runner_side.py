@@ -27,7 +27,13 @@ from evokernel_mcp.benchmark.work import runner_counts
 from evokernel_mcp.runtime import cpus
 from evokernel_mcp.runtime.context import RunnerContext
 from evokernel_mcp.runtime.devmem import on_host, release_cached, release_host, trim_between_cases
-from evokernel_mcp.runtime.devplan import BIG_BENCH_BYTES, host_staged, outputs_on_host
+from evokernel_mcp.runtime.devplan import (
+    BIG_BENCH_BYTES,
+    host_staged,
+    last_arm_from_host,
+    outputs_on_host,
+    reported_bytes,
+)
 from evokernel_mcp.runtime.spares import ChildFailed, note, wall_deadline
 from evokernel_mcp.tasks import Task
 from evokernel_mcp.verify.memory import LEAN_CHUNK
@@ -106,9 +112,9 @@ def _probe_check(arms: Arms, ref, shape: str, seed: int, case: dict, hi: bool, l
         if e.kind != "exception":
             raise
         return {"passed": None, "note": f"not judged: the reference failed on signed probe inputs ({e})"[:300]}
-    if staged and not host:  # the candidate's run comes first
+    if staged and not host:  # the candidate's run comes first (a staged shape is big: no cached block kept)
         exp["native"] = on_host(exp["native"])
-        trim_between_cases()
+        release_cached()
     got = arms.ask(arms.cand, {"op": "bench_checks", "fresh": x, "init_inputs": case["init_inputs"],
                                "state": case["state"], "seed": seed}, max_bytes=limit, handed=staged)
     return _check(arms.task, got.pop("fresh"), exp, arms.dev, chunk=chunk, ref_in_place=host)
@@ -123,9 +129,9 @@ def _sampled(arms: Arms, ref, samples: list, seed: int, hi: bool, staged: bool =
     worst: dict[str, Any] = {"passed": True, "checked": 0}
     while samples:
         s = samples.pop(0)
-        if staged:
+        if staged:  # (a staged shape is big: its device copies' cached blocks go too)
             s = on_host(s)
-            trim_between_cases()
+            release_cached()
         exp = expected(arms, ref, s["inputs"], seed, hi, staged, host)
         chk = _check(arms.task, s["outputs"] if len(s["outputs"]) != 1 else s["outputs"][0], exp, arms.dev,
                      chunk=chunk, ref_in_place=host)
@@ -182,8 +188,11 @@ def _bench_shape(arms: Arms, ref, shape: str, seed: int, opt: dict, progress, gp
     if hand:
         ref = hand_over(ctx, arms, ref, out)
     t0 = time.monotonic()
+    bplan = room.get("plan")
+    from_host = big and bplan is not None and last_arm_from_host(
+        i_b, o_b, len(arms.children()), reported_bytes(case.get("workspace_bytes")), bplan.cap_bytes)
     timed = interleave(arms, case, pool, seed, opt, progress, gpu, bar, sample=sample, release_inputs=big,
-                        staged=staged, park=park)
+                        staged=staged, park=park, last_from_host=from_host)
     if room.get("plan") is not None:
         out["memory_plan"] = room["plan"].model_dump(exclude={"notes", "too_big"})
     out.update({k: v for k, v in timed.items() if k != "samples"})
@@ -233,8 +242,11 @@ def _on_host(big: bool, i_b: int, o_b: int, case: dict) -> tuple[bool, bool]:
     check arrive in host memory (devplan.outputs_on_host). staged: the runner's copies of the inputs wait there while
     it passes them on, and a check's outputs while the reference runs its forward: a big shape whose inputs are most
     of its bytes (devplan.host_staged), or one whose checks' outputs are on the host (a transposed convolution's arm
-    took 4.1 GB at its first call beside the runner's inputs)."""
-    host = big and outputs_on_host(i_b, o_b, settings.get().memory_factor, case.get("workspace_bytes"))
+    took 4.1 GB at its first call beside the runner's inputs). A check's inputs count beside the reference's forward
+    as its working memory does: the runner holds them there unless staged (41_Max_Pooling_1D on an H100: its 3 GiB
+    of inputs and the candidate's 3 GiB of outputs beside a 12.7 GB forward, 3.2x its own bytes)."""
+    work = reported_bytes(case.get("workspace_bytes")) + i_b
+    host = big and outputs_on_host(i_b, o_b, settings.get().memory_factor, work)
     return host, big and (host_staged(i_b, o_b) or host)
 
 
@@ -354,7 +366,7 @@ def _confirm(ctx: RunnerContext, payload: BenchmarkRequest, task: Task, ref, sha
         big = gpu and _nbytes(case["inputs"]) + _nbytes(case["native"]) > BIG_BENCH_BYTES
         if big:  # nothing here reads the outputs' values: only the arms' copies of the inputs take room
             case["native"] = meta(case["native"])
-            trim_between_cases()
+            release_cached()
         pool, bar = [], None
         if not big:  # the same contents and per-repetition checks as the first run (GPU: refilled between blocks)
             pool = [arms.ask(ref, {"op": "case", "shape": shape, "seed": s2 + 1 + i, "inputs_only": True},

@@ -1,9 +1,9 @@
 """Checks on the calls being timed, run beside the candidate (inside its process), read by the runner.
 
 - settled_check: when a call returns, is its output a plain tensor, and is its work done? A snapshot of the
-  output taken right at return, in stream order on the current stream (a clone), is compared with the
-  output after a full device synchronize and a short sleep. If they differ, work was still writing the
-  output after the call returned: a kernel on a stream the call did not join back, or a background
+  output taken right at return, in stream order on the current stream (a clone; a digest of a big output), is
+  compared with the output after a full device synchronize and a short sleep. If they differ, work was still
+  writing the output after the call returned: a kernel on a stream the call did not join back, or a background
   thread (the timed window missed that work) -> work_pending_at_return.
 - OutputSampler: a seeded reservoir of a few timed repetitions' outputs (and the inputs they used), kept
   as clones for the runner to compare with the reference: a call that knows it is being timed (call-stack
@@ -69,6 +69,33 @@ def _same_whole(a: Any, b: Any) -> bool:
     return bool(torch.equal(a, b))
 
 
+# an output above this is fingerprinted at return by a digest (verify/compare.digest: temporaries of one block)
+# instead of a clone: the clone of a convolution's 1 GB output, beside the output and the comparison's chunks, was
+# the peak of a 1 GB shape's benchmark on an H100 (54_conv_standard_3D: 3.1 GB in the candidate's process)
+FINGERPRINT_CLONE_BYTES = 64 << 20
+
+
+def _at_return(out: Any) -> list[Any]:
+    """What settled_check compares the output with after the synchronize: a clone of each tensor, or for a big one
+    its digest (two sums over its bits, enqueued on the current stream like the clone: the same moment's values)."""
+    import torch
+
+    from evokernel_mcp.verify.compare import digest
+
+    with torch.no_grad():
+        return [(t.shape, t.dtype, digest(t.detach())) if t.numel() * t.element_size() > FINGERPRINT_CLONE_BYTES
+                else t.detach().clone() for t in as_list(out)]
+
+
+def _unchanged(early: Any, late: Any) -> bool:
+    if isinstance(early, tuple):
+        from evokernel_mcp.verify.compare import digest
+
+        shape, dtype, sums = early
+        return late.shape == shape and late.dtype == dtype and digest(late.detach()) == sums
+    return _same(early, late)
+
+
 def settled_check(fn: Callable[..., Any], args: Sequence[Any], sync: Callable[[], None] | None = None,
                   sleep_s: float = SETTLE_SLEEP_S) -> dict[str, Any]:
     """One call of fn(*args), checked at return: {plain_tensor, pending, threads_started, detail}.
@@ -82,14 +109,14 @@ def settled_check(fn: Callable[..., Any], args: Sequence[Any], sync: Callable[[]
         why = not_plain(out)
         if why:
             return {"plain_tensor": False, "pending": None, "threads_started": None, "detail": why}
-        early = _snapshot(out)  # in stream order: sees only what the current stream has finished
+        early = _at_return(out)  # in stream order: sees only what the current stream has finished
     if sync:
         sync()
     time.sleep(sleep_s)
     if sync:
         sync()
     late = as_list(out)
-    changed = [i for i, (a, b) in enumerate(zip(early, late)) if not _same(a, b)]
+    changed = [i for i, (a, b) in enumerate(zip(early, late)) if not _unchanged(a, b)]
     started = [t.name for t in threading.enumerate() if t.ident not in threads0 and t.is_alive()]
     detail = None
     if changed:

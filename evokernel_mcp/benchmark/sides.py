@@ -54,7 +54,7 @@ def arm_init(loaded, req: dict[str, Any]) -> dict[str, Any]:
         if k < want:
             copies_note = (f"{k} timed input set(s) rotated instead of {want}: device memory is short "
                            f"({free / 1e9:.1f} GB free, {_nbytes(inputs) / 1e9:.2f} GB per set)")
-        flusher = flush.CacheFlusher(0)
+        flusher = flush.CacheFlusher(0, flush.lean_flush_bytes(l2, mall) if req.get("lean") else None)
     pool = loaded.__dict__["bench_pool"] = [_to(p, loaded.device) for p in req.get("refill_pool") or []]
     arms = loaded.__dict__.setdefault("arms", {})
     sets = [inputs] + [_clone(inputs) for _ in range(k - 1)]  # the received inputs are this arm's own

@@ -295,6 +295,15 @@ def _one_turn_bytes(i: int, o: int, n_arms: int, work: int, runner_keeps: bool, 
             - (0 if runner_keeps else o))
 
 
+def last_arm_from_host(i: int, o: int, n_arms: int, work: int, cap: int | None) -> bool:
+    """Whether the runner moves its copy of a big shape's inputs to the host before the last arm gets its own (an
+    unstaged shape: host_staged): where one turn of lean arms with that copy beside them is over the job's cap
+    (_one_turn_bytes), so that the last arm's first calls run beside the other arms' inputs alone (41_Max_Pooling_1D
+    on an H100: 3 GiB of the runner's beside a 12.7 GiB first call and the idle arm's 3.3 GiB, 3.3x its own bytes).
+    Elsewhere the device-to-device path stays (a copy each way through the host: seconds for 6 GiB of inputs)."""
+    return cap is not None and _one_turn_bytes(i, o, n_arms, max(0, work), runner_keeps=False, margin=True) > cap
+
+
 def plan_benchmark(input_bytes: int, output_bytes: int, free: int, total: int | None, control: bool,
                    refill_sets: int, sample_size: int, per_rep_check_bytes: int = 0,
                    overrides: dict | None = None, reclaimed: int = 0, workspace_bytes: int = 0,

@@ -204,6 +204,37 @@ def test_settled_check_plain_pending_and_subclass():
     assert settle.settled_check(lambda a: [a, 3.0], [x])["plain_tensor"] is False
 
 
+def test_settled_check_of_a_big_output_keeps_a_digest_not_a_clone_and_still_sees_a_late_write(monkeypatch):
+    """Above FINGERPRINT_CLONE_BYTES the output at return is a digest (no second copy of a 1 GB output beside it);
+    a late write still reads as pending, a swap of two values too (the position-weighted sum)."""
+    monkeypatch.setattr(settle, "FINGERPRINT_CLONE_BYTES", 1024)
+    x = torch.randn(4096)
+    kept = settle._at_return(x * 2)
+    assert isinstance(kept[0], tuple), "a digest, not a tensor"
+    assert settle.settled_check(lambda a: a * 2, [x])["pending"] is False
+
+    def late(change):
+        go, written = threading.Event(), threading.Event()
+
+        def fn(a):
+            out = a * 2
+
+            def finish():
+                go.wait(60)
+                change(out)
+                written.set()
+            threading.Thread(target=finish).start()
+            return out
+
+        def sync():
+            go.set()
+            written.wait(60)
+        return settle.settled_check(fn, [x], sync=sync)
+
+    assert late(lambda o: o.__setitem__(7, o[7] + 1))["pending"] is True
+    assert late(lambda o: o.__setitem__([3, 9], o[[9, 3]].clone()))["pending"] is True, "two values swapped"
+
+
 def test_refill_keeps_addresses_and_changes_values():
     sets = [(torch.zeros(8), 3), (torch.zeros(8), 3)]
     ptrs = [s[0].data_ptr() for s in sets]

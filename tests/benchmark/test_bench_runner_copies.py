@@ -1,0 +1,169 @@
+"""What a big shape's benchmark leaves on the device beside the running arm: an idle lean arm gives its cold-cache
+flush buffer back with its cache; the runner keeps no cached block of inputs it staged on the host; and where its
+device copy of an unstaged shape's inputs beside one turn of lean arms is over the job's cap, that copy goes to the
+host before the last arm gets its own. Fake children and a CPU flush buffer here; the memory itself is measured on
+the GPU by bench/kernelbench_sweep.py."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+
+from evokernel_mcp.benchmark import arms as arms_mod
+from evokernel_mcp.benchmark import flush, sides, timing
+from evokernel_mcp.benchmark.blocks import BlockTimer
+
+
+class _Flusher:
+    def __init__(self, log: list):
+        self.log, self.buf = log, object()
+
+    def release(self):
+        self.log.append("release")
+        self.buf = None
+
+    def restore(self):
+        self.log.append("restore")
+        self.buf = self.buf or object()
+
+    def flush(self):
+        assert self.buf is not None, "a flush with no buffer"
+
+
+def test_a_lean_arm_gives_its_flush_buffer_back_after_each_block_and_makes_it_again_before_the_next(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    log: list = []
+
+    def fn(x):
+        log.append("call")
+        return x + 1
+
+    bt = BlockTimer(fn, [(torch.randn(64),)], timing.TimingOptions(max_time_s=0.1), gpu=False, sample_size=0,
+                    flusher=_Flusher(log))
+    bt.lean = True
+    loaded = SimpleNamespace(arms={"candidate": bt})
+    bt.give_back()
+    assert log == ["release"] and bt.flusher.buf is None, "an idle lean arm holds no flush buffer"
+    log.clear()
+    sides.arm_ready(loaded, {"name": "candidate"})
+    assert log == ["restore", "call"], "the buffer is made again before the untimed call, off the block"
+    sides.arm_block(loaded, {"name": "candidate", "k": 2, "defer": True})
+    sides.arm_times(loaded, {"name": "candidate"})
+    assert log[-1] == "release" and bt.flusher.buf is None, "gone again once the block's times are out"
+    bt.ready()
+    bt.park()
+    assert log[-1] == "release", "a parked arm holds none either"
+    log.clear()
+    bt.lean = False
+    bt.ready()
+    bt.give_back()
+    assert "release" not in log, "an arm that is not lean keeps its buffer"
+
+
+def test_a_released_flush_buffer_comes_back_at_its_size_and_flushes(monkeypatch):
+    monkeypatch.setattr(flush, "cache_bytes", lambda device: (1 << 20, 0, "test"))
+    f = flush.CacheFlusher("cpu")
+    n = f.nbytes
+    assert f.buf is not None and f.buf.numel() * 4 == n == flush.MIN_FLUSH_BYTES
+    f.release()
+    assert f.buf is None
+    f.restore()
+    assert f.buf is not None and f.buf.numel() * 4 == n and float(f.sink) == n // 4
+    kept = f.buf
+    f.restore()
+    assert f.buf is kept, "restore makes a buffer only where there is none"
+
+
+def test_a_lean_arms_flush_buffer_is_twice_the_caches_without_the_floor():
+    mib = 1 << 20
+    assert flush.lean_flush_bytes(50 * mib, 0) == 100 * mib < flush.MIN_FLUSH_BYTES, "an H100's 50 MB L2"
+    assert flush.lean_flush_bytes(4 * mib, 256 * mib) == 520 * mib, "an MI300X: L2 and Infinity Cache"
+    assert flush.lean_flush_bytes(0, 0) is None, "sizes unknown: the floor stays"
+
+
+class _Child:
+    def __init__(self, name: str, log: list):
+        self.name, self.log, self.courier = name, log, None
+
+    def request(self, req, timeout_s, max_bytes, device=None):
+        op = req["op"]
+        self.log.append((self.name, op, req))
+        if op == "arm_init":
+            return {"copies": 1, "event_overhead_ms": None, "host_enqueue_s": 1e-5}
+        if op == "arm_block":
+            self.k = req["k"]
+            return {"ran": req["k"]}
+        if op == "arm_times":
+            return {"times": [1.0] * self.k, "probes": None}
+        if op == "arm_report":
+            return {"samples": [], "marks": {}, "timer": "events"}
+        return {}
+
+
+def _interleave(monkeypatch, *, staged: bool, last_from_host: bool):
+    log: list = []
+    monkeypatch.setattr(arms_mod, "on_host", lambda x: log.append(("runner", "on_host", None)) or
+                        [t.clone() for t in x])
+    monkeypatch.setattr(arms_mod, "release_cached", lambda *a: log.append(("runner", "release_cached", None)))
+    arms = arms_mod.Arms(_Child("candidate", log), _Child("baseline", log), task=None, deadline=1e12, dev="cpu")
+    x = torch.randn(1024)
+    case = {"inputs": [x], "native": [x.clone()], "init_inputs": [], "state": None}
+    opt = {"min_reps": 2, "max_reps": 8, "max_time_s": 0.05}
+    arms_mod.interleave(arms, case, [], 0, opt, lambda *a: None, True, None, sample=0, release_inputs=True,
+                        staged=staged, last_from_host=last_from_host)
+    steps = [(n, op) for n, op, _ in log if op in ("arm_init", "on_host", "release_cached")]
+    inits = [r for _, op, r in log if op == "arm_init"]
+    return steps, inits, x
+
+
+def test_an_unstaged_big_shapes_last_arm_gets_its_inputs_from_the_host_after_the_runner_let_its_copy_go(monkeypatch):
+    steps, inits, x = _interleave(monkeypatch, staged=False, last_from_host=True)
+    assert steps[:4] == [("baseline", "arm_init"), ("runner", "on_host"), ("runner", "release_cached"),
+                         ("candidate", "arm_init")], steps
+    assert inits[0]["inputs"][0] is x and inits[1]["inputs"][0] is not x, "the first arm's copy device to device"
+    steps, inits, x = _interleave(monkeypatch, staged=False, last_from_host=False)
+    assert steps[:2] == [("baseline", "arm_init"), ("candidate", "arm_init")], "elsewhere both device to device"
+    assert all(r["inputs"][0] is x for r in inits)
+
+
+def test_a_staged_shape_leaves_no_cached_block_of_the_inputs_in_the_runner(monkeypatch):
+    steps, inits, x = _interleave(monkeypatch, staged=True, last_from_host=True)
+    assert steps[:4] == [("runner", "on_host"), ("runner", "release_cached"), ("baseline", "arm_init"),
+                         ("candidate", "arm_init")], "staged once, before every arm: not again before the last"
+    emptied = []
+    monkeypatch.setattr(arms_mod, "release_cached", lambda *a: emptied.append(a))
+
+    class Ref:
+        courier = None
+
+        def request(self, req, timeout_s, max_bytes, device=None):
+            return {"inputs": [torch.zeros(2)]}
+
+    arms = arms_mod.Arms(Ref(), Ref(), task=None, deadline=1e12, dev="cpu")
+    arms.inputs(Ref(), {"shape": "s", "seed": 1}, staged=True)
+    assert emptied == [()], "a check's staged inputs: the whole cache given back, not trimmed to 512 MiB"
+
+
+def test_the_runner_moves_its_copy_to_the_host_only_where_one_turn_of_lean_arms_with_it_is_over_the_cap():
+    from evokernel_mcp.runtime.devplan import data_cap, last_arm_from_host
+
+    gib = 2**30
+    # 41_Max_Pooling_1D: 3 GiB in, 3 GiB out, about 6 GiB of the forward's working memory
+    cap = data_cap(6 * gib, 3, 4)
+    assert last_arm_from_host(3 * gib, 3 * gib, 2, 6 * gib, cap)
+    # an activation: 6 GiB in and out, no working memory: one turn with the runner's copy is within its cap
+    assert not last_arm_from_host(6 * gib, 6 * gib, 2, 0, data_cap(12 * gib, 3, 4))
+    assert not last_arm_from_host(3 * gib, 3 * gib, 2, 6 * gib, None), "no cap (a shape of 1 GB or less)"
+
+
+def test_a_checks_inputs_count_beside_the_references_forward_where_the_runner_would_hold_them():
+    """41_Max_Pooling_1D's checks: the runner's 3 GiB of inputs and the candidate's 3 GiB of outputs beside a
+    forward of 3 + 3 + 6 GiB are over its cap, so its checks go through the host (host and staged); an
+    activation's (6 GiB in and out, no working memory) stay on the device."""
+    from evokernel_mcp.benchmark.runner_side import _on_host
+
+    gib = 2**30
+    assert _on_host(True, 3 * gib, 3 * gib, {"workspace_bytes": 6 * gib}) == (True, True)
+    assert _on_host(True, 6 * gib, 6 * gib, {"workspace_bytes": 0}) == (False, False)
+    assert _on_host(False, 3 * gib, 3 * gib, {"workspace_bytes": 6 * gib}) == (False, False), "a small shape"
