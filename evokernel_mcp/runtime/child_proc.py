@@ -79,6 +79,9 @@ class Child:
         # a context with fewer hardware queues is cheaper to make and to end, but serializes streams
         self.queues = queues if device.startswith("cuda") else None
         self.timeable = self.queues is None
+        # a cached reference whose last job was planned within the memory cap (verify/runner_side.within_cap): the
+        # next job of its source gives our idle processes back before it takes its children (give_back_early)
+        self.capped = False
         self.gated = gated  # spares.py gates GPU children only; a CPU child may be gated (tests the protocol)
         self._unniced = False
         self.scratch = sub_state_dir("sandbox") / f"{device.replace(':', '')}-{secrets.token_hex(6)}"

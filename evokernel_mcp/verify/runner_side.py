@@ -96,6 +96,7 @@ def _verify_steps(ctx: RunnerContext, source: str, steps: list[VerifyStep], dead
                 out["isolation"] = ctx.spares.isolation()
                 return outs
             if cand is None:
+                give_back_early(ctx, ref, SPARES_WITHIN_CAP)  # (the candidate is taken from what it keeps)
                 cand = ctx.spares.take("verify")
                 # loaded with the last step's task: the candidate side reads only each case's init inputs
                 # and state (sent with every run), so one load serves every step
@@ -196,10 +197,24 @@ def within_cap(ctx, ref, plan: dict | None, state: dict, spares_room: bool = Tru
     # (the plan is the reference's, agent code's: numbers only decide how many idle processes of ours stop)
     plan = plan if isinstance(plan, dict) else {}
     cap, needed = plan.get("cap_bytes"), plan.get("needed_bytes") or 0
+    if ref is not None:  # (remembered for the next job of this source: give_back_early)
+        ref.capped = _count(cap)
     if not _count(cap) or not _count(needed) or "gave_back" in state or ctx.device == "cpu":
         return None
     room = min(max(0, cap - needed) // CONTEXT_BYTES_ASSUMED, SPARES_WITHIN_CAP)
     return give_back(ctx, (ref,), state, keep_spares=room if spares_room else 0)["what"]
+
+
+def give_back_early(ctx, ref, keep_spares: int) -> dict | None:
+    """A verify of a reference source whose last job was planned within the memory cap (its cached process says so:
+    Child.capped) is likely big again: our idle processes but `keep_spares` ready spares go before it takes its
+    candidate, not after its own processes have joined them (its plan still gives back what is idle then:
+    within_cap). Not before a benchmark's takes: during the hold the device gate lets one start through per waiting
+    take whatever its flavour, and a timed arm needs a warm one (on an H100 a benchmark so held waited the whole
+    start timeout, 180 s, for its first arm). Returns what was given back, or None."""
+    if not getattr(ref, "capped", False) or ctx.device == "cpu":
+        return None
+    return give_back(ctx, (ref,), {}, keep_spares=keep_spares)
 
 
 def plan_of(reply: Any) -> dict | None:

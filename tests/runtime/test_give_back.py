@@ -288,3 +288,26 @@ def test_a_plan_the_reference_forged_stops_nothing_and_breaks_nothing():
                 {"cap_bytes": 1.5e9}):
         assert within_cap(ctx, None, bad, {}) is None
     assert ctx.spares.calls == 0
+
+
+def test_the_next_job_of_a_source_planned_within_the_cap_gives_our_idle_processes_back_before_taking_children():
+    """A reference whose last case was capped remembers it (Child.capped), and the next job of its source gives
+    our idle processes back before taking its children, keeping the ready spares it will take; a source whose
+    last case was not capped, or the CPU path, gives nothing back early."""
+    from evokernel_mcp.verify.runner_side import give_back_early, within_cap
+
+    log, ctx = [], _Ctx()
+    kept = []
+    ctx.spares.give_back_idle = lambda keep, keep_spares=0: (kept.append((keep, keep_spares)),
+                                                             {"processes": 4, "freed_bytes": 10**9})[-1]
+    ref = _Ref(log)
+    ref.capped = False
+    assert give_back_early(ctx, ref, 3) is None and kept == [], "nothing known of this source yet"
+    within_cap(ctx, ref, ref.plan, {})
+    assert ref.capped is True
+    kept.clear()
+    assert "4 idle process(es)" in give_back_early(ctx, ref, 3)["what"] and kept == [((ref,), 3)]
+    within_cap(ctx, ref, {"cap_bytes": None}, {})
+    assert ref.capped is False and give_back_early(ctx, ref, 3) is None, "its last case fitted without a cap"
+    ref.capped = True
+    assert give_back_early(_Ctx("cpu"), ref, 3) is None
