@@ -316,14 +316,18 @@ def test_the_settled_comparison_goes_chunk_by_chunk_and_still_sees_any_change(mo
     assert not settle._same(a, a[:-1])
 
 
-def test_a_closed_arm_lets_its_input_sets_go_at_once():
+def test_a_closed_arm_lets_its_input_sets_go_at_once(monkeypatch):
     """A timer refers to itself through its calls: closing the arm must free its inputs now (the checks after
-    timing need that memory), not whenever the collector next runs."""
+    timing need that memory), not whenever the collector next runs, and give its allocator's cache back."""
     import gc
     import types
     import weakref
 
     from evokernel_mcp.benchmark import sides
+    from evokernel_mcp.runtime import devmem
+
+    emptied = []
+    monkeypatch.setattr(devmem, "release_cached", lambda *a: emptied.append("released"))
 
     x = torch.randn(1000)
     timer = BlockTimer(lambda a: a * 2, [(x,)], timing.TimingOptions(), gpu=False)
@@ -341,6 +345,7 @@ def test_a_closed_arm_lets_its_input_sets_go_at_once():
         assert loaded.models == {}, "a reference arm's timed model goes: later expected outputs use a fresh one"
     finally:
         gc.enable()
+    assert emptied == ["released"], "its allocator's cache goes too: a check's inputs arrive in an allocation of their own"
 
 
 def test_warm_up_by_time_is_bounded_by_time_not_count():
