@@ -302,13 +302,17 @@ class Spares(RefCache, Retiring, Hold):
             self._wanting += int(short)
             if short:
                 self._lock.notify_all()
+            # (a timed arm during a job that gave our idle processes back never waits for background starts: the
+            # device gate lets one through per waiting take whatever its flavour, so a warm one may never come; on
+            # an H100 such a take waited the whole start timeout. It starts one of its own now)
+            held_arm = want and self._held
             try:
                 while not any(usable(c) for c in self._ready) and coming() > 0 and not self._timing \
-                        and time.monotonic() < deadline:
+                        and not held_arm and time.monotonic() < deadline:
                     self._lock.wait(timeout=1.0)
                 # a timed arm: a spare being warmed in the background is ready sooner than a cold one warmed now
                 while want and self._warming and not self._timing and not any(c.warm for c in self._ready) \
-                        and time.monotonic() < deadline:
+                        and not held_arm and time.monotonic() < deadline:
                     self._lock.wait(timeout=1.0)
             finally:
                 self._takers -= 1

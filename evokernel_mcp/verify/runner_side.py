@@ -209,9 +209,10 @@ def give_back_early(ctx, ref, keep_spares: int) -> dict | None:
     """A verify of a reference source whose last job was planned within the memory cap (its cached process says so:
     Child.capped) is likely big again: our idle processes but `keep_spares` ready spares go before it takes its
     candidate, not after its own processes have joined them (its plan still gives back what is idle then:
-    within_cap). Not before a benchmark's takes: during the hold the device gate lets one start through per waiting
-    take whatever its flavour, and a timed arm needs a warm one (on an H100 a benchmark so held waited the whole
-    start timeout, 180 s, for its first arm). Returns what was given back, or None."""
+    within_cap). Not before a benchmark's takes: so held on an H100, a benchmark waited the whole start timeout (180
+    s) for its first arm, the device gate having let a cold start through for it (Spares.take now starts a timed
+    arm of its own during a hold; the early give-back before a benchmark was not measured again). Returns what was
+    given back, or None."""
     if not getattr(ref, "capped", False) or ctx.device == "cpu":
         return None
     return give_back(ctx, (ref,), {}, keep_spares=keep_spares)

@@ -311,3 +311,29 @@ def test_the_next_job_of_a_source_planned_within_the_cap_gives_our_idle_processe
     assert ref.capped is False and give_back_early(ctx, ref, 3) is None, "its last case fitted without a cap"
     ref.capped = True
     assert give_back_early(_Ctx("cpu"), ref, 3) is None
+
+
+def test_a_timed_arm_taken_while_a_job_holds_the_device_gate_starts_its_own_child_instead_of_waiting(monkeypatch):
+    """During a hold the gate lets one background start through per waiting take, whatever its flavour: a timed arm
+    (a warm child) must not wait for a warm start held there (it waited the 180 s start timeout on an H100)."""
+    pool = spares.Spares("cuda:0", n=0)
+    pool._profiles, pool._lean, pool._held = True, 1, True
+    cold = _Kid()
+    cold.timeable = False  # an untimed child: never a timed arm
+    pool._ready = [cold]
+    pool._starting, pool._starting_warm = 1, 1  # a warm start held at the device gate
+    made = []
+
+    def start_one(warm=True, background=False):
+        kid = _Kid()
+        kid.warm, kid.unnice = True, lambda: None
+        made.append(kid)
+        return kid
+
+    monkeypatch.setattr(pool, "_start_one", start_one)
+    got = []
+    t = threading.Thread(target=lambda: got.append(pool.take("bench")), daemon=True)
+    t.start()
+    t.join(10)
+    assert got and got[0] is made[0] and got[0].warm, "a child of its own, started at once"
+    assert pool._ready == [cold], "the untimed spare stays for an untimed job"
