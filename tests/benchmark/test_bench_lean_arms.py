@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from fakearms import ArmChild as _Child
 
 from evokernel_mcp.benchmark import arms as arms_mod
 from evokernel_mcp.benchmark import runner_side, sides, timing
@@ -40,25 +41,6 @@ def test_a_lean_arm_gives_its_cache_back_after_each_block_and_warms_untimed_befo
     sides.arm_ready(loaded, {"name": "baseline"})
     bt.give_back()
     assert emptied == [1] and len(calls) == n0 + 4, "an arm that is not lean keeps its cache warm"
-
-
-class _Child:
-    def __init__(self, name: str, log: list):
-        self.name, self.log, self.courier = name, log, None
-
-    def request(self, req, timeout_s, max_bytes, device=None):
-        op = req["op"]
-        self.log.append((self.name, op, req))
-        if op == "arm_init":
-            return {"copies": 1, "event_overhead_ms": None, "host_enqueue_s": 1e-5}
-        if op == "arm_block":
-            self.k = req["k"]
-            return {"ran": req["k"]}
-        if op == "arm_times":
-            return {"times": [1.0] * self.k, "probes": None}
-        if op == "arm_report":
-            return {"samples": [], "marks": {}, "timer": "events"}
-        return {}
 
 
 def _interleave(lean: bool):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import torch
+from fakearms import ArmChild as _Child
 
 from evokernel_mcp.benchmark import arms as arms_mod
 from evokernel_mcp.benchmark import flush, sides, timing
@@ -80,25 +81,6 @@ def test_a_lean_arms_flush_buffer_is_twice_the_caches_without_the_floor():
     assert flush.lean_flush_bytes(50 * mib, 0) == 100 * mib < flush.MIN_FLUSH_BYTES, "an H100's 50 MB L2"
     assert flush.lean_flush_bytes(4 * mib, 256 * mib) == 520 * mib, "an MI300X: L2 and Infinity Cache"
     assert flush.lean_flush_bytes(0, 0) is None, "sizes unknown: the floor stays"
-
-
-class _Child:
-    def __init__(self, name: str, log: list):
-        self.name, self.log, self.courier = name, log, None
-
-    def request(self, req, timeout_s, max_bytes, device=None):
-        op = req["op"]
-        self.log.append((self.name, op, req))
-        if op == "arm_init":
-            return {"copies": 1, "event_overhead_ms": None, "host_enqueue_s": 1e-5}
-        if op == "arm_block":
-            self.k = req["k"]
-            return {"ran": req["k"]}
-        if op == "arm_times":
-            return {"times": [1.0] * self.k, "probes": None}
-        if op == "arm_report":
-            return {"samples": [], "marks": {}, "timer": "events"}
-        return {}
 
 
 def _interleave(monkeypatch, *, staged: bool, last_from_host: bool):
