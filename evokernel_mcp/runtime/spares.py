@@ -39,13 +39,23 @@ from evokernel_mcp.runtime.spawner import spawn
 log = logging.getLogger(__name__)
 
 
-def default_spares() -> int:
+def default_spares(device: str = "cpu") -> int:
     """Spares per device: a verify takes one, a benchmark two or three (candidate, baseline, control), and a
     replacement needs seconds to start (interpreter, torch, device context, CUPTI), so back-to-back jobs need
     several; more with cores to spare. Counted on the CPUs this process may run on (a runner keeps to its
-    share): on one CPU a spare starts only in the gaps between jobs, and one more is CPU taken from the next job."""
+    share): on one CPU a spare starts only in the gaps between jobs, and one more is CPU taken from the next job.
+    On a GPU at most GPU_SPARES: each idle spare holds a device context."""
     cpus = len(os.sched_getaffinity(0))
-    return max(1 if cpus < 2 else 2, min(8, cpus // 2))
+    n = max(1 if cpus < 2 else 2, min(8, cpus // 2))
+    return n if device == "cpu" else min(n, GPU_SPARES)
+
+
+# Spares a GPU runner keeps at most, whatever its cores. Each holds a device context (0.41 GiB on an H100), and
+# what our idle processes hold is there at a job's start, before its plan can give it back (runner_side.within_cap):
+# with eight spares, the runner and the cached references held 4.4 GiB idle on an H100, 4.4x the own bytes of a
+# 1 GB KernelBench problem (6_Matmul_with_large_K, 54_conv_standard_3D). With three, 2.8 GiB at a new reference's
+# load (two cached references, the runner, two spares), and a benchmark's two warm arms are ready (replenish).
+GPU_SPARES = 3
 
 
 # spares started after a job that gave them back: a next job's children without a wait (a verify of a new source
@@ -73,7 +83,7 @@ class Spares(RefCache, Retiring, Hold):
     """Spare children for one device, and the cache of reference children."""
 
     def __init__(self, device: str, n: int | None = None):
-        self.device, self.n = device, max(0, default_spares() if n is None else n)
+        self.device, self.n = device, max(0, default_spares(device) if n is None else n)
         self.levels = sandbox.level_candidates()
         self.level = self.levels[0]
         self.level_notes: list[str] = []

@@ -273,3 +273,11 @@ def test_spares_are_counted_on_the_cpus_the_runner_may_run_on(monkeypatch, cpus,
     the CPU from the next job."""
     monkeypatch.setattr(spares.os, "sched_getaffinity", lambda pid: set(range(cpus)))
     assert spares.default_spares() == want
+
+
+@pytest.mark.parametrize(("cpus", "want"), [(1, 1), (2, 2), (16, 3), (64, 3)])
+def test_a_gpu_keeps_at_most_three_spares_whatever_its_cores(monkeypatch, cpus, want):
+    """Each idle GPU spare holds a device context: on a 16-core H100 host eight of them, with the runner and the
+    cached references, were over 4 GiB idle, 4x a 1 GB problem's own bytes before its plan could give them back."""
+    monkeypatch.setattr(spares.os, "sched_getaffinity", lambda pid: set(range(cpus)))
+    assert spares.default_spares("cuda:0") == spares.default_spares("rocm:1") == want
