@@ -104,7 +104,8 @@ class GpuMemSampler:
 
     def __init__(self, period_s: float = 0.2, exclude: set[int] | None = None, timeline: bool = False):
         self.period_s, self.peak_mib, self.peak_ours_mib, self._stop = period_s, None, None, threading.Event()
-        self.timeline: list | None = [] if timeline else None  # [unix s, phase, ours MiB, {name:pid: MiB}]
+        self.timeline: list | None = [] if timeline else None  # [unix s, phase, ours MiB, {name:pid: MiB},
+        # device used MiB, {pid: MiB} of processes not ours]
         self.exclude = exclude or set()
         self.phase = "start"  # set by the sweep before each call: the peak of our processes is kept per phase
         self.by_phase: dict[str, dict] = {}  # {phase: {"peak_mib", "processes": [[name, MiB] of ours at it]}}
@@ -112,6 +113,14 @@ class GpuMemSampler:
         self.tool = "nvidia-smi" if shutil.which("nvidia-smi") else None
 
     def _read(self) -> float | None:
+        try:  # NVML in process where installed (a reading in microseconds), else an nvidia-smi process
+            import pynvml
+
+            pynvml.nvmlInit()
+            return max(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).used / 2**20
+                       for i in range(pynvml.nvmlDeviceGetCount()))
+        except Exception:  # noqa: BLE001 - not installed, or no NVML
+            pass
         try:
             out = subprocess.run([self.tool, "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
                                  capture_output=True, text=True, timeout=5).stdout
@@ -122,9 +131,9 @@ class GpuMemSampler:
     def _loop(self) -> None:
         me = os.getpid()
         while not self._stop.is_set():
-            v = self._read()
-            if v is not None:
-                self.peak_mib = v if self.peak_mib is None else max(self.peak_mib, v)
+            dev = self._read()
+            if dev is not None:
+                self.peak_mib = dev if self.peak_mib is None else max(self.peak_mib, dev)
             per = per_process_mib()
             tree = _tree(me)
             o = ours_mib(per, tree, self.exclude) if per else None
@@ -138,8 +147,9 @@ class GpuMemSampler:
                 one = busiest_child_mib(roles.items())
                 if one is not None and (self.peak_one_child_mib is None or one > self.peak_one_child_mib):
                     self.peak_one_child_mib = one
-                if self.timeline is not None:
-                    self.timeline.append([round(time.time(), 2), self.phase, o, roles])
+                if self.timeline is not None:  # + the device's used MiB and other processes' ({pid: MiB})
+                    others = {str(pid): v for pid, v in per.items() if pid not in tree or pid in self.exclude}
+                    self.timeline.append([round(time.time(), 2), self.phase, o, roles, dev, others])
             self._stop.wait(self.period_s)
 
     def __enter__(self) -> "GpuMemSampler":

@@ -170,7 +170,8 @@ def _verdict(body: dict, is_error: bool, text: str | None) -> dict:
 
 
 async def sweep(files: list[Path], seeds: int, max_time_s: float, scale: int, bench: bool, wait_s: float,
-                budget_s: float = 0.0, exclude: set[int] | None = None, timeline: bool = False) -> list:
+                budget_s: float = 0.0, exclude: set[int] | None = None, timeline: bool = False,
+                sample_s: float = 0.2) -> list:
     from mcp import Client
 
     from evokernel_mcp.kb_candidates import perturbed, same_code
@@ -190,7 +191,7 @@ async def sweep(files: list[Path], seeds: int, max_time_s: float, scale: int, be
             base = {"reference": src, "wait_s": wait_s, "timeout_s": 600, **({"overrides": ov} if ov else {})}
             row: dict = {"problem": f.name, "overrides": ov, **problem_bytes(src, ov)}
             t_all = time.perf_counter()
-            with GpuMemSampler(exclude=exclude, timeline=timeline) as mem:
+            with GpuMemSampler(period_s=sample_s, exclude=exclude, timeline=timeline) as mem:
                 mem.phase = "verify"
                 b, t, e, x = await call_tool(c, "verify_vs_pytorch",
                                              {**base, "candidate": same_code(src), "seeds": seeds})
@@ -317,6 +318,7 @@ def main() -> None:
     ap.add_argument("--tag", default="", help="suffix of the result files")
     ap.add_argument("--timeline", action="store_true",
                     help="keep every sample (time, phase, our processes' MiB by name) in the JSON rows")
+    ap.add_argument("--sample-s", type=float, default=0.2, help="seconds between two readings of device memory")
     a = ap.parse_args()
     if a.combine:
         return combine(a.combine, a.tag, _kb_dir(a.kb))
@@ -325,7 +327,7 @@ def main() -> None:
     t0 = time.perf_counter()
     with Ballast(a.ballast_gb) as ballast:
         rows = anyio.run(sweep, files, a.seeds, a.max_time_s, a.overrides_scale, not a.no_benchmark, a.wait_s,
-                         a.budget_s, ballast.pids, a.timeline)
+                         a.budget_s, ballast.pids, a.timeline, a.sample_s)
     v = versions()
     device = v.get("device", "cpu").replace("NVIDIA ", "").replace(" ", "-")
     date = dt.date.today().isoformat()

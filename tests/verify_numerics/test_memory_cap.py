@@ -268,10 +268,31 @@ def test_the_runner_asks_again_with_a_copy_when_the_reference_modified_its_input
                 raise ChildFailed("harness", f"HarnessError: {MODIFIED_INPUTS}: ask again with a copy")
             return {"native": 1}
 
-    arms = Arms()
-    assert expected(arms, None, [1], 0, hi=False) == {"native": 1} and arms.asked == [True, False]
+    arms, x = Arms(), [1]
+    got = expected(arms, None, x, 0, hi=False)
+    assert got == {"native": 1, "inputs": x} and got["inputs"] is x and arms.asked == [True, False]
     arms.asked = []
-    assert expected(arms, None, [1], 0, hi=True) == {"native": 1} and arms.asked == [False], "float64: a copy"
+    assert expected(arms, None, x, 0, hi=True) == {"native": 1, "inputs": x} and arms.asked == [False], "float64: a copy"
+
+
+def test_an_arg_reductions_reference_sends_no_inputs_back_and_the_runner_judges_with_its_own(monkeypatch):
+    from evokernel_mcp import candidate as cand
+    from evokernel_mcp.benchmark.runner_side import expected
+    from evokernel_mcp.verify import sides
+
+    monkeypatch.setattr(cand, "build_reference", lambda task, module, seed, device: module.Model())
+    x = torch.randn(4, 5)
+    reply = sides.ref_expected(_ref_loaded(lambda t: torch.argmax(t, dim=1)),
+                               {"op": "expected", "inputs": [x.clone()], "seed": 0, "hi": False})
+    assert reply["arg_reductions"] and "inputs" not in reply, "8 GiB sent back was a second copy in the reference"
+
+    class Arms:
+        dev = "cpu"
+
+        def ask(self, child, req, max_bytes=0, handed=False, device=None):
+            return dict(reply)
+    mine = [x]
+    assert expected(Arms(), None, mine, 0, hi=False)["inputs"] is mine
 
 
 def test_verifys_reference_runs_on_its_inputs_in_a_lean_case_and_again_on_fresh_ones_if_it_wrote_into_them(
@@ -385,6 +406,32 @@ def test_within_a_cap_the_runner_lets_its_copy_of_the_inputs_go_before_the_candi
     else:  # loaded first (handed over: one copy), then both runs on the kept inputs without the runner's copy
         assert cand.log == [(True, True, None, True, True), (False, False, True, False, False),
                             (False, False, True, False, False)]
+
+
+@pytest.mark.parametrize("arg,cap", [(False, 1 << 20), (True, 1 << 20), (False, 3 << 20), (False, None)])
+def test_over_its_cap_with_two_copies_the_runner_hands_the_inputs_over_from_host_memory(arg, cap, monkeypatch):
+    from evokernel_mcp.runtime import devmem, devplan
+    from evokernel_mcp.verify.runner_side import _candidate_runs
+
+    moved = []
+    # the cap data_cap leaves for 1 MiB of inputs: under their two copies (1 MiB), over them (3 MiB), none (a small job)
+    monkeypatch.setattr(devplan, "data_cap", lambda own, factor, processes: cap)
+
+    def on_host(x):  # (on the CPU every tensor is on the host already: record what would move)
+        moved.append(x)
+        return [t.clone() for t in x]
+    monkeypatch.setattr(devmem, "on_host", on_host)
+    big = torch.randn(1 << 18)  # 1 MiB: a transfer by fd
+    case = {"native": torch.zeros(3), "inputs": [big], "init_inputs": [], "state": {}, "plan": {"pristine": False},
+            **({"arg_reductions": [{"dim": 0}]} if arg else {})}
+    cand, sent = _DeviceCand(case), []
+    request = cand.request
+    cand.request = lambda req, **kw: (sent.extend(req.get("inputs") or []), request(req, **kw))[1]
+    _candidate_runs(cand, case, 0, 1e18, "cuda", "test")
+    if arg or cap != 1 << 20:  # the judge reads an arg-reduction's inputs; two copies within the cap cost nothing
+        assert moved == [] and sent[0] is big
+    else:  # the export the candidate adopts is then the only device copy
+        assert len(moved) == 1 and moved[0][0] is big and sent[0] is not big and torch.equal(sent[0], big)
 
 
 def test_a_nan_anywhere_in_a_big_output_is_found_block_by_block(monkeypatch):
