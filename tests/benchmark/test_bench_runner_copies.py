@@ -1,7 +1,8 @@
 """What a big shape's benchmark leaves on the device beside the running arm: an idle lean arm gives its cold-cache
 flush buffer back with its cache; the runner keeps no cached block of inputs it staged on the host; and where its
 device copy of an unstaged shape's inputs beside one turn of lean arms is over the job's cap, that copy goes to the
-host before the last arm gets its own. Fake children and a CPU flush buffer here; the memory itself is measured on
+host before the last arm gets its own; a staged shape's refill-check inputs are made before any arm holds
+inputs. Fake children and a CPU flush buffer here; the memory itself is measured on
 the GPU by bench/kernelbench_sweep.py."""
 
 from __future__ import annotations
@@ -149,3 +150,43 @@ def test_a_checks_inputs_count_beside_the_references_forward_where_the_runner_wo
     assert _on_host(True, 3 * gib, 3 * gib, {"workspace_bytes": 6 * gib}) == (True, True)
     assert _on_host(True, 6 * gib, 6 * gib, {"workspace_bytes": 0}) == (False, False)
     assert _on_host(False, 3 * gib, 3 * gib, {"workspace_bytes": 6 * gib}) == (False, False), "a small shape"
+
+
+def test_a_staged_shapes_refill_check_inputs_are_made_before_any_arm_holds_its_inputs(monkeypatch):
+    """Made after timing, the reference's export of them (a second device copy while it sends) came beside the
+    candidate's timed storage: 3.2x a reduction's own bytes on an H100. Meta tensors stand for the 8 GiB."""
+    from evokernel_mcp.benchmark import runner_side as rs
+
+    log: list = []
+    big = [torch.empty(128, 4096, 4095, device="meta")]  # 8 GiB of inputs, a 2 MiB output: staged
+    out = torch.empty(128, 4095, device="meta")
+
+    class Arms:
+        task, dev, cand, base_is_reference = SimpleNamespace(), "cuda", "cand", True
+
+        def ask(self, child, req, max_bytes=0, handed=False, device=None):
+            log.append((child, req["op"], req.get("seed")))
+            if req["op"] == "case" and not req.get("inputs_only"):
+                return {"inputs": big, "native": out, "init_inputs": [], "state": {}, "work": None}
+            if req["op"] == "case":
+                return {"inputs": big}
+            if req["op"] == "expected":
+                return {"native": out, "hi": None, "arg_reductions": {}}
+            return {"refill": out, "fresh": out, "output_dtype": "float32"}
+
+        def inputs(self, ref, req, staged):
+            log.append(("inputs", req["seed"], staged))
+            return big
+
+    def interleave(*a, **kw):
+        log.append(("interleave",))
+        return {"rounds": {}, "samples": []}
+    monkeypatch.setattr(rs, "interleave", interleave)
+    monkeypatch.setattr(rs, "_check", lambda *a, **kw: {"passed": True})
+    monkeypatch.setattr(rs, "_probe_bar", lambda *a, **kw: None)
+    monkeypatch.setattr(rs, "on_host", lambda x: x)
+    rs._bench_shape(Arms(), "ref", "s", 5, {}, lambda *a: None, True, None)
+    made = [e for e in log if e[0] == "inputs"]
+    refill = ("inputs", 5 + rs.REFILL_SEED_OFFSET, True)
+    assert made.count(refill) == 1 and log.index(refill) < log.index(("interleave",)), log
+    assert ("inputs", 5 + rs.CHECK_SEED_OFFSET, True) in log[log.index(("interleave",)):], "fresh inputs after timing"
