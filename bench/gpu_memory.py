@@ -60,12 +60,28 @@ def _comm(pid: int) -> str:
         return "?"
 
 
+_NVML: list = []  # [pynvml once initialised, or None where it is not installed or finds no driver]
+
+
+def _nvml():
+    """pynvml, initialised once (None without it or without NVML): readings in process, microseconds each."""
+    if not _NVML:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            _NVML.append(pynvml)
+        except Exception:  # noqa: BLE001 - not installed, or no NVML
+            _NVML.append(None)
+    return _NVML[0]
+
+
 def per_process_mib() -> dict[int, float] | None:
     """{pid: device MiB} of every compute process (pynvml where installed, else nvidia-smi); None without either."""
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
+        pynvml = _nvml()
+        if pynvml is None:
+            raise RuntimeError("no NVML")
         out: dict[int, float] = {}
         for i in range(pynvml.nvmlDeviceGetCount()):
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
@@ -113,10 +129,10 @@ class GpuMemSampler:
         self.tool = "nvidia-smi" if shutil.which("nvidia-smi") else None
 
     def _read(self) -> float | None:
-        try:  # NVML in process where installed (a reading in microseconds), else an nvidia-smi process
-            import pynvml
-
-            pynvml.nvmlInit()
+        try:  # NVML in process where installed, else an nvidia-smi process
+            pynvml = _nvml()
+            if pynvml is None:
+                raise RuntimeError("no NVML")
             return max(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).used / 2**20
                        for i in range(pynvml.nvmlDeviceGetCount()))
         except Exception:  # noqa: BLE001 - not installed, or no NVML

@@ -310,27 +310,24 @@ def _ask(cand, req: dict, deadline: float, limit: int, dev: str | None, what: st
 
 
 def _inputs_to_host(case: dict) -> None:
-    """Before the runner hands a case within its memory cap over to the candidate: its copy of the inputs waits in
-    host memory (pinned; release_host at the job's end), so that the export the candidate adopts is the only device
-    copy (the export copies host memory to the device). On the device path, the runner's copy stayed beside the
-    candidate's until run A: 6_Matmul_with_large_K_dimension_ on an H100 peaked at 3.3x its own bytes, 1 GiB of
-    inputs twice beside three CUDA contexts. An arg-reduction's inputs stay (the judge reads the values its
-    indices select), as do inputs too small for a transfer by fd (courier.THRESHOLD), and inputs whose two copies
-    and the outputs stay within the job's cap beside three contexts (devplan.data_cap): pinning a reduction's 8 GiB
-    of host memory took 5-6 s a case on an H100, for a job at 2.2x its own bytes either way."""
+    """Before the runner hands a case within its memory cap over to the candidate: where devplan.inputs_from_host says
+    so, its copy of the inputs waits in host memory (pinned; release_host at the job's end), and the export the
+    candidate adopts is the only device copy (the export copies host memory to the device). On the device path, the
+    runner's copy stayed beside the candidate's until run A: 6_Matmul_with_large_K_dimension_ on an H100 peaked at
+    3.3x its own bytes, 1 GiB of inputs twice beside three CUDA contexts. An arg-reduction's inputs stay (the judge
+    reads the values its indices select), as do inputs too small for a transfer by fd (courier.THRESHOLD)."""
     from evokernel_mcp.runtime.courier import THRESHOLD
     from evokernel_mcp.runtime.devmem import on_host, release_cached
-    from evokernel_mcp.runtime.devplan import data_cap
+    from evokernel_mcp.runtime.devplan import inputs_from_host
 
     inputs = case.get("inputs")
     if case.get("arg_reductions") or not isinstance(inputs, (list, tuple)):
         return
-    i, o = _nbytes(inputs), _nbytes(case.get("native"))
-    cap = data_cap(i + o, settings.get().memory_factor, 3)
-    if i < THRESHOLD or cap is None or 2 * i + o <= cap:
+    i = _nbytes(inputs)
+    if i < THRESHOLD or not inputs_from_host(i, _nbytes(case.get("native")), settings.get().memory_factor):
         return
     case["inputs"] = on_host(inputs)
-    inputs = None
+    inputs = None  # (the device copy goes before the cache is emptied)
     release_cached()
 
 

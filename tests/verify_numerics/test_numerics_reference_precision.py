@@ -323,3 +323,15 @@ def test_the_reference_outputs_of_a_check_wait_on_the_host_only_where_a_device_c
     # a transposed convolution of 1.6 GB: its two output copies fit, not with its forward's 1 GB of working memory
     assert not outputs_on_host(512 * mb, 1050 * mb, 3.0) and outputs_on_host(512 * mb, 1050 * mb, 3.0, 1 << 30)
     assert not outputs_on_host(512 * mb, 1050 * mb, 3.0, "1e12") and not outputs_on_host(512 * mb, 1050 * mb, 3.0, True)
+
+
+def test_a_capped_verify_hands_its_inputs_over_from_the_host_only_where_two_device_copies_pass_the_cap():
+    """devplan.inputs_from_host: a matmul of 1 GiB of inputs and small outputs (6_Matmul_with_large_K) goes through
+    the host; a reduction's 8 GiB keep the device path (two copies are 2.2x its bytes); a job of at most 1 GB has no
+    cap, nor one with the factor 0."""
+    from evokernel_mcp.runtime.devplan import inputs_from_host
+
+    mb = 1 << 20
+    assert inputs_from_host(1024 * mb, 1, 3.0)
+    assert not inputs_from_host(8192 * mb, 2 * mb, 3.0)
+    assert not inputs_from_host(900 * mb, 1, 3.0) and not inputs_from_host(1024 * mb, 1, 0.0)
