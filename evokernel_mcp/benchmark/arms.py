@@ -35,6 +35,8 @@ class Arms:
         # the baseline is the task's reference loaded afresh (baseline "pytorch"): its process can answer for the
         # reference after its timing (room.hand_over), and reference_gone says the cached one was stopped
         self.base_is_reference, self.reference_gone = base_is_reference, False
+        self.via_host = False  # this shape's staged inputs come through host memory (shape_case.via_host)
+        self.control_skipped = False  # asked for, never started: every shape within the cap (room.control_needed)
         self.cpu = None if cpu is None else _pin(self.children().values(), cpu)
 
     @property
@@ -58,9 +60,12 @@ class Arms:
     def inputs(self, ref, req: dict[str, Any], staged: bool) -> Any:
         """A case's inputs made by the reference (op "case", inputs_only); staged (devplan.host_staged): moved to the
         host (pinned) once here, so that the runner holds no device copy while it passes them on, nor the cached
-        block it came in (a staged shape is big: trim_between_cases would keep up to 512 MiB of it)."""
-        x = self.ask(ref, {**req, "op": "case", "inputs_only": True}, max_bytes=1 << 42)["inputs"]
-        if staged:
+        block it came in (a staged shape is big: trim_between_cases would keep up to 512 MiB of it); with via_host,
+        they come through host memory instead (child.serve's through_host: no export copy in the reference)."""
+        host = staged and self.via_host
+        x = self.ask(ref, {**req, "op": "case", "inputs_only": True, "through_host": host}, max_bytes=1 << 42,
+                     device="cpu" if host else None)["inputs"]
+        if staged and not host:
             x = on_host(x)
             release_cached()
         return x

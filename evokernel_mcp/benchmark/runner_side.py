@@ -22,7 +22,8 @@ from typing import Any
 from evokernel_mcp import settings
 from evokernel_mcp.benchmark.arms import POOL_FULL_BYTES, Arms, interleave
 from evokernel_mcp.benchmark.messages import BenchmarkRequest
-from evokernel_mcp.benchmark.room import NO_CONTROL_NOTE, control_out_of_cap, hand_over, meta, room_for_arms
+from evokernel_mcp.benchmark.room import control_out_of_cap, hand_over, meta, room_for_arms
+from evokernel_mcp.benchmark.shape_case import every_shape_capped, make_case
 from evokernel_mcp.benchmark.work import runner_counts
 from evokernel_mcp.runtime import cpus
 from evokernel_mcp.runtime.context import RunnerContext
@@ -146,28 +147,14 @@ def _sampled(arms: Arms, ref, samples: list, seed: int, hi: bool, staged: bool =
     return worst
 
 
-def _bench_shape(arms: Arms, ref, shape: str, seed: int, opt: dict, progress, gpu: bool, ctx=None) -> dict:
-    from evokernel_mcp.verify.runner_side import plan_of, with_room, within_cap
-
-    def ask() -> dict:
-        return arms.ask(ref, {"op": "case", "shape": shape, "seed": seed, "hi": False, "work": True,
-                              "memory_factor": settings.get().memory_factor},  # its plan within the cap: no copy
-                        max_bytes=1 << 42)
-    room: dict = {}
-    no_ctrl = False
-    if gpu and ctx is not None:  # a shape over the memory cap: our idle processes go before the reference's peak
-        plan = plan_of(arms.ask(ref, {"op": "plan", "shape": shape, "seed": seed, "hi": False,
-                                      "memory_factor": settings.get().memory_factor}, max_bytes=1 << 20))
-        if within_cap(ctx, ref, plan, room, spares_room=False):
-            room["notes"] = [f"within the shape's memory cap (memory_factor x its own bytes): "
-                             f"{room['gave_back']['what']}"]
-        no_ctrl = control_out_of_cap(ctx, arms, plan)
-    case = with_room(ctx, ask, (ref,), room) if ctx is not None else ask()
+def _bench_shape(arms: Arms, ref, shape: str, seed: int, opt: dict, progress, gpu: bool, ctx=None,
+                 made: dict | None = None) -> dict:
+    """One shape: its case (shape_case.make_case; `made`: already made, before the arms' processes started), the
+    arms' plan within the device's memory, the refill pool and probe bar, the interleaved timing, then the checks."""
+    made = made or make_case(arms.ask, ref, shape, seed, gpu, ctx,
+                             lambda plan: control_out_of_cap(ctx, arms, plan) or arms.control_skipped)
+    case, room, arms.via_host = made["case"], made["room"], made["via_host"]
     work = runner_counts(case)
-    if "gave_back" in room and not room.get("notes"):
-        room["notes"] = [f"device memory given back for this shape: {room['gave_back']['what']}"]
-    if no_ctrl:
-        room.setdefault("notes", []).append(NO_CONTROL_NOTE)
     i_b, o_b = _nbytes(case["inputs"]), _nbytes(case["native"])
     n_pool, sample = (2 if i_b <= POOL_FULL_BYTES or not gpu else 1), (2 if i_b + o_b <= POOL_FULL_BYTES else 1)
     big = gpu and i_b + o_b > BIG_BENCH_BYTES
@@ -180,14 +167,13 @@ def _bench_shape(arms: Arms, ref, shape: str, seed: int, opt: dict, progress, gp
         p = room_for_arms(ctx, arms, ref, case, room, n_pool, sample, can_park=big and not opt.get("use_graph"),
                           hand_over=hand)
         n_pool, sample, park = p.refill_sets, p.sample_size, p.park_idle_arms
-    pool = [arms.ask(ref, {"op": "case", "shape": shape, "seed": seed + 1 + i, "inputs_only": True},
-                     max_bytes=1 << 42)["inputs"] for i in range(n_pool)]
+    pool = [arms.inputs(ref, {"shape": shape, "seed": seed + 1 + i}, arms.via_host) for i in range(n_pool)]
     out: dict[str, Any] = {"shape": shape, "input_bytes": _nbytes(case["inputs"]), "refill_pool_sets": n_pool,
                            "work": work}
     if room.get("notes"):
         out["memory_notes"] = room["notes"]
     limit = 2 * OUTPUT_SLACK * _nbytes(case["native"]) + (16 << 20)
-    bar = _probe_bar(arms, ref, case, pool, seed, gpu) if pool else None
+    bar = _probe_bar(arms, ref, case, pool, seed, gpu, handed=arms.via_host) if pool else None
     if gpu:
         trim()  # the bar's float64 copies of the reference's outputs: freed before the arms start
     # a staged shape's refill check inputs are made now, before any arm holds its inputs, and wait on the host: made
@@ -259,14 +245,15 @@ def _on_host(big: bool, i_b: int, o_b: int, case: dict) -> tuple[bool, bool]:
     return host, big and (host_staged(i_b, o_b) or host)
 
 
-def _probe_bar(arms: Arms, ref, case: dict, pool: list, seed: int, gpu: bool = False):
+def _probe_bar(arms: Arms, ref, case: dict, pool: list, seed: int, gpu: bool = False, handed: bool = False):
     """The expected probe values of every input content the arms time with (the case's inputs, then the
     pool's), from the reference's outputs on them (float64 where they fit: verify's bar), one content's
-    outputs at a time. GPU: chunk sums only (no position table)."""
+    outputs at a time. GPU: chunk sums only (no position table). handed: the inputs wait in host memory, and the
+    reference's copy made from them is its own (courier.handing_over)."""
     from evokernel_mcp.benchmark.probes import ProbeBar, position_table
 
     hi = checks_hi(_nbytes(case["inputs"]), _nbytes(case["native"]))
-    outs = (expected(arms, ref, x, seed, hi) for x in [case["inputs"], *pool])
+    outs = (expected(arms, ref, x, seed, hi, handed) for x in [case["inputs"], *pool])
     return ProbeBar(arms.task, outs, None if gpu else position_table(seed))
 
 
@@ -297,20 +284,32 @@ def _benchmark(ctx: RunnerContext, payload: BenchmarkRequest, progress, timing_q
     except ChildFailed as e:
         result["error"] = e.info()
         return result
-    cand, base, ctrl = ctx.spares.take("bench"), None, None
+    cand, base, ctrl = None, None, None
     result["isolation"] = ctx.spares.isolation()
     gpu = info.get("backend") in ("cuda", "rocm")
     claim = contextlib.ExitStack()  # host timing: one CPU for every arm, this job's until its arms are gone
+    shapes, seed, opt = list(payload.shapes), payload.seed, dict(payload.options)
     try:
         cpu = None if gpu else claim.enter_context(cpus.claim_arm_cpu())
+        made, capped = None, gpu and every_shape_capped(ref, shapes, seed, deadline)
+        if capped:  # the first shape's case before any arm's process is up (shape_case.py); no control arm started
+            note("benchmark: waited %.2f s for retired children", ctx.spares.wait_retired())
+            try:
+                made = make_case(lambda child, req, max_bytes, device=None: child.request(
+                    req, timeout_s=wall_deadline(deadline), max_bytes=max_bytes, device=device),
+                    ref, shapes[0], seed, gpu, ctx, lambda plan: payload.control)
+            except ChildFailed as e:
+                result["error"] = {**e.info(), "shape": shapes[0]}
+                return result
+        cand = ctx.spares.take("bench")
         load_candidate(ctx, cand, payload.candidate, task, deadline)
         base = _baseline_child(ctx, payload.baseline, task, deadline)
-        if payload.control:
+        if payload.control and not capped:
             ctrl = _baseline_child(ctx, payload.baseline, task, deadline)
         note("benchmark: reference, candidate and baseline loaded at %.2f s", time.monotonic() - t0)
         arms = Arms(cand, base, task, deadline, ctrl, cpu=cpu, dev=tensor_device(ctx) or "cpu",
                     base_is_reference=payload.baseline == "pytorch")
-        shapes, seed, opt = list(payload.shapes), payload.seed, dict(payload.options)
+        arms.control_skipped = payload.control and capped
         clocks = ShapeClocks(read_clocks, info)
         for i, shape in enumerate(shapes):
             ref = _reference_again(ctx, arms, ref, task, deadline)
@@ -324,7 +323,7 @@ def _benchmark(ctx: RunnerContext, payload: BenchmarkRequest, progress, timing_q
             note("benchmark %s: waited %.2f s for retired children", shape, ctx.spares.wait_retired())
             try:
                 with ctx.spares.quiet(wait=False) if timing_quiet else contextlib.nullcontext():
-                    raw = _bench_shape(arms, ref, shape, seed, opt, prog, gpu, ctx)
+                    raw = _bench_shape(arms, ref, shape, seed, opt, prog, gpu, ctx, made if i == 0 else None)
             except ChildFailed as e:
                 result["error"] = {**e.info(), "shape": shape}
                 break
@@ -341,7 +340,7 @@ def _benchmark(ctx: RunnerContext, payload: BenchmarkRequest, progress, timing_q
     except ChildFailed as e:
         result["error"] = e.info()
     finally:
-        result["stdout"], result["stderr"] = cand.output()
+        result["stdout"], result["stderr"] = cand.output() if cand is not None else ("", "")
         for c in (cand, base, ctrl):
             if c is not None:
                 ctx.spares.retire(c)

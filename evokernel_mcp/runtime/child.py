@@ -15,6 +15,7 @@ The ops (verify/sides.py, benchmark/sides.py) are harness code that calls into t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import importlib
 import os
@@ -26,7 +27,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from evokernel_mcp.runtime import frames
-from evokernel_mcp.runtime.devmem import release_cached
+from evokernel_mcp.runtime.devmem import map_tensors, release_cached
 from evokernel_mcp.runtime.messages import CHILD_REQUEST, ChildErr, ChildError, ChildGate, ChildOk, ChildReady
 
 _ARM = {op: f"evokernel_mcp.benchmark.sides:{op}" for op in ("arm_init", "arm_ready", "arm_park", "arm_block",
@@ -283,12 +284,18 @@ def serve(device: str, out, courier=None, warm: bool = True, gated: bool = False
         except Exception as e:  # noqa: BLE001 - every failure becomes an error reply
             reply = ChildErr(ok=False, error=_error(e))
         op = req.get("op")
-        if op in TRIM_AFTER:  # before the reply: what the op cached (a clone of the inputs, a forward's
-            release_cached(256 << 20)  # temporaries) is not held while the reply's export copies are made
+        # through_host: the runner keeps this reply in host memory; its tensors leave the device here first, so
+        # the export each is sent by (courier.from_host) is its only device copy, not a second one beside it
+        via_host = courier is not None and req.get("through_host") is True
         box = [reply.model_dump(exclude_unset=True)]  # frames.write takes the reply out and lets each big tensor
         reply = result = req = None  # go once it is sent
+        if via_host:
+            box = [map_tensors(box[0], lambda t: t.cpu())]
+        if op in TRIM_AFTER:  # before the reply: what the op cached (a clone of the inputs, a forward's
+            release_cached(256 << 20)  # temporaries) is not held while the reply's export copies are made
         try:
-            frames.write(out, box, courier)
+            with courier.from_host() if via_host else contextlib.nullcontext():
+                frames.write(out, box, courier)
         except Exception as e:  # noqa: BLE001 - an output the wire cannot carry: this job's error, not a crash
             broken = courier is not None and courier.sent_fds()  # fds went without their header: the runner's
             _send(out, ChildErr(ok=False, error=_error(e, "bad_candidate" if isinstance(e, frames.FrameError)

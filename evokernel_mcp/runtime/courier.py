@@ -55,6 +55,7 @@ class Courier:
         self.sock = sock
         self.adopt = adopt  # a child's courier: what the runner hands over by VMM becomes its own (import_adopt)
         self._hand_over = False  # the runner's side: the VMM exports of the messages sent now are handed over
+        self._host_export = False  # host tensors of the messages sent now go by VMM export too (from_host())
         self._out = 0  # sequence numbers: every fd carries its own, checked against the order of the specs
         self._out_at_plan = 0
         self._in = 0
@@ -79,6 +80,18 @@ class Courier:
             yield self
         finally:
             self._hand_over = False
+
+    @contextlib.contextmanager
+    def from_host(self):
+        """Messages sent inside: their big host tensors go by VMM export as well (the export copies host memory to
+        the device), not by memfd, which a sandboxed sender may not write beyond its file-size limit, nor the pipe.
+        For a reply a child moved to its host memory (child.serve, `through_host`): its device copy is gone
+        before the export is made, so the export is the only device copy, not a second one."""
+        self._host_export = True
+        try:
+            yield self
+        finally:
+            self._host_export = False
 
     def _use_vmm(self) -> bool:
         if self.vmm is None:
@@ -121,7 +134,7 @@ class Courier:
             return None
         if index is not None and index in self._plan:
             return "arena"
-        if (t.device.type == "cuda" or self._hand_over) and self._use_vmm():
+        if (t.device.type == "cuda" or self._hand_over or self._host_export) and self._use_vmm():
             return "vmm"  # a host tensor handed over goes to the peer's device in one copy (export's H2D)
         soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
         if soft != resource.RLIM_INFINITY and nbytes > soft:

@@ -80,6 +80,15 @@ def inputs_from_host(input_bytes: int, output_bytes: int, factor: float) -> bool
     return cap is not None and 2 * input_bytes + output_bytes > cap
 
 
+def through_host(input_bytes: int, output_bytes: int, largest_bytes: int, factor: float) -> bool:
+    """Whether the reference sends a staged benchmark shape's inputs through host memory (child.serve, through_host):
+    where its device copy beside the export of the largest tensor (a second device copy while it sends) would take the
+    job past its cap (data_cap, three contexts counted): 6_Matmul_with_large_K_dimension_'s 1 GiB beside four
+    contexts. An 8 GiB reduction keeps the device path (2.2x its own bytes; pageable copies cost seconds there)."""
+    cap = data_cap(input_bytes + output_bytes, factor, 3)
+    return cap is not None and input_bytes + output_bytes + largest_bytes > cap
+
+
 def _gb(n: float) -> str:
     return f"{n / 1e9:.1f} GB" if abs(n) >= 1e8 else f"{n / 1e6:.1f} MB"
 

@@ -135,6 +135,7 @@ class CaseRequest(_ChildReq):
     inputs_only: bool = False
     work: bool = False
     memory_factor: float = 0.0  # settings.memory_factor: a big case is planned within it x its own bytes
+    through_host: bool = False  # the reply's tensors go through host memory (child.serve): no export copy
 
 
 class PlanRequest(_ChildReq):

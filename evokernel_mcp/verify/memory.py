@@ -132,6 +132,9 @@ class Plan(BaseModel):
                            "a digest of them (a job planned within its memory cap: runtime/devplan.py).")
     cap_bytes: int | None = Field(default=None, description="The tensors' bytes the job was planned within "
                                   "(runtime/devplan.data_cap); None: the free memory alone.")
+    input_bytes: int = Field(default=0, description="The case's inputs, as planned (0: not known).")
+    output_bytes: int = Field(default=0, description="Its outputs, as planned (0: not known).")
+    largest_bytes: int = Field(default=0, description="Its largest tensor, input or output (0: not known).")
 
 
 def _gb(n: float) -> str:
@@ -225,7 +228,8 @@ def plan_device_case(input_specs: list[TensorSpec], output_specs: list[TensorSpe
     dp = plan_verify(needs, free_device, total_device, [], suggested_overrides, cap=cap)
     return Plan(ref_hi=want_hi and dp.float64 == "whole", chunk_elems=chunk, where="device",
                 needed_bytes=dp.needed_bytes, budget_bytes=int(HEADROOM * free_device), refuse=dp.too_big,
-                ref_hi_bytes=est.ref_hi_bytes if want_hi else 0, pristine=dp.pristine, cap_bytes=cap)
+                ref_hi_bytes=est.ref_hi_bytes if want_hi else 0, pristine=dp.pristine, cap_bytes=cap,
+                input_bytes=needs.input_bytes, output_bytes=needs.output_bytes, largest_bytes=needs.largest_bytes)
 
 
 BOUND_FACTOR = 4  # a declared-shape case's outputs are assumed up to this many times the declared bound

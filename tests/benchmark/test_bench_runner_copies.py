@@ -190,3 +190,74 @@ def test_a_staged_shapes_refill_check_inputs_are_made_before_any_arm_holds_its_i
     refill = ("inputs", 5 + rs.REFILL_SEED_OFFSET, True)
     assert made.count(refill) == 1 and log.index(refill) < log.index(("interleave",)), log
     assert ("inputs", 5 + rs.CHECK_SEED_OFFSET, True) in log[log.index(("interleave",)):], "fresh inputs after timing"
+
+
+def test_where_every_shape_is_capped_the_first_case_is_made_before_any_arm_process_and_no_control_starts(monkeypatch):
+    """Beside two idle arms and a control arm being stopped, a 1-2 GB shape's case took 3.3-3.9x its own bytes on an
+    H100 (their contexts 0.8x of it): then the arms' processes are taken after it. Elsewhere the order stays."""
+    import contextlib
+
+    from evokernel_mcp.benchmark import clocks
+    from evokernel_mcp.benchmark import runner_side as rs
+    from evokernel_mcp.benchmark.messages import BenchmarkRequest
+
+    log: list = []
+
+    class Kid:
+        def output(self):
+            return "", ""
+
+    class Spares:
+        def reference(self, task, timeout_s):
+            return "ref"
+
+        def take(self, purpose):
+            log.append("take")
+            return Kid()
+
+        def retire(self, c):
+            pass
+
+        def isolation(self):
+            return {}
+
+        def wait_retired_if_tight(self):
+            return 0.0
+
+        def wait_retired(self):
+            return 0.0
+
+        def quiet(self, wait=True):
+            return contextlib.nullcontext()
+
+    class Clocks:
+        def __init__(self, *a):
+            pass
+
+        def before(self):
+            return None
+
+        after = final = stale = before
+
+    import evokernel_mcp.benchmark.worker_info as wi
+
+    monkeypatch.setattr(wi, "device_info", lambda: {"backend": "cuda"})
+    monkeypatch.setattr(wi, "ceilings_for", lambda *a: None)
+    monkeypatch.setattr(clocks, "ShapeClocks", Clocks)
+    monkeypatch.setattr(rs, "tensor_device", lambda ctx: "cuda")
+    monkeypatch.setattr(rs, "load_candidate", lambda *a: log.append("load"))
+    monkeypatch.setattr(rs, "_baseline_child", lambda *a: (log.append("baseline"), Kid())[1])
+    monkeypatch.setattr(rs, "make_case", lambda *a: (log.append("case"), {"case": {}, "room": {}, "via_host": False})[1])
+    monkeypatch.setattr(rs, "_bench_shape", lambda arms, *a: (log.append(("shape", a[-1] is not None,
+                                                                          arms.ctrl is not None)), {})[1])
+    monkeypatch.setattr(rs, "release_host", lambda: None)
+    ctx = SimpleNamespace(spares=Spares())
+    req = BenchmarkRequest.model_construct(task=SimpleNamespace(), candidate="c", baseline="pytorch", control=True,
+                                           shapes=["full"], seed=1, options={}, budget_s=60, ceilings=False,
+                                           confirm=False)
+    for capped, want in ((True, ["case", "take", "load", "baseline", ("shape", True, False)]),
+                         (False, ["take", "load", "baseline", "baseline", ("shape", False, True)])):
+        log.clear()
+        monkeypatch.setattr(rs, "every_shape_capped", lambda *a, c=capped: c)
+        out = rs._benchmark(ctx, req, lambda *a: None)
+        assert log == want and "error" not in out, (capped, log, out.get("error"))
