@@ -228,7 +228,7 @@ async def sweep(files: list[Path], seeds: int, max_time_s: float, scale: int, be
             row["wall_s"] = round(time.perf_counter() - t_all, 2)
             sc = row["benchmark"].get("speedup_ci") if bench else None
             row["ok"] = (row["same"]["passed"] is True and row["perturbed"]["passed"] is False
-                         and (not bench or row["benchmark"]["completed"]))
+                         and (not bench or (row["benchmark"]["completed"] and row["benchmark"]["valid"] is True)))
             row["interval_holds_1"] = bool(sc and sc[0] <= 1.0 <= sc[1]) if bench else None
             rows.append(row)
             print(json.dumps(row), flush=True)
@@ -279,6 +279,8 @@ def _markdown(meta: dict, rows: list) -> str:
         b = r.get("benchmark") or {}
         ci = b.get("speedup_ci")
         sp = f"{b['speedup']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if b.get("speedup") and ci else "-"
+        if b.get("completed") and b.get("valid") is False:
+            sp = f"invalid ({b.get('invalid_reason')})"
         err = r["same"]["error"] or r["perturbed"]["error"] or b.get("error") or ""
         lines.append(f"| {r['problem']} | {r['same']['passed']} ({r['same']['wall_s']} s) | "
                      f"{r['perturbed']['passed']} ({r['perturbed']['wall_s']} s) | {b.get('completed', '-')} "
