@@ -36,7 +36,7 @@ class Arms:
         # reference after its timing (room.hand_over), and reference_gone says the cached one was stopped
         self.base_is_reference, self.reference_gone = base_is_reference, False
         self.via_host = False  # this shape's staged inputs come through host memory (shape_case.via_host)
-        self.control_skipped = False  # asked for, never started: every shape within the cap (room.control_needed)
+        self.control_skipped = False  # asked for, never started (shape_case.every_shape_capped)
         self.cpu = None if cpu is None else _pin(self.children().values(), cpu)
 
     @property
