@@ -148,11 +148,12 @@ def _sampled(arms: Arms, ref, samples: list, seed: int, hi: bool, staged: bool =
 
 
 def _bench_shape(arms: Arms, ref, shape: str, seed: int, opt: dict, progress, gpu: bool, ctx=None,
-                 made: dict | None = None) -> dict:
-    """One shape: its case (shape_case.make_case; `made`: already made, before the arms' processes started), the
-    arms' plan within the device's memory, the refill pool and probe bar, the interleaved timing, then the checks."""
+                 made: dict | None = None, plan: dict | None = None) -> dict:
+    """One shape: its case (shape_case.make_case; `made`: already made, before the arms' processes started; `plan`:
+    its memory plan, already asked), the arms' plan within the device's memory, the refill pool and probe bar, the
+    interleaved timing, then the checks."""
     made = made or make_case(arms.ask, ref, shape, seed, gpu, ctx,
-                             lambda plan: control_out_of_cap(ctx, arms, plan) or arms.control_skipped)
+                             lambda plan: control_out_of_cap(ctx, arms, plan) or arms.control_skipped, plan)
     case, room, arms.via_host = made["case"], made["room"], made["via_host"]
     work = runner_counts(case)
     i_b, o_b = _nbytes(case["inputs"]), _nbytes(case["native"])
@@ -291,13 +292,14 @@ def _benchmark(ctx: RunnerContext, payload: BenchmarkRequest, progress, timing_q
     shapes, seed, opt = list(payload.shapes), payload.seed, dict(payload.options)
     try:
         cpu = None if gpu else claim.enter_context(cpus.claim_arm_cpu())
-        made, capped = None, gpu and every_shape_capped(ref, shapes, seed, deadline)
+        made, plans = None, every_shape_capped(ref, shapes, seed, deadline) if gpu else None
+        capped = plans is not None
         if capped:  # the first shape's case before any arm's process is up (shape_case.py); no control arm started
             note("benchmark: waited %.2f s for retired children", ctx.spares.wait_retired())
             try:
                 made = make_case(lambda child, req, max_bytes, device=None: child.request(
                     req, timeout_s=wall_deadline(deadline), max_bytes=max_bytes, device=device),
-                    ref, shapes[0], seed, gpu, ctx, lambda plan: payload.control)
+                    ref, shapes[0], seed, gpu, ctx, lambda plan: payload.control, plans[0])
             except ChildFailed as e:
                 result["error"] = {**e.info(), "shape": shapes[0]}
                 return result
@@ -323,7 +325,8 @@ def _benchmark(ctx: RunnerContext, payload: BenchmarkRequest, progress, timing_q
             note("benchmark %s: waited %.2f s for retired children", shape, ctx.spares.wait_retired())
             try:
                 with ctx.spares.quiet(wait=False) if timing_quiet else contextlib.nullcontext():
-                    raw = _bench_shape(arms, ref, shape, seed, opt, prog, gpu, ctx, made if i == 0 else None)
+                    raw = _bench_shape(arms, ref, shape, seed, opt, prog, gpu, ctx, made if i == 0 else None,
+                                       plans[i] if capped else None)
             except ChildFailed as e:
                 result["error"] = {**e.info(), "shape": shape}
                 break

@@ -20,17 +20,19 @@ def _plan_req(shape: str, seed: int) -> dict[str, Any]:
     return {"op": "plan", "shape": shape, "seed": seed, "hi": False, "memory_factor": settings.get().memory_factor}
 
 
-def every_shape_capped(ref, shapes: list[str], seed: int, deadline: float) -> bool:
-    """Whether the reference plans every shape of the job within its memory cap (op "plan": cap_bytes set). Then no
-    benchmark plan keeps a control arm (it is never started), and the first shape's case is made before the arms'
-    processes are up."""
+def every_shape_capped(ref, shapes: list[str], seed: int, deadline: float) -> list[dict] | None:
+    """The reference's plan of every shape of the job (op "plan"), where each is within the job's memory cap
+    (cap_bytes set), else None. Then no benchmark plan keeps a control arm (it is never started), the first shape's
+    case is made before the arms' processes are up, and each shape's case uses its plan from here (make_case)."""
     from evokernel_mcp.verify.runner_side import plan_of
 
+    plans = []
     for shape in shapes:
         plan = plan_of(ref.request(_plan_req(shape, seed), timeout_s=wall_deadline(deadline), max_bytes=1 << 20))
         if plan is None or plan.get("cap_bytes") is None:
-            return False
-    return bool(shapes)
+            return None
+        plans.append(plan)
+    return plans or None
 
 
 def via_host(plan: Any) -> bool:
@@ -43,16 +45,16 @@ def via_host(plan: Any) -> bool:
     return host_staged(i, o) and through_host(i, o, largest, settings.get().memory_factor)
 
 
-def make_case(ask, ref, shape: str, seed: int, gpu: bool, ctx, drop_control) -> dict[str, Any]:
+def make_case(ask, ref, shape: str, seed: int, gpu: bool, ctx, drop_control, plan: dict | None = None) -> dict[str, Any]:
     """The shape's case: {"case", "room" (gave_back, plan, notes), "via_host"}. ask(child, req, max_bytes=, device=):
     one request (Arms.ask, or the reference's own before any arm exists); drop_control(plan): whether a control arm
-    went (or never came) for this shape's cap."""
+    went (or never came) for this shape's cap; plan: the shape's plan where every_shape_capped asked it already."""
     from evokernel_mcp.verify.runner_side import plan_of, with_room, within_cap
 
     room: dict[str, Any] = {}
     no_ctrl, host = False, False
     if gpu and ctx is not None:  # a shape over the memory cap: our idle processes go before the reference's peak
-        plan = plan_of(ask(ref, _plan_req(shape, seed), max_bytes=1 << 20))
+        plan = plan or plan_of(ask(ref, _plan_req(shape, seed), max_bytes=1 << 20))
         host = via_host(plan)
         if within_cap(ctx, ref, plan, room, spares_room=False):
             room["notes"] = [f"within the shape's memory cap (memory_factor x its own bytes): "

@@ -247,7 +247,9 @@ def test_where_every_shape_is_capped_the_first_case_is_made_before_any_arm_proce
     monkeypatch.setattr(rs, "tensor_device", lambda ctx: "cuda")
     monkeypatch.setattr(rs, "load_candidate", lambda *a: log.append("load"))
     monkeypatch.setattr(rs, "_baseline_child", lambda *a: (log.append("baseline"), Kid())[1])
-    monkeypatch.setattr(rs, "make_case", lambda *a: (log.append("case"), {"case": {}, "room": {}, "via_host": False})[1])
+    given = []  # the plan each early case was made with: the one every_shape_capped asked, not asked again
+    monkeypatch.setattr(rs, "make_case", lambda *a: (log.append("case"), given.append(a[-1]),
+                                                     {"case": {}, "room": {}, "via_host": False})[2])
     monkeypatch.setattr(rs, "_bench_shape", lambda arms, *a: (log.append(("shape", a[-1] is not None,
                                                                           arms.ctrl is not None)), {})[1])
     monkeypatch.setattr(rs, "release_host", lambda: None)
@@ -258,6 +260,7 @@ def test_where_every_shape_is_capped_the_first_case_is_made_before_any_arm_proce
     for capped, want in ((True, ["case", "take", "load", "baseline", ("shape", True, False)]),
                          (False, ["take", "load", "baseline", "baseline", ("shape", False, True)])):
         log.clear()
-        monkeypatch.setattr(rs, "every_shape_capped", lambda *a, c=capped: c)
+        monkeypatch.setattr(rs, "every_shape_capped", lambda *a, c=capped: [{"cap_bytes": 1}] if c else None)
         out = rs._benchmark(ctx, req, lambda *a: None)
         assert log == want and "error" not in out, (capped, log, out.get("error"))
+    assert given == [{"cap_bytes": 1}]
