@@ -213,8 +213,12 @@ def _bench_shape(arms: Arms, ref, shape: str, seed: int, opt: dict, progress, gp
             out["settled"] = arms.ask(arms.cand, {"op": "settled", "inputs": x, "seed": seed,
                                                   "init_inputs": case["init_inputs"], "state": case["state"]},
                                       handed=staged)
+        # a staged shape's refill values go in host memory (memfd), not handed over as a device copy: the candidate
+        # copies them into its timed storage in place (benchmark/sides.cand_checks), so that storage is their only
+        # device copy (6_Matmul_with_large_K on an H100: 1 GiB handed over beside 1 GiB of timed storage, 3.0x)
         got = arms.ask(arms.cand, {"op": "bench_checks", name: x, "init_inputs": case["init_inputs"],
-                                   "state": case["state"], "seed": seed}, max_bytes=limit, handed=staged)
+                                   "state": case["state"], "seed": seed}, max_bytes=limit,
+                       handed=staged and name != "refill")
         out["output_dtype"] = out.get("output_dtype") or got.get("output_dtype")
         if name == "refill":  # its timed storage served the refill check: gone before the reference's forward
             arms.ask(arms.cand, {"op": "arm_close", "name": "candidate"})  # (94_MSELoss: 8 of 27 GiB at the peak)

@@ -168,6 +168,19 @@ def cand_settled(loaded, req: dict[str, Any]) -> dict[str, Any]:
     return settle.settled_check(candidate_fn(loaded, req), _to(req["inputs"], loaded.device), sync)
 
 
+def _refill_in_place(target: list[Any], values: list[Any]) -> None:
+    """Each tensor of `target` (an arm's timed input set) given the values of its counterpart in `values`, where the
+    shapes match, one tensor at a time, each value let go once copied: values in host memory (the runner sends a big
+    shape's that way) are copied straight into the storage, with no second device copy of the set beside it."""
+    import torch
+
+    for i in range(min(len(target), len(values))):
+        t, v, values[i] = target[i], values[i], None
+        if isinstance(t, torch.Tensor) and isinstance(v, torch.Tensor) and t.shape == v.shape:
+            t.copy_(v)
+        v = None  # (its device memory, where it came that way, back before the next tensor's)
+
+
 def cand_checks(loaded, req: dict[str, Any]) -> dict[str, Any]:
     """The candidate's outputs (1) on the storage of its last timed input set, refilled in place with
     req['refill'] (a callable that caches by tensor address fails here) and/or (2) on req['fresh'],
@@ -178,15 +191,15 @@ def cand_checks(loaded, req: dict[str, Any]) -> dict[str, Any]:
     reply: dict[str, Any] = {}
     with torch.no_grad():
         if "refill" in req:
+            values, req["refill"] = list(req["refill"]), None
             timer = loaded.__dict__.get("arms", {}).get("candidate")
             if timer is not None:  # a parked arm's timed storage back on the device first
                 timer.unpark()
-            sets = timer.arg_sets if timer is not None else [_to(req["refill"], loaded.device)]
-            target = sets[(max(timer.rep, 1) - 1) % len(sets)] if timer is not None else sets[0]
-            for t, v in zip(target, _to(req["refill"], loaded.device)):
-                if isinstance(t, torch.Tensor) and isinstance(v, torch.Tensor) and t.shape == v.shape:
-                    t.copy_(v)
-            req["refill"] = None
+                target = timer.arg_sets[(max(timer.rep, 1) - 1) % len(timer.arg_sets)]
+                _refill_in_place(target, values)
+            else:
+                target = _to(values, loaded.device)
+            values = None
             reply["refill"] = _plain(fn(*target))
             _sync(loaded.device)
         if "fresh" in req:

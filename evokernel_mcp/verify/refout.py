@@ -15,6 +15,8 @@ import contextlib
 import copy
 from typing import Any
 
+from evokernel_mcp.runtime.devmem import release_cached
+
 _OWNED = [False]  # within owned_inputs(): the native forwards run on the inputs themselves
 
 
@@ -209,10 +211,6 @@ def _sample_error(model, inputs: list[Any], native: Any, rng, device: str, room:
     full forward that measures the spread without it)."""
     import torch
 
-    from evokernel_mcp.verify import bar
-    from evokernel_mcp.verify.memory import LEAN_CHUNK
-    from evokernel_mcp.verify.outputs import flatten_outputs
-
     b = _batch_size(inputs)
     if b is None or not _leads_with_batch(native, b):  # known before any forward: a loss's scalar output does
         return None  # not (its float64 forward on a quarter of the batch ran for nothing: 96_HuberLoss, 27 GiB)
@@ -223,34 +221,65 @@ def _sample_error(model, inputs: list[Any], native: Any, rng, device: str, room:
     part = [t[:k] if isinstance(t, torch.Tensor) and t.dim() >= 1 else t for t in inputs]
     try:
         with _buffers_kept(model):
-            _set_rng_state(rng, device)
-            rows = {leaf.path: leaf.tensor for leaf in flatten_outputs(_native_forward(model, part))}
-            _set_rng_state(rng, device)
-            again = {leaf.path: leaf.tensor for leaf in flatten_outputs(_native_forward(model, part))}
-            hi = {leaf.path: leaf.tensor for leaf in flatten_outputs(_float64_forward(model, part))}
-        full = flatten_outputs(native)
+            return _sample_forwards(model, part, native, rng, device, k, b)
     except Exception:  # noqa: BLE001 - the reference's code on a slice (out of memory included): no sample
-        if device != "cpu":
-            torch.cuda.empty_cache()
+        release_cached()
         return None
-    errs, spread = {}, {}
-    for leaf in full:
-        t = leaf.tensor
-        if not (t.is_floating_point() or t.is_complex()):
-            continue
-        r, h = rows.get(leaf.path), hi.get(leaf.path)
-        if r is None or h is None or t.dim() < 1 or t.shape[0] != b or tuple(r.shape) != (k, *t.shape[1:]) or \
-                tuple(h.shape) != tuple(r.shape) or r.dtype != t.dtype:
+
+
+def _sample_forwards(model, part: list[Any], native: Any, rng, device: str, k: int,
+                     b: int) -> tuple[dict[str, float], int, int, dict[str, float]] | None:
+    """_sample_error's three forwards on the first k of b samples, one at a time: the native rows (checked against
+    the full run's first k rows: the model is batch-separable), the native rows again (the run-to-run spread), then,
+    with both gone, the float64 rows (PyTorch's error). All three held together took 54_conv_standard_3D's
+    reference process to twice the sample's float64 bytes on an H100; one at a time, about the float64 rows'."""
+    from evokernel_mcp.verify import bar
+    from evokernel_mcp.verify.memory import LEAN_CHUNK
+    from evokernel_mcp.verify.outputs import flatten_outputs
+
+    floating = {leaf.path: leaf.tensor for leaf in flatten_outputs(native)
+                if leaf.tensor.is_floating_point() or leaf.tensor.is_complex()}
+
+    def forward(fn) -> dict[str, Any]:
+        return {leaf.path: leaf.tensor for leaf in flatten_outputs(fn(model, part))}
+
+    _set_rng_state(rng, device)
+    rows = forward(_native_forward)
+    if not all(_rows_agree(rows.get(path), t, k, b) for path, t in floating.items()):
+        return None  # the rows depend on the rest of the batch
+    _set_rng_state(rng, device)
+    again = forward(_native_forward)
+    spread = {path: _spread(rows[path], again.get(path)) for path in floating}
+    rows = again = None
+    release_cached()  # the rows' blocks back before the float64 forward, which needs blocks of twice their size
+    hi = forward(_float64_forward)
+    errs = {}
+    for path, t in floating.items():
+        h = hi.get(path)
+        if h is None or tuple(h.shape) != (k, *t.shape[1:]):
             return None
-        # compared in lean blocks: a sample is taken where memory is short, and with the default blocks its float64
-        # arrays took 1.3 GiB for one sample of 54_conv_standard_3D (61 MB of rows) on an H100, more than its forwards
-        if not bar.judge(r, None, t[:k], dtype_preset=bar.preset_of(t.dtype), chunk_elems=LEAN_CHUNK)["passed"]:
-            return None  # the rows depend on the rest of the batch
-        errs[leaf.path] = bar.float64_disagreement(h, t[:k], chunk_elems=LEAN_CHUNK)[0]
-        a = again.get(leaf.path)
-        spread[leaf.path] = (bar.max_abs_diff(r, a, chunk_elems=LEAN_CHUNK) if a is not None and a.shape == r.shape
-                             else float("inf"))
+        errs[path] = bar.float64_disagreement(h, t[:k], chunk_elems=LEAN_CHUNK)[0]
     return (errs, k, b, spread) if errs else None
+
+
+def _rows_agree(r: Any, t: Any, k: int, b: int) -> bool:
+    """Whether the sample's native rows r are the full run's output t's first k of b rows (same shape and dtype,
+    within the native bar)."""
+    from evokernel_mcp.verify import bar
+    from evokernel_mcp.verify.memory import LEAN_CHUNK
+
+    if r is None or t.dim() < 1 or t.shape[0] != b or tuple(r.shape) != (k, *t.shape[1:]) or r.dtype != t.dtype:
+        return False
+    # compared in lean blocks: a sample is taken where memory is short, and with the default blocks its float64
+    # arrays took 1.3 GiB for one sample of 54_conv_standard_3D (61 MB of rows) on an H100, more than its forwards
+    return bar.judge(r, None, t[:k], dtype_preset=bar.preset_of(t.dtype), chunk_elems=LEAN_CHUNK)["passed"]
+
+
+def _spread(r: Any, a: Any) -> float:
+    from evokernel_mcp.verify import bar
+    from evokernel_mcp.verify.memory import LEAN_CHUNK
+
+    return bar.max_abs_diff(r, a, chunk_elems=LEAN_CHUNK) if a is not None and a.shape == r.shape else float("inf")
 
 
 def _leads_with_batch(native: Any, b: int) -> bool:

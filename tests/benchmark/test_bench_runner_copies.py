@@ -166,6 +166,8 @@ def test_a_staged_shapes_refill_check_inputs_are_made_before_any_arm_holds_its_i
 
         def ask(self, child, req, max_bytes=0, handed=False, device=None):
             log.append((child, req["op"], req.get("seed")))
+            if req["op"] == "bench_checks":
+                log.append(("handed", "refill" if "refill" in req else "fresh", handed))
             if req["op"] == "case" and not req.get("inputs_only"):
                 return {"inputs": big, "native": out, "init_inputs": [], "state": {}, "work": None}
             if req["op"] == "case":
@@ -190,6 +192,25 @@ def test_a_staged_shapes_refill_check_inputs_are_made_before_any_arm_holds_its_i
     refill = ("inputs", 5 + rs.REFILL_SEED_OFFSET, True)
     assert made.count(refill) == 1 and log.index(refill) < log.index(("interleave",)), log
     assert ("inputs", 5 + rs.CHECK_SEED_OFFSET, True) in log[log.index(("interleave",)):], "fresh inputs after timing"
+    # the refill's values go in host memory (the candidate copies them into its timed storage in place); the fresh
+    # inputs, which need a device copy of their own, are handed over
+    handed = [e for e in log if e[0] == "handed"]
+    assert handed[:2] == [("handed", "refill", False), ("handed", "fresh", True)] and \
+        ("handed", "refill", True) not in handed
+
+
+def test_refill_values_are_copied_into_the_timed_storage_one_tensor_at_a_time():
+    """The candidate's refill check: each value copied into its timed input tensor in place (same storage), and let
+    go once copied; a value of another shape leaves its tensor as it was."""
+    from evokernel_mcp.benchmark.sides import _refill_in_place
+
+    target = [torch.zeros(4, 3), torch.zeros(2), 7]
+    ptrs = [t.data_ptr() for t in target[:2]]
+    values = [torch.ones(4, 3), torch.ones(5), 8]
+    _refill_in_place(target, values)
+    assert values == [None, None, None]
+    assert torch.equal(target[0], torch.ones(4, 3)) and torch.equal(target[1], torch.zeros(2)) and target[2] == 7
+    assert [t.data_ptr() for t in target[:2]] == ptrs
 
 
 def test_where_every_shape_is_capped_the_first_case_is_made_before_any_arm_process_and_no_control_starts(monkeypatch):

@@ -5,6 +5,8 @@ error-vs-PyTorch figures of each case. In-process on the CPU (tests/verify_numer
 
 from __future__ import annotations
 
+import weakref
+
 import pytest
 import torch
 from refcase import run_case, same_and_perturbed
@@ -223,6 +225,31 @@ def test_the_samples_comparisons_run_in_lean_blocks(monkeypatch):
                                    why_not_hi=f"{refout.DOES_NOT_FIT}: 9 GB", room_bytes=10**9, hi_bytes=10**6)
     assert out["sampled"] and sorted(chunks) == [("float64_disagreement", memory.LEAN_CHUNK),
                                                  ("judge", memory.LEAN_CHUNK), ("max_abs_diff", memory.LEAN_CHUNK)]
+
+
+def test_the_samples_native_rows_are_gone_before_its_float64_forward():
+    """The sample's three forwards run one at a time: its native rows and their second run are compared and let go
+    before the float64 forward (all three held together took 54_conv_standard_3D's reference process on an H100 to
+    twice the sample's float64 bytes, over its memory cap); the full run's outputs stay, as the judge needs them."""
+    made: list = []
+    alive_at_float64: list = []
+
+    class Rows(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(32, 16)
+
+        def forward(self, x):
+            if x.dtype == torch.float64:
+                alive_at_float64.append([r() is not None for r in made])
+            y = self.lin(x)
+            made.append(weakref.ref(y))
+            return y
+
+    out = refout.reference_outputs(Rows(), [torch.randn(16, 32)], False, "cpu",
+                                   why_not_hi=f"{refout.DOES_NOT_FIT}: 9 GB", room_bytes=10**9, hi_bytes=10**6)
+    assert out["sampled"]["out"] > 0 and out["spread"] == {"out": 0.0}
+    assert alive_at_float64 == [[True, False, False]], "full run kept; the sample's native rows and rerun let go"
 
 
 def test_a_loss_whose_output_does_not_lead_with_the_batch_runs_no_sample_forwards():
