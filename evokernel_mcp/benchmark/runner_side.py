@@ -31,6 +31,7 @@ from evokernel_mcp.runtime.devmem import on_host, release_cached, release_host, 
 from evokernel_mcp.runtime.devplan import (
     BIG_BENCH_BYTES,
     host_staged,
+    inputs_from_host,
     last_arm_from_host,
     outputs_on_host,
     reported_bytes,
@@ -202,6 +203,12 @@ def _bench_shape(arms: Arms, ref, shape: str, seed: int, opt: dict, progress, gp
     # (nn.Conv3d, nn.Linear) is built per seed, and the candidate's checks run the timed seed's model
     # One check at a time (inputs made, run by the candidate, judged, freed): device memory. The refill
     # check runs first, on the storage of the candidate's last timed input set; then fresh inputs.
+    # a staged shape's refill values go in host memory (memfd), not handed over as a device copy, where that copy
+    # beside the candidate's timed storage would take the job past its cap (devplan.inputs_from_host): the candidate
+    # copies them into that storage in place (benchmark/sides.cand_checks), its only device copy of them then
+    # (6_Matmul_with_large_K on an H100: 1 GiB handed over beside 1 GiB of timed storage, 3.0x its own bytes). An 8 GiB
+    # reduction keeps the device path: the host's copies cost it 7-9 s, for a job at 2.2x either way.
+    refill_in_host = staged and inputs_from_host(i_b, o_b, settings.get().memory_factor)
     for key, name, off in (("check_timed", "refill", REFILL_SEED_OFFSET), ("check_fresh", "fresh", CHECK_SEED_OFFSET)):
         # staged: the inputs wait on the host, each process gets its own device copy in turn
         x = early.pop(name, None) or arms.inputs(ref, {"shape": shape, "seed": seed + off}, staged)
@@ -213,12 +220,9 @@ def _bench_shape(arms: Arms, ref, shape: str, seed: int, opt: dict, progress, gp
             out["settled"] = arms.ask(arms.cand, {"op": "settled", "inputs": x, "seed": seed,
                                                   "init_inputs": case["init_inputs"], "state": case["state"]},
                                       handed=staged)
-        # a staged shape's refill values go in host memory (memfd), not handed over as a device copy: the candidate
-        # copies them into its timed storage in place (benchmark/sides.cand_checks), so that storage is their only
-        # device copy (6_Matmul_with_large_K on an H100: 1 GiB handed over beside 1 GiB of timed storage, 3.0x)
         got = arms.ask(arms.cand, {"op": "bench_checks", name: x, "init_inputs": case["init_inputs"],
                                    "state": case["state"], "seed": seed}, max_bytes=limit,
-                       handed=staged and name != "refill")
+                       handed=staged and not (name == "refill" and refill_in_host))
         out["output_dtype"] = out.get("output_dtype") or got.get("output_dtype")
         if name == "refill":  # its timed storage served the refill check: gone before the reference's forward
             arms.ask(arms.cand, {"op": "arm_close", "name": "candidate"})  # (94_MSELoss: 8 of 27 GiB at the peak)

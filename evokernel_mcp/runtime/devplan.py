@@ -75,7 +75,9 @@ def inputs_from_host(input_bytes: int, output_bytes: int, factor: float) -> bool
     """Whether the runner hands a capped verify case's inputs over to the candidate from host memory (the export the
     candidate adopts then the only device copy): where its own copy beside the candidate's and the outputs would take
     the job past its cap (data_cap, three processes' contexts counted), as for a 1-2 GB shape. Elsewhere the device
-    path stays: pinning a reduction's 8 GiB took 5-6 s a case on an H100, for a job at 2.2x its own bytes either way."""
+    path stays: pinning a reduction's 8 GiB took 5-6 s a case on an H100, for a job at 2.2x its own bytes either way.
+    The same rule sends a staged benchmark shape's refill values to the candidate in host memory (its timed storage
+    and a device copy of them beside it are two copies of the inputs in one process)."""
     cap = data_cap(input_bytes + output_bytes, factor, 3)
     return cap is not None and 2 * input_bytes + output_bytes > cap
 
