@@ -186,8 +186,12 @@ def test_a_staged_shapes_refill_check_inputs_are_made_before_any_arm_holds_its_i
     monkeypatch.setattr(rs, "interleave", interleave)
     monkeypatch.setattr(rs, "_check", lambda *a, **kw: {"passed": True})
     monkeypatch.setattr(rs, "_probe_bar", lambda *a, **kw: None)
-    monkeypatch.setattr(rs, "on_host", lambda x: x)
+    monkeypatch.setattr(rs, "on_host", lambda x: (log.append(("on_host", x is big)), x)[1])
     rs._bench_shape(Arms(), "ref", "s", 5, {}, lambda *a: None, True, None)
+    # the runner's copy of the case's inputs goes to the host before the refill pool is made (beside it, the pool's
+    # copy and its export in the reference were three copies of 8 GiB), and the pool's waits there too
+    pool = ("inputs", 6, True)
+    assert pool in log and log.index(("on_host", True)) < log.index(pool), log
     made = [e for e in log if e[0] == "inputs"]
     refill = ("inputs", 5 + rs.REFILL_SEED_OFFSET, True)
     assert made.count(refill) == 1 and log.index(refill) < log.index(("interleave",)), log

@@ -385,6 +385,7 @@ def test_a_capped_shapes_checks_take_the_references_outputs_to_the_host_where_a_
     assert len(where) == 3 and len(judged) == 3, "refill, fresh and probe checks"
     assert set(where) == {"expected to cpu" if on_host else "expected to None"} and set(judged) == {on_host}
     big = in_mb + out_mb > 1000
-    assert (staged.count("got"), staged.count("inputs")) == ((2, 3) if on_host else (0, 0)), \
+    # runner_side's: the case's inputs (before the refill pool is made) and the two checks' outputs
+    assert (staged.count("got"), staged.count("inputs")) == ((3, 3) if on_host else (0, 0)), \
         "a host shape is staged too: the candidate's outputs of a check wait on the host while the reference runs"
     assert set(chunks) == {LEAN_CHUNK if big else None}, "a big shape's every check judges in lean blocks (probe too)"
