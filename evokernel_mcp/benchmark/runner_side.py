@@ -301,6 +301,7 @@ def _benchmark(ctx: RunnerContext, payload: BenchmarkRequest, progress, timing_q
     gpu = info.get("backend") in ("cuda", "rocm")
     claim = contextlib.ExitStack()  # host timing: one CPU for every arm, this job's until its arms are gone
     shapes, seed, opt = list(payload.shapes), payload.seed, dict(payload.options)
+    capped = False
     try:
         cpu = None if gpu else claim.enter_context(cpus.claim_arm_cpu())
         made, plans = None, every_shape_capped(ref, shapes, seed, deadline) if gpu else None
@@ -355,9 +356,10 @@ def _benchmark(ctx: RunnerContext, payload: BenchmarkRequest, progress, timing_q
         result["error"] = e.info()
     finally:
         result["stdout"], result["stderr"] = cand.output() if cand is not None else ("", "")
+        big = capped or bool(getattr(ref, "capped", False))  # (the next job waits for such arms to be gone)
         for c in (cand, base, ctrl):
             if c is not None:
-                ctx.spares.retire(c)
+                ctx.spares.retire(c, big=big)
         claim.close()
         release_host()  # the pinned host memory of staged shapes (on_host), whatever ended the job
         note("benchmark: arms retired at %.2f s", time.monotonic() - t0)
@@ -377,7 +379,7 @@ def _confirm(ctx: RunnerContext, payload: BenchmarkRequest, task: Task, ref, sha
              gpu: bool, quiet=contextlib.nullcontext, cpu: int | None = None) -> dict[str, Any]:
     """Re-time the candidate in a SECOND fresh process with fresh inputs (another seed), interleaved with
     the baseline again: a time a process reports about itself is only trusted when another agrees."""
-    child, base = ctx.spares.take("bench"), None
+    child, base, big = ctx.spares.take("bench"), None, False
     try:
         load_candidate(ctx, child, payload.candidate, task, deadline)
         base = _baseline_child(ctx, payload.baseline, task, deadline)
@@ -404,7 +406,7 @@ def _confirm(ctx: RunnerContext, payload: BenchmarkRequest, task: Task, ref, sha
     finally:
         for c in (child, base):
             if c is not None:
-                ctx.spares.retire(c)
+                ctx.spares.retire(c, big=big)
 
 
 def _baseline_child(ctx: RunnerContext, base_src: str, task: Task, deadline: float):

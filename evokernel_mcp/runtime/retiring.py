@@ -15,17 +15,21 @@ log = logging.getLogger(__name__)
 
 
 class Retiring:
-    """Needs of the class it is mixed into: device, _lock (a Condition), _gpu_busy and _retiring counters."""
+    """Needs of the class it is mixed into: device, _lock (a Condition), _gpu_busy, _retiring and _retiring_big
+    counters."""
 
-    def retire(self, child: Child) -> None:
+    def retire(self, child: Child, big: bool = False) -> None:
         """A job is done with its child: killed now (nothing of it runs past this call), the rest of its end
         (waiting for its processes to be gone, a CUDA context's teardown among them; its Triton cache; its
         scratch dir) in the background, off the job's clock. Until the processes are gone it counts as
-        device work: a benchmark's timing waits for it (quiet), as it waits for a spare's device start."""
+        device work: a benchmark's timing waits for it (quiet), as it waits for a spare's device start.
+        big: the child served a job planned within its memory cap (over a GB of its own): it may hold gigabytes
+        until it is gone, so the next job waits for it before it starts (wait_retired_if_tight)."""
         finish = child.stop()
         with self._lock:
             self._gpu_busy += 1
             self._retiring += 1
+            self._retiring_big += int(big)
 
         def run() -> None:
             try:
@@ -36,6 +40,7 @@ class Retiring:
                 with self._lock:
                     self._gpu_busy -= 1
                     self._retiring -= 1
+                    self._retiring_big -= int(big)
                     self._lock.notify_all()
         try:
             threading.Thread(target=run, daemon=True, name="evokernel-retire").start()
@@ -53,10 +58,14 @@ class Retiring:
             return None
 
     def wait_retired_if_tight(self) -> float:
-        """At a job's start: when the device is tight (what decides evictions and what big loads need), wait for
-        retired children first; else their end overlaps this job's loads."""
+        """At a job's start: when the device is tight (what decides evictions and what big loads need) or a retired
+        child of a big job is still ending, wait for retired children first; else their end overlaps this job's
+        loads (a 1 GB convolution's verify, right after the last problem's benchmark, read 4.6x its own bytes for
+        90 ms: that benchmark's two arms, 1.3 GiB each, still ending beside the new job's three processes)."""
         if not self._retiring or self.device == "cpu":
             return 0.0
+        if self._retiring_big:
+            return self.wait_retired()
         mem = self._free_memory()  # (no device view: wait, to be safe)
         return self.wait_retired() if mem is None or mem[0] < mem[1] * TIGHT_FREE_FRACTION else 0.0
 

@@ -98,6 +98,7 @@ class Spares(RefCache, Retiring, Hold):
         self._stopped_for_room: set[int] = set()  # ... the pids it stopped
         self._gpu_busy = 0  # background work touching the device now (a spare's device start, a warm-up,
         self._retiring = 0  # a retired child's end), and of it retired children not yet gone
+        self._retiring_big = 0  # ... and of those, the children of jobs planned within their memory cap
         self._closed = False
         self._quiet = 0  # quiet sections open (no new spares): the job's whole run on a host of few cores
         self._held = False  # idle children were given back for a big job: new spares wait at the device gate

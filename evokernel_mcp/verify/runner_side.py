@@ -79,7 +79,7 @@ def _passed(out: dict[str, Any]) -> bool:
 
 def _verify_steps(ctx: RunnerContext, source: str, steps: list[VerifyStep], deadline: float, progress) -> list[dict[str, Any]]:
     outs: list[dict[str, Any]] = []
-    cand = None
+    cand = ref = None
     ctx.spares.wait_retired_if_tight()
     try:
         for k, step in enumerate(steps):
@@ -113,7 +113,7 @@ def _verify_steps(ctx: RunnerContext, source: str, steps: list[VerifyStep], dead
         release_host()  # the pinned host memory of a big case's reference outputs (_lean_case), whatever ended it
         if cand is not None:  # (no candidate process yet: the runner's own captured output stands)
             stdout, stderr = cand.output()
-            ctx.spares.retire(cand)
+            ctx.spares.retire(cand, big=bool(getattr(ref, "capped", False)))  # (within_cap: planned within the cap)
             for out in outs:
                 out["stdout"], out["stderr"] = stdout, stderr
     return outs

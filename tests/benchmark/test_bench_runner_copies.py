@@ -271,7 +271,7 @@ def test_where_every_shape_is_capped_the_first_case_is_made_before_any_arm_proce
             log.append("take")
             return Kid()
 
-        def retire(self, c):
+        def retire(self, c, big=False):
             pass
 
         def isolation(self):

@@ -293,7 +293,7 @@ def test_a_big_shape_against_pytorch_stops_the_cached_reference_before_timing_an
             dropped.append(child.name)
             asked.append((child.name, "STOPPED"))
 
-        def retire(self, child):
+        def retire(self, child, big=False):
             asked.append((child.name, "RETIRED"))
 
         def wait_retired(self):
@@ -362,7 +362,7 @@ def test_a_capped_shapes_checks_take_the_references_outputs_to_the_host_where_a_
 
     class Ctx:
         class spares:  # noqa: N801 - a stand-in's attribute
-            drop_reference = retire = staticmethod(lambda child: None)
+            drop_reference = retire = staticmethod(lambda child, big=False: None)
             wait_retired = staticmethod(lambda: None)
 
     def room(*_a, **_kw):

@@ -281,3 +281,54 @@ def test_a_gpu_keeps_at_most_three_spares_whatever_its_cores(monkeypatch, cpus, 
     cached references, were over 4 GiB idle, 4x a 1 GB problem's own bytes before its plan could give them back."""
     monkeypatch.setattr(spares.os, "sched_getaffinity", lambda pid: set(range(cpus)))
     assert spares.default_spares("cuda:0") == spares.default_spares("rocm:1") == want
+
+
+def test_a_job_starts_after_a_big_jobs_retired_children_are_gone_and_overlaps_a_small_jobs():
+    """retiring.wait_retired_if_tight: a child retired from a job planned within its memory cap (retire(big=True))
+    is waited for at the next job's start even with the device mostly free (a benchmark's arms hold gigabytes
+    until they are gone); a small job's retired child is not (its end overlaps the next job's loads) unless the
+    device is tight; once the big one is gone, nothing is waited for."""
+    import threading
+
+    from evokernel_mcp.runtime.retiring import Retiring
+
+    class Pool(Retiring):
+        device = "cuda"
+
+        def __init__(self):
+            self._lock, self._gpu_busy, self._retiring, self._retiring_big = threading.Condition(), 0, 0, 0
+            self.free = (70 << 30, 80 << 30)
+            self.waited = 0
+
+        def _free_memory(self):
+            return self.free
+
+        def wait_retired(self, timeout_s: float = 30.0) -> float:
+            self.waited += 1
+            return super().wait_retired(timeout_s)
+
+    gates = []
+
+    class Kid:
+        def stop(self):
+            gate = threading.Event()
+            gates.append(gate)
+            return lambda: gate.wait(60)
+
+    pool = Pool()
+    pool.retire(Kid())  # a small job's child, still ending
+    assert pool.wait_retired_if_tight() == 0.0 and pool.waited == 0
+    pool.free = (10 << 30, 80 << 30)  # tight: waited for
+    threading.Timer(0.05, gates[0].set).start()
+    pool.wait_retired_if_tight()
+    assert pool.waited == 1 and pool._retiring == 0
+    pool.free = (70 << 30, 80 << 30)
+    pool.retire(Kid(), big=True)
+    assert pool._retiring_big == 1
+    threading.Timer(0.05, gates[1].set).start()
+    pool.wait_retired_if_tight()
+    assert pool.waited == 2 and pool._retiring == 0 and pool._retiring_big == 0
+    pool.retire(Kid())
+    assert pool.wait_retired_if_tight() == 0.0 and pool.waited == 2
+    gates[2].set()
+    pool.wait_retired()
