@@ -60,19 +60,21 @@ def reported_bytes(x: Any) -> int:
     return x if isinstance(x, int) and not isinstance(x, bool) and x > 0 else 0
 
 
-def outputs_on_host(input_bytes: int, output_bytes: int, factor: float, workspace_bytes: Any = 0) -> bool:
+def outputs_on_host(input_bytes: int, output_bytes: int, factor: float, workspace_bytes: Any = 0, *,
+                    reply_beside: bool = False) -> bool:
     """Whether the runner keeps the reference's outputs of a check in host memory, judging them block by block
-    (verify's lean case, the benchmark's post-timing checks): where its device copy beside the candidate's inputs
-    and outputs would take the job past its cap (data_cap, the job's three processes' contexts counted), with
-    the larger of two things the candidate holds beside them at its peak: its forward's working memory
-    (`workspace_bytes`: the reference's forward measured it; agent code's number, it only picks where the runner
-    keeps a copy), or, as it sends its outputs, their export (a second device copy until the runner has them:
-    9_Tall_skinny's 4 GiB of outputs read 3.4x its own bytes on an H100 with the device copy). So it is a job
-    of 1-4.5 GB whose outputs are most of its bytes (a convolution's, a tall-skinny matmul's); elsewhere (an
-    activation's half inputs, half outputs; a reduction's) the device copy stays: the host round trip costs a copy
-    each way of every check."""
+    (verify's lean case, the benchmark's post-timing checks): where its device copy beside the candidate's inputs,
+    outputs and forward's working memory (`workspace_bytes`: the reference's forward measured it; agent code's
+    number, it only picks where the runner keeps a copy) would take the job past its cap (data_cap, the job's three
+    processes' contexts counted): a job of 1-2 GB whose outputs are most of its bytes (a convolution's).
+    reply_beside: the candidate's outputs arrive while the runner holds that copy (verify's lean case; the
+    benchmark's checks receive them first), so their export, a second device copy in the candidate until the
+    runner has them, counts too where it is more than the working memory: 9_Tall_skinny's 4 GiB of outputs read
+    3.4x its own bytes on an H100 with the device copy, 2.6x with the host copy. Elsewhere the device copy stays:
+    the host round trip costs a copy each way of every check (2-5 s a verify for 2.5-4 GiB of outputs)."""
     cap = data_cap(input_bytes + output_bytes, factor, 3)
-    peak = input_bytes + 2 * output_bytes + max(output_bytes, reported_bytes(workspace_bytes))
+    work = reported_bytes(workspace_bytes)
+    peak = input_bytes + 2 * output_bytes + (max(output_bytes, work) if reply_beside else work)
     return cap is not None and peak > cap
 
 

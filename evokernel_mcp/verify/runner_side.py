@@ -235,7 +235,8 @@ def _lean_case(task: Task, shape: str, seed: int, case: dict, cand, deadline: fl
     both runs at once). Unwritten elements are NaN in run A: where run A has any NaN, run A is kept for run B
     and the case is judged as every other is. Run B is compared with run A by digest (deterministic or not).
     Where a device copy of the reference's outputs beside run A's would take the job past its cap
-    (devplan.outputs_on_host: a 1-2 GB convolution's), they wait in host memory, judged block by block."""
+    (devplan.outputs_on_host: a 1-2 GB convolution's; a 4 GiB tall-skinny matmul's, with the export of the candidate's
+    reply beside them), they wait in host memory, judged block by block."""
     from evokernel_mcp.runtime.devmem import on_host
     from evokernel_mcp.runtime.devplan import outputs_on_host
     from evokernel_mcp.verify.case import case_record, has_nan, judge, judge_outputs, output_digests
@@ -244,7 +245,7 @@ def _lean_case(task: Task, shape: str, seed: int, case: dict, cand, deadline: fl
         return _candidate_runs(cand, case, seed, deadline, dev, what, model_key, only=k)[0]
 
     host = outputs_on_host(_nbytes(case["inputs"]), _nbytes(case["native"]), settings.get().memory_factor,
-                           case.get("workspace_bytes"))
+                           case.get("workspace_bytes"), reply_beside=True)
     if host:
         case["native"], case["hi"] = on_host(case["native"]), on_host(case.get("hi"))
         trim_between_cases()

@@ -209,11 +209,14 @@ def test_a_lean_case_judged_one_run_at_a_time_gives_the_record_of_the_full_judge
                 "plan": {"pristine": False}, "reference_precision": "native", "notes": []}
 
     cand = _Cand(a, b)
-    monkeypatch.setattr(devplan, "outputs_on_host", lambda i, o, factor, work: host)
+    beside = []  # verify's case: the candidate's reply arrives beside the runner's copy (its export counts)
+    monkeypatch.setattr(devplan, "outputs_on_host", lambda i, o, factor, work, reply_beside: beside.append(reply_beside)
+                        or host)
     moved, leaves = [], case_mod._leaves
     monkeypatch.setattr(case_mod, "_leaves", lambda obj, device, *r: moved.append(device) or leaves(obj, device, *r))
     lean = _lean_case(task, "small", 0, case(), cand, 1e18, "cpu", "test", None, None, False)
     assert (None in moved) is host, "the reference's outputs: judged where they are, or moved whole"
+    assert beside == [True]
     monkeypatch.setattr(case_mod, "_leaves", leaves)
     full = judge(task, "small", 0, case(), {"out": a.clone()}, {"out": b.clone()}, None, device="cpu")
     assert cand.asked == ["nan", "sentinel"]

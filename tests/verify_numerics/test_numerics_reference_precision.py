@@ -355,22 +355,28 @@ def test_within_a_memory_cap_the_float64_sample_fits_what_the_cap_leaves_and_is_
 
 
 def test_the_reference_outputs_of_a_check_wait_on_the_host_only_where_a_device_copy_passes_the_cap():
-    """devplan.outputs_on_host: a 1 GB convolution (50 MB in, 980 MB out) keeps them on the host, and so does a
-    tall-skinny matmul's 4 GiB of outputs (three copies of them, the candidate's export among them, pass its cap); a
-    13 GB activation (half inputs, half outputs) and a matmul of 1 GB of inputs and small outputs fit their cap with
-    the device copy; a job of at most 1 GB has no cap; the forward's working memory (the reference's number: anything
-    but an int counts as none) counts where it is more than the export."""
+    """devplan.outputs_on_host: a 1 GB convolution (50 MB in, 980 MB out) keeps them on the host; a 13 GB activation
+    (half inputs, half outputs) and a matmul of 1 GB of inputs and small outputs fit their cap with the device copy;
+    a job of at most 1 GB has no cap; the forward's working memory (the reference's number: anything but an int
+    counts as none) counts beside the copies. Where the candidate's reply arrives beside the device copy (verify),
+    its export counts too: a tall-skinny matmul's 4 GiB of outputs and a 1.6 GB transposed convolution's 1 GiB go to
+    the host there, not in the benchmark's checks."""
     from evokernel_mcp.runtime.devplan import outputs_on_host
 
     mb = 1 << 20
     assert outputs_on_host(50 * mb, 980 * mb, 3.0)
-    assert outputs_on_host(8 * mb, 4096 * mb, 3.0)
     assert not outputs_on_host(6440 * mb, 6440 * mb, 3.0)
+    assert not outputs_on_host(6440 * mb, 6440 * mb, 3.0, reply_beside=True)
     assert not outputs_on_host(1020 * mb, 4 * mb, 3.0)
     assert not outputs_on_host(100 * mb, 800 * mb, 3.0) and not outputs_on_host(50 * mb, 980 * mb, 0.0)
-    # an 8 GiB reduction with small outputs: not with its forward's 4 GiB of working memory, yes with 20 GiB
-    assert not outputs_on_host(8192 * mb, 64 * mb, 3.0, 4 << 30) and outputs_on_host(8192 * mb, 64 * mb, 3.0, 20 << 30)
-    assert not outputs_on_host(8192 * mb, 64 * mb, 3.0, "1e12") and not outputs_on_host(8192 * mb, 64 * mb, 3.0, True)
+    assert not outputs_on_host(8 * mb, 4096 * mb, 3.0) and outputs_on_host(8 * mb, 4096 * mb, 3.0, reply_beside=True)
+    # a transposed convolution of 1.6 GB: its two output copies fit, not with its forward's 1 GB of working memory
+    assert not outputs_on_host(512 * mb, 1050 * mb, 3.0) and outputs_on_host(512 * mb, 1050 * mb, 3.0, 1 << 30)
+    assert outputs_on_host(512 * mb, 1050 * mb, 3.0, reply_beside=True)
+    assert not outputs_on_host(512 * mb, 1050 * mb, 3.0, "1e12") and not outputs_on_host(512 * mb, 1050 * mb, 3.0, True)
+    # an 8 GiB reduction with small outputs, the export beside: its forward's 20 GiB of working memory count, not 4
+    assert not outputs_on_host(8192 * mb, 64 * mb, 3.0, 4 << 30, reply_beside=True)
+    assert outputs_on_host(8192 * mb, 64 * mb, 3.0, 20 << 30, reply_beside=True)
 
 
 def test_a_capped_verify_hands_its_inputs_over_from_the_host_only_where_two_device_copies_pass_the_cap():
