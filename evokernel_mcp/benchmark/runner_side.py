@@ -119,7 +119,13 @@ def _probe_check(arms: Arms, ref, shape: str, seed: int, case: dict, hi: bool, l
         if e.kind != "exception":
             raise
         return {"passed": None, "note": f"not judged: the reference failed on signed probe inputs ({e})"[:300]}
-    if staged and not host:  # the candidate's run comes first (a staged shape is big: no cached block kept)
+    # the candidate's reply comes beside the runner's copy of the expected outputs: on the host while it arrives where
+    # a staged shape is big, or where its export (a second device copy in the candidate) would pass the job's cap
+    # (devplan.outputs_on_host: 7_Matmul_with_small_K's 4 GiB of outputs, three copies read 3.4x its own bytes)
+    beside = not staged and not host and arms.dev != "cpu" and outputs_on_host(
+        _nbytes(x), _nbytes(exp["native"]), settings.get().memory_factor, case.get("workspace_bytes"),
+        reply_beside=True)
+    if (staged or beside) and not host:  # (a big shape: no cached block kept)
         exp["native"] = on_host(exp["native"])
         release_cached()
     got = arms.ask(arms.cand, {"op": "bench_checks", "fresh": x, "init_inputs": case["init_inputs"],

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 import torch
 from fakearms import ArmChild as _Child
 
@@ -320,3 +321,35 @@ def test_where_every_shape_is_capped_the_first_case_is_made_before_any_arm_proce
         out = rs._benchmark(ctx, req, lambda *a: None)
         assert log == want and "error" not in out, (capped, log, out.get("error"))
     assert given == [{"cap_bytes": 1}]
+
+
+@pytest.mark.parametrize("beside", [False, True])
+def test_the_probe_checks_expected_outputs_wait_on_the_host_where_the_candidates_reply_beside_them_passes_the_cap(
+        beside, monkeypatch):
+    """benchmark/runner_side._probe_check asks the reference first, then the candidate: where the candidate's reply
+    (its outputs and their export) beside the runner's device copy of the expected outputs would pass the job's cap
+    (devplan.outputs_on_host with reply_beside), that copy goes to the host before the candidate is asked; elsewhere
+    it stays on the device."""
+    from evokernel_mcp.benchmark import runner_side as rs
+
+    order, asked_beside = [], []
+    monkeypatch.setattr(rs, "outputs_on_host", lambda i, o, f, w, reply_beside: asked_beside.append(reply_beside)
+                        or beside)
+    monkeypatch.setattr(rs, "on_host", lambda t: order.append("to host") or t)
+    monkeypatch.setattr(rs, "release_cached", lambda: None)
+    monkeypatch.setattr(rs, "expected", lambda *a: order.append("expected") or {"native": torch.ones(4)})
+    monkeypatch.setattr(rs, "_check", lambda *a, **kw: {"passed": True})
+
+    class Arms:
+        dev, task, cand = "cuda", None, object()
+
+        def inputs(self, ref, req, staged):
+            return [torch.zeros(4)]
+
+        def ask(self, child, req, **kw):
+            order.append("candidate")
+            return {"fresh": torch.ones(4)}
+
+    out = rs._probe_check(Arms(), None, "full", 1, {"init_inputs": [], "state": {}}, False, 1 << 20)
+    assert out == {"passed": True} and asked_beside == [True]
+    assert order == (["expected", "to host", "candidate"] if beside else ["expected", "candidate"])
