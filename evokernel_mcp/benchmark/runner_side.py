@@ -119,12 +119,9 @@ def _probe_check(arms: Arms, ref, shape: str, seed: int, case: dict, hi: bool, l
         if e.kind != "exception":
             raise
         return {"passed": None, "note": f"not judged: the reference failed on signed probe inputs ({e})"[:300]}
-    # the candidate's reply comes beside the runner's copy of the expected outputs: on the host while it arrives where
-    # a staged shape is big, or where its export (a second device copy in the candidate) would pass the job's cap
-    # (devplan.outputs_on_host: 7_Matmul_with_small_K's 4 GiB of outputs, three copies read 3.4x its own bytes)
-    beside = not staged and not host and arms.dev != "cpu" and outputs_on_host(
-        _nbytes(x), _nbytes(exp["native"]), settings.get().memory_factor, case.get("workspace_bytes"),
-        reply_beside=True)
+    # the candidate's reply comes beside the runner's copy of the expected outputs: on the host while it arrives (a
+    # staged shape, or one whose reply beside it would pass the cap: _reply_beside)
+    beside = not staged and not host and _reply_beside(arms.dev, _nbytes(x), _nbytes(exp["native"]), case)
     if (staged or beside) and not host:  # (a big shape: no cached block kept)
         exp["native"] = on_host(exp["native"])
         release_cached()
@@ -133,17 +130,28 @@ def _probe_check(arms: Arms, ref, shape: str, seed: int, case: dict, hi: bool, l
     return _check(arms.task, got.pop("fresh"), exp, arms.dev, chunk=chunk, ref_in_place=host)
 
 
+def _reply_beside(dev: str, i_b: int, o_b: int, case: dict) -> bool:
+    """Whether one side's reply to a check (its outputs, and their export: a second device copy in its process until
+    the runner has them) beside the runner's device copy of the other side's outputs would take the job past its cap
+    (devplan.outputs_on_host with reply_beside): 7_Matmul_with_small_K_dimension_'s 4 GiB of outputs, three device
+    copies at once, read 3.4x its own bytes on an H200. The runner's copy then waits on the host while the reply
+    arrives."""
+    return dev != "cpu" and outputs_on_host(i_b, o_b, settings.get().memory_factor, case.get("workspace_bytes"),
+                                            reply_beside=True)
+
+
 def _sampled(arms: Arms, ref, samples: list, seed: int, hi: bool, staged: bool = False,
              host: bool = False, chunk: int | None = None) -> dict[str, Any] | None:
     """Outputs kept from random timed repetitions, checked against the reference on the same inputs (staged: the
-    sample's inputs and outputs on the host while the reference runs; host: the reference's outputs arrive there)."""
+    sample's inputs and outputs on the host while the reference runs, as they are where the reference's reply beside
+    them would pass the cap: _reply_beside; host: the reference's outputs arrive there)."""
     if not samples:
         return None
     worst: dict[str, Any] = {"passed": True, "checked": 0}
     while samples:
         s = samples.pop(0)
-        if staged:  # (a staged shape is big: its device copies' cached blocks go too)
-            s = on_host(s)
+        if staged or _reply_beside(arms.dev, _nbytes(s["inputs"]), _nbytes(s["outputs"]), {}):
+            s = on_host(s)  # (a big shape: its device copies' cached blocks go too)
             release_cached()
         exp = expected(arms, ref, s["inputs"], seed, hi, staged, host)
         chk = _check(arms.task, s["outputs"] if len(s["outputs"]) != 1 else s["outputs"][0], exp, arms.dev,
@@ -167,6 +175,7 @@ def _bench_shape(arms: Arms, ref, shape: str, seed: int, opt: dict, progress, gp
     n_pool, sample = (2 if i_b <= POOL_FULL_BYTES or not gpu else 1), (2 if i_b + o_b <= POOL_FULL_BYTES else 1)
     big = gpu and i_b + o_b > BIG_BENCH_BYTES
     host, staged = _on_host(big, i_b, o_b, case)
+    beside = big and not host and _reply_beside(arms.dev, i_b, o_b, case)  # (the checks below: _reply_beside)
     chunk = LEAN_CHUNK if big else None  # every check's judge blocks (float64: 8 arrays of 16 M elements are 1 GiB)
     trim = release_cached if big else trim_between_cases  # a big shape's runner keeps no cache between its steps
     hand = big and ctx is not None and arms.base_is_reference
@@ -235,7 +244,7 @@ def _bench_shape(arms: Arms, ref, shape: str, seed: int, opt: dict, progress, gp
         out["output_dtype"] = out.get("output_dtype") or got.get("output_dtype")
         if name == "refill":  # its timed storage served the refill check: gone before the reference's forward
             arms.ask(arms.cand, {"op": "arm_close", "name": "candidate"})  # (94_MSELoss: 8 of 27 GiB at the peak)
-        if staged:
+        if staged or beside:  # the reference's reply comes next, beside this copy
             got = on_host(got)
             trim()
         exp = expected(arms, ref, x, seed, hi, staged, host)
