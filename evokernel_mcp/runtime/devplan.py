@@ -67,11 +67,12 @@ def outputs_on_host(input_bytes: int, output_bytes: int, factor: float, workspac
     outputs and forward's working memory (`workspace_bytes`: the reference's forward measured it; agent code's
     number, it only picks where the runner keeps a copy) would take the job past its cap (data_cap, the job's three
     processes' contexts counted): a job of 1-2 GB whose outputs are most of its bytes (a convolution's).
-    reply_beside: the candidate's outputs arrive while the runner holds that copy (verify's lean case; the
-    benchmark's checks receive them first), so their export, a second device copy in the candidate until the
+    reply_beside: one side's outputs arrive while the runner holds the other side's device copy (verify's lean
+    case: the candidate's run beside the reference's outputs; the benchmark's checks, whose first reply then waits
+    on the host: benchmark/runner_side._reply_beside), so their export, a second device copy in the sender until the
     runner has them, counts too where it is more than the working memory: 9_Tall_skinny's 4 GiB of outputs read
-    3.4x its own bytes on an H100 with the device copy, 2.6x with the host copy. Elsewhere the device copy stays:
-    the host round trip costs a copy each way of every check (2-5 s a verify for 2.5-4 GiB of outputs)."""
+    3.4x its own bytes with the device copy (an H100), 2.6x with the host copy (an H200). Elsewhere the device copy
+    stays: the host round trip costs a copy each way of every check (2-5 s a verify for 2.5-4 GiB of outputs)."""
     cap = data_cap(input_bytes + output_bytes, factor, 3)
     work = reported_bytes(workspace_bytes)
     peak = input_bytes + 2 * output_bytes + (max(output_bytes, work) if reply_beside else work)
