@@ -353,3 +353,46 @@ def test_the_probe_checks_expected_outputs_wait_on_the_host_where_the_candidates
     out = rs._probe_check(Arms(), None, "full", 1, {"init_inputs": [], "state": {}}, False, 1 << 20)
     assert out == {"passed": True} and asked_beside == [True]
     assert order == (["expected", "to host", "candidate"] if beside else ["expected", "candidate"])
+
+
+@pytest.mark.parametrize("shape", ["tall", "activation"])
+def test_a_checks_first_reply_waits_on_the_host_where_the_second_beside_it_would_pass_the_cap(shape, monkeypatch):
+    """7_Matmul_with_small_K_dimension_ (8 MiB of inputs, 4 GiB of outputs): in its refill and fresh checks the
+    candidate's outputs went beside the reference's reply and its export (three copies of 4 GiB, 3.4x its own bytes
+    on an H200), so they wait on the host before the reference is asked; in its probe check the reference's expected
+    outputs wait there before the candidate is asked. An activation's 6 GiB in and out keep the device path. Meta
+    tensors stand for the tensors."""
+    from evokernel_mcp.benchmark import runner_side as rs
+
+    log: list = []
+    if shape == "tall":
+        ins, out = [torch.empty(32768, 64, device="meta"), torch.empty(64, 32768, device="meta")], \
+            torch.empty(32768, 32768, device="meta")
+    else:
+        ins, out = [torch.empty(16, 100663296, device="meta")], torch.empty(16, 100663296, device="meta")
+
+    class Arms:
+        task, dev, cand, base_is_reference = SimpleNamespace(), "cuda", "cand", True
+
+        def ask(self, child, req, max_bytes=0, handed=False, device=None):
+            if req["op"] in ("bench_checks", "expected"):
+                log.append((child, req["op"]))
+            if req["op"] == "case":
+                return {"inputs": ins, "native": out, "init_inputs": [], "state": {}, "work": None}
+            if req["op"] == "expected":
+                return {"native": out, "hi": None, "arg_reductions": {}}
+            return {"refill": out, "fresh": out, "output_dtype": "float32"}
+
+        def inputs(self, ref, req, staged):
+            return ins
+
+    monkeypatch.setattr(rs, "interleave", lambda *a, **kw: {"rounds": {}, "samples": []})
+    monkeypatch.setattr(rs, "_check", lambda *a, **kw: {"passed": True})
+    monkeypatch.setattr(rs, "_probe_bar", lambda *a, **kw: None)
+    monkeypatch.setattr(rs, "on_host", lambda x: (log.append("on_host"), x)[1])
+    rs._bench_shape(Arms(), "ref", "s", 5, {}, lambda *a: None, True, None)
+    checks = [("cand", "bench_checks"), ("ref", "expected")]
+    if shape == "tall":  # refill, fresh: candidate, host, reference; probe: reference, host, candidate
+        assert log == [checks[0], "on_host", checks[1]] * 2 + [checks[1], "on_host", checks[0]], log
+    else:
+        assert log == checks * 2 + checks[::-1], log
