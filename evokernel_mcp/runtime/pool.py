@@ -331,7 +331,11 @@ class RunnerPool:
         rc = w.proc.returncode
         await self._drop(w.device)
         out, err = _read_capture(scratch)
-        device_msg = protocol.tail(err + "\n" + w.log_tail(), 3000).strip()
+        said = err + "\n" + w.log_tail()
+        device_msg = protocol.tail(said, 3000).strip()
+        fatal = next((ln for ln in said.splitlines() if ln.startswith("Fatal Python error:")), "")
+        if fatal and fatal not in device_msg:  # faulthandler's first line, before a dump of every thread's stack
+            device_msg = fatal + "\n" + device_msg
         if rc is not None and rc < 0:
             try:
                 how = f"was killed by {signal.Signals(-rc).name}"
