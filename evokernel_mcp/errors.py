@@ -40,11 +40,12 @@ class ErrorBody(BaseModel):
 
 
 def _tool_error() -> type[Exception]:
-    """The MCP SDK's ToolError; in the sandboxed child (`python -m evokernel_mcp.runtime.child`) plain
-    Exception: there an error becomes {kind, message} on the wire and never reaches the SDK, and importing
-    the SDK cost every child's start about 0.5 s (0.6 of its 0.7 s before torch, on a quiet 2-core VM)."""
+    """The MCP SDK's ToolError; in the sandboxed child (`python -m evokernel_mcp.runtime.child`, or a fork of the
+    zygote, runtime/zygote.py) plain Exception: there an error becomes {kind, message} on the wire and never
+    reaches the SDK, and importing the SDK cost every child's start about 0.5 s (0.6 of its 0.7 s before torch,
+    on a quiet 2-core VM)."""
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    if getattr(spec, "name", None) == "evokernel_mcp.runtime.child":
+    if getattr(spec, "name", None) in ("evokernel_mcp.runtime.child", "evokernel_mcp.runtime.zygote"):
         return Exception
     from mcp.server.mcpserver.exceptions import ToolError
 

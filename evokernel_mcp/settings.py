@@ -82,6 +82,10 @@ class Settings(BaseModel):
                                   "CUDA contexts (the driver raises it for a launch that needs more); 0: the "
                                   "driver's default (runtime/cuda_stack.py)")
     cpu_split: Literal["auto", "even", "off"] = "auto"
+    zygote: Literal["auto", "off"] = Field("auto", description="auto: a CPU child's process is forked from one "
+                                           "that imported torch once, into a sandbox bubblewrap made for it, where "
+                                           "the server is root (runtime/zygote.py); off: each child starts its "
+                                           "own interpreter")
     child_cpu_s: int | None = Field(14400, ge=1, description="CPU seconds of each process of agent code")
     child_pids: int | None = Field(1024, ge=1, description="processes and threads of a job (pids cgroup)")
     cgroup: str = Field("auto", description="'auto', 'off' or a delegated cgroup v2 directory for per-job cgroups")
@@ -109,7 +113,7 @@ class Settings(BaseModel):
             return tuple(p for p in v.split(os.pathsep) if p)
         return v
 
-    @field_validator("executor", "sandbox", "cpu_split", "warm_start", mode="before")
+    @field_validator("executor", "sandbox", "cpu_split", "warm_start", "zygote", mode="before")
     @classmethod
     def _lower(cls, v: Any) -> Any:
         return v.strip().lower() if isinstance(v, str) else v

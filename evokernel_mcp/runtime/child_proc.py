@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 from evokernel_mcp import settings
 from evokernel_mcp.paths import sub_state_dir
-from evokernel_mcp.runtime import courier, frames, kernel_cache, limits, pycache, safefs, sandbox
+from evokernel_mcp.runtime import courier, frames, kernel_cache, limits, proctree, pycache, safefs, sandbox, zygote_link
 from evokernel_mcp.runtime.childerr import CHILD_KINDS, ChildFailed, out_of_device_memory
 from evokernel_mcp.runtime.messages import (
     CHILD_REPLY,
@@ -91,26 +91,8 @@ class Child:
                 raise ValueError(f"not a plain file name: {name!r}")
             (self.scratch / name).write_text(text, encoding="utf-8")
         kernel_cache.restore_driver(self.scratch, sandbox.scratch_owner(level))
-        env = sandbox.base_env({"HOME": str(self.scratch), "TMPDIR": str(self.scratch / "tmp"),
-                                "TRITON_CACHE_DIR": str(self.scratch / ".triton")})
-        env["_EVOKERNEL_SPAWNED_AT"] = repr(time.time())  # the child reports how long its exec took (boot_s)
-        if triton_key and device != "cpu":  # an earlier spare's (child.py _triton_key)
-            env["_EVOKERNEL_TRITON_KEY"] = triton_key
-        for k in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "TRITON_INTERPRET"):
-            if k in os.environ:
-                env[k] = os.environ[k]
-        env.update(pycache.child_env(level))  # the runner's bytecode, read-only, where torch ships none
-        if self.queues:
-            env["CUDA_DEVICE_MAX_CONNECTIONS"] = str(self.queues)
+        env = child_env(device, self.scratch, level, triton_key=triton_key, queues=self.queues, extra=env_extra)
         kind = "cpu" if device == "cpu" else "cuda"
-        if kind == "cpu":  # host timing: one thread per arm, and an idle arm's threads never spin, so arms
-            env["OMP_WAIT_POLICY"] = "PASSIVE"  # timed in turn do not compete for the cores
-            env["OMP_NUM_THREADS"] = "1"
-            # glibc's mmap threshold moves with each process's allocation history: a process still at the
-            # default mmaps (and page-faults) every multi-MB output, measured 3x slower than its twin; fix it
-            env.setdefault("MALLOC_MMAP_THRESHOLD_", str(32 << 20))
-            env.setdefault("MALLOC_TRIM_THRESHOLD_", str(1 << 30))
-        env.update(env_extra or {})
         ours, theirs = courier.pair()  # big tensors by fd beside the pipes (courier.py)
         # the capture files are made here, before any agent code runs, and read through these descriptors only:
         # the scratch dir is the sandbox's, so a name there may be a link, a FIFO or a device by the time we read
@@ -124,6 +106,13 @@ class Child:
                 *([] if wrap else ["--capture-fds", f"{out_fd},{err_fd}"])]
         # a wrapped child (a profiler around it, which may close descriptors) opens the same files by name at
         # its start, before any agent code: the runner still reads them through the descriptors kept here
+        # where the zygote serves this sandbox, bwrap runs its stub, and a fork of the zygote becomes the child
+        forked = zygote_link.fork_for(device, level, bool(wrap), env,
+                                      self.cgroup.procs_files if self.cgroup is not None else [])
+        stub, self._report = forked if forked is not None else (None, None)
+        if stub is not None:
+            argv = [sys.executable, "-m", zygote_link.STUB_MODULE, "--zygote-fd", str(stub.fileno()), "--",
+                    *argv[3:]]
         spec = sandbox.Spec(argv=[*(wrap or []), *argv], scratch=self.scratch, env=env, devices=kind != "cpu",
                             ro_binds=pycache.child_binds(level) + list(binds or []))
         try:
@@ -132,15 +121,20 @@ class Child:
                                          start_new_session=True, env=env, bufsize=0,
                                          preexec_fn=sandbox.preexec(level, None, SPARE_NICE,
                                                                     limits=limits.preexec_limits(self.cgroup)),
-                                         pass_fds=() if wrap else (theirs.fileno(), out_fd, err_fd))
+                                         pass_fds=() if wrap else (theirs.fileno(), out_fd, err_fd,
+                                                                   *([stub.fileno()] if stub else [])))
         except BaseException:
             ours.close()
             self._close_captures()
+            if self._report is not None:
+                self._report.close()
             if self.cgroup is not None:
                 self.cgroup.remove()
             raise
         finally:
             theirs.close()
+            if stub is not None:
+                stub.close()
         sandbox.own(self.proc.pid)
         if wrap:
             ours.close()
@@ -173,6 +167,14 @@ class Child:
             raise ChildFailed("crash", f"child sent {ev.event!r} instead of ready")
         self.info = ev.info
         self.triton_key = self.info.pop("triton_key", None)  # Triton's install key, for later spares
+        if self._report is not None:  # (the serving process said ready: the fork has reported by now)
+            report = zygote_link.read_report(self._report)
+            self._report = None
+            if report.pid is not None:
+                proctree.attach(self.proc.pid, report.pid)
+                self.info["zygote_pid"] = report.pid
+            else:
+                self.info["zygote_refused"] = report.reason
         return self.info
 
     def _start_event(self, timeout_s: float | None) -> ChildReady | ChildGate:
@@ -336,11 +338,15 @@ class Child:
         except subprocess.TimeoutExpired:
             log.warning("child %s did not exit after SIGKILL", self.proc.pid)
         sandbox.disown(self.proc.pid)
+        proctree.detach(self.proc.pid)
         if self.cgroup is not None:  # empty now: its processes are gone
             self.cgroup.remove()
 
     def _close(self) -> None:
         """Close its pipes and fd socket (our mappings of its memory released)."""
+        if self._report is not None:
+            self._report.close()
+            self._report = None
         if self.courier is not None:
             self.courier.close()
         for s in (self.tx, self.rx):
@@ -396,3 +402,28 @@ class Child:
 
 
 CAPTURE_NAMES = ("stdout.txt", "stderr.txt", ".boot.log")
+
+
+def child_env(device: str, scratch, level: str, *, triton_key: str | None = None, queues: int | None = None,
+              extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a sandboxed child (the zygote is started with a CPU child's: zygote_link.py)."""
+    env = sandbox.base_env({"HOME": str(scratch), "TMPDIR": str(scratch / "tmp"),
+                            "TRITON_CACHE_DIR": str(scratch / ".triton")})
+    env["_EVOKERNEL_SPAWNED_AT"] = repr(time.time())  # the child reports how long its exec took (boot_s)
+    if triton_key and device != "cpu":  # an earlier spare's (child.py _triton_key)
+        env["_EVOKERNEL_TRITON_KEY"] = triton_key
+    for k in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "TRITON_INTERPRET"):
+        if k in os.environ:
+            env[k] = os.environ[k]
+    env.update(pycache.child_env(level))  # the runner's bytecode, read-only, where torch ships none
+    if queues:
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = str(queues)
+    if device == "cpu":  # host timing: one thread per arm, and an idle arm's threads never spin, so arms
+        env["OMP_WAIT_POLICY"] = "PASSIVE"  # timed in turn do not compete for the cores
+        env["OMP_NUM_THREADS"] = "1"
+        # glibc's mmap threshold moves with each process's allocation history: a process still at the
+        # default mmaps (and page-faults) every multi-MB output, measured 3x slower than its twin; fix it
+        env.setdefault("MALLOC_MMAP_THRESHOLD_", str(32 << 20))
+        env.setdefault("MALLOC_TRIM_THRESHOLD_", str(1 << 30))
+    env.update(extra or {})
+    return env

@@ -28,12 +28,27 @@ def children_map(zombies: bool = False) -> dict[int, list[int]]:
 
 
 def descendants(pid: int, zombies: bool = False) -> list[int]:
+    """pid's descendants, and those of the processes attached to it (attach())."""
     kids, out, todo = children_map(zombies), [], [pid]
     while todo:
-        for c in kids.get(todo.pop(), []):
+        p = todo.pop()
+        for c in kids.get(p, []) + _ATTACHED.get(p, []):
             out.append(c)
             todo.append(c)
     return out
+
+
+_ATTACHED: dict[int, list[int]] = {}
+
+
+def attach(root: int, pid: int) -> None:
+    """Count pid (not a descendant of root: a process the zygote forked into root's sandbox, runtime/zygote.py)
+    as root's child in every walk of root's tree here: killed, reniced, pinned and clocked with it."""
+    _ATTACHED.setdefault(root, []).append(pid)
+
+
+def detach(root: int) -> None:
+    _ATTACHED.pop(root, None)
 
 
 def running(pids: list[int]) -> list[int]:
@@ -182,6 +197,7 @@ def _tree(pid: int) -> list[int] | None:
             for t in os.listdir(f"/proc/{p}/task"):
                 with open(f"/proc/{p}/task/{t}/children", "rb") as f:
                     todo.extend(int(x) for x in f.read().split())
+            todo.extend(a for a in _ATTACHED.get(p, []) if os.path.exists(f"/proc/{a}"))
         return members
     except FileNotFoundError:
         if not os.path.exists(f"/proc/{pid}"):

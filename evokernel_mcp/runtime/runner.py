@@ -21,7 +21,7 @@ import traceback
 from typing import Any
 
 from evokernel_mcp.models import ErrorInfo
-from evokernel_mcp.runtime import child_proc, ops, protocol, pycache, sandbox, spares
+from evokernel_mcp.runtime import child_proc, ops, protocol, pycache, sandbox, spares, zygote_link
 from evokernel_mcp.runtime.context import RunnerContext
 from evokernel_mcp.runtime.devmem import release_cached
 from evokernel_mcp.runtime.messages import ErrorEvent, ProgressEvent, ReadyEvent, ResultEvent, RunnerEvent
@@ -199,6 +199,7 @@ def serve(device: str, chan: Channel) -> None:
             ctx.spares.close()
             os._exit(70)
     ctx.spares.close()
+    zygote_link.stop()
 
 
 def main() -> None:

@@ -75,7 +75,7 @@ def _strays_now() -> list[str]:
                 state = Path(f"/proc/{c}/stat").read_text().rsplit(")", 1)[1].split()[0]
             except (OSError, IndexError):
                 continue
-            if state == "Z" or "evokernel_mcp.runtime.child" not in cmd:
+            if state == "Z" or not any(ours in cmd for ours in ("evokernel_mcp.runtime.child", "evokernel_mcp.runtime.zygote")):
                 strays.append(f"{c} [{state}] {cmd[:120]}")
     return strays
 

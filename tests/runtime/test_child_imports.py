@@ -30,6 +30,32 @@ def test_child_start_imports_no_mcp_sdk_and_warms_both_harness_sides(tmp_path):
     assert not sdk, f"the child imported the MCP SDK: {sdk[:8]}"
 
 
+def test_the_zygote_imports_what_a_child_does_and_no_mcp_sdk(tmp_path):
+    """The zygote's modules become every CPU child's it forks (runtime/zygote.py): the same rule holds there."""
+    import socket
+
+    from evokernel_mcp.runtime.child_proc import child_env
+    from evokernel_mcp.runtime.zygote_models import ZygoteReady
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with open(tmp_path / "stderr.txt", "wb") as err:
+        p = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "evokernel_mcp.runtime.zygote", "--ctl",
+                              str(theirs.fileno())], pass_fds=(theirs.fileno(),), cwd=tmp_path,
+                             env=child_env("cpu", tmp_path, "bwrap+uid"), stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=err)
+    theirs.close()
+    ours.settimeout(120)  # a hang guard
+    ready = ZygoteReady.model_validate_json(ours.recv(1 << 16))
+    ours.close()  # the zygote ends at the end of its requests
+    p.wait(timeout=60)
+    text = (tmp_path / "stderr.txt").read_text()
+    assert ready.ok and p.returncode == 0, (ready, text[-2000:])
+    modules = {line.rsplit("|", 1)[1].strip() for line in text.splitlines() if line.startswith("import time:")}
+    assert {"torch", "evokernel_mcp.verify.sides", "evokernel_mcp.benchmark.sides"} <= modules
+    sdk = sorted(m for m in modules if m == "mcp" or m.startswith(("mcp.", "mcp_types", "starlette")))
+    assert not sdk, f"the zygote imported the MCP SDK: {sdk[:8]}"
+
+
 def test_errors_stay_tool_errors_in_the_server():
     from mcp.server.mcpserver.exceptions import ToolError
 
