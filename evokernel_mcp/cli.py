@@ -180,6 +180,11 @@ def _doctor(as_json: bool) -> int:
         pycache.has_bytecode("torch")]
     iso["bytecode"] = (f"{own}; sandboxed children " + ("read the runner's, made at its start" if pycache.wanted()
                        else "use what is installed"))
+    from evokernel_mcp.runtime import zygote_link
+
+    iso["cpu_children"] = ("forked from the zygote (one process per runner that imported torch once), each into the "
+                           "sandbox bubblewrap made for it" if zygote_link.wanted("cpu", tool_level(), False)
+                           else "each starts its own interpreter")
     devices: Any = None
     try:
         from evokernel_mcp.devices.discovery import query_rocminfo
@@ -195,6 +200,7 @@ def _doctor(as_json: bool) -> int:
         return 0
     print(f"Isolation of agent code: {iso['level']} ({iso['meaning']})")
     print(f"Bytecode: {iso['bytecode']}")
+    print(f"CPU children: {iso['cpu_children']}")
     print("Devices")
     if isinstance(devices, dict) and "devices" in devices:
         print(f"  backend: {devices.get('backend')}")

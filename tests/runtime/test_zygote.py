@@ -123,3 +123,15 @@ def test_the_zygote_serves_only_an_unprivileged_stub_with_the_zygote_s_environme
     assert "OMP_NUM_THREADS" in _servable(FACTS, hello.model_copy(update={"env": {**env, "OMP_NUM_THREADS": "7"}}))
     assert _servable(FACTS, hello.model_copy(update={"env": {**env, "HOME": "/elsewhere"}})) == ""
     assert "descriptors" in _servable(FACTS, hello.model_copy(update={"fds": [1, 2]}))
+
+
+def test_doctor_says_how_cpu_children_start(use_settings, capsys):
+    import json
+
+    from evokernel_mcp import cli
+
+    assert cli._doctor(as_json=True) == 0
+    assert "forked from the zygote" in json.loads(capsys.readouterr().out)["isolation"]["cpu_children"]
+    use_settings(zygote="off")
+    assert cli._doctor(as_json=True) == 0
+    assert json.loads(capsys.readouterr().out)["isolation"]["cpu_children"] == "each starts its own interpreter"
