@@ -164,11 +164,12 @@ def _close(fds) -> None:
             pass
 
 
-def _say(sock: socket.socket, line: str) -> None:
+def _say(sock: socket.socket, line: str) -> bool:
     try:
         sock.sendall((line + "\n").encode())
+        return True
     except OSError:
-        pass
+        return False
 
 
 def _report(sock: socket.socket, report: ForkReport) -> None:
@@ -220,7 +221,10 @@ def _fork_for(stub: socket.socket, runner: socket.socket, req: ForkRequest) -> i
     if said != "armed":
         os.waitpid(child, 0)
         raise Refused(said or "the forked process ended before it was ready")
-    _say(stub, FORKED)
+    if not _say(stub, FORKED):  # the stub is gone (its sandbox killed): the process must not serve on its own
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+        return 1
     _report(runner, ForkReport(pid=child))
     _, status = os.waitpid(child, 0)
     _say(stub, f"{EXIT} {status}")
@@ -338,7 +342,7 @@ def _fork_main(ctl: socket.socket, fds: list[int], data: bytes) -> None:
     stub, runner = socket.socket(fileno=fds[0]), socket.socket(fileno=fds[1])
     code = 0
     try:
-        _fork_for(stub, runner, ForkRequest.model_validate_json(data))
+        code = _fork_for(stub, runner, ForkRequest.model_validate_json(data))
     except BaseException as e:  # noqa: BLE001 - anything: the stub starts the child itself
         import traceback
 

@@ -132,8 +132,12 @@ def fork_for(device: str, level: str, wrapped: bool, env: dict[str, str], cgroup
     env: the child's environment (the zygote starts with the first one's, its per-child names its own)."""
     if not wanted(device, level, wrapped):
         return None
-    z = zygote(env)
-    return z.fork(cgroup_procs) if z is not None else None
+    try:
+        z = zygote(env)
+        return z.fork(cgroup_procs) if z is not None else None
+    except Exception as e:  # noqa: BLE001 - a zygote that cannot start (its directory, its process): as before
+        log.warning("no zygote (%r); the child starts its own interpreter", e)
+        return None
 
 
 def read_report(sock: socket.socket, timeout_s: float = REPORT_TIMEOUT_S) -> ForkReport:
