@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-import os
 import secrets
 import shutil
 import subprocess
@@ -27,6 +26,7 @@ from pydantic import ValidationError
 from evokernel_mcp import settings
 from evokernel_mcp.paths import sub_state_dir
 from evokernel_mcp.runtime import courier, frames, kernel_cache, limits, proctree, pycache, safefs, sandbox, zygote_link
+from evokernel_mcp.runtime.child_env import child_env
 from evokernel_mcp.runtime.childerr import CHILD_KINDS, ChildFailed, out_of_device_memory
 from evokernel_mcp.runtime.messages import (
     CHILD_REPLY,
@@ -167,14 +167,17 @@ class Child:
             raise ChildFailed("crash", f"child sent {ev.event!r} instead of ready")
         self.info = ev.info
         self.triton_key = self.info.pop("triton_key", None)  # Triton's install key, for later spares
-        if self._report is not None:  # (the serving process said ready: the fork has reported by now)
-            report = zygote_link.read_report(self._report)
+        if self._report is not None:  # (the fork reports before the process it made may serve)
+            report, pidfd = zygote_link.read_report(self._report)
             self._report = None
-            if report.pid is not None:
-                proctree.attach(self.proc.pid, report.pid)
+            if report.pid is not None and pidfd is not None:
+                proctree.attach(self.proc.pid, report.pid, pidfd)
                 self.info["zygote_pid"] = report.pid
-            else:
+            elif report.reason:  # refused: the stub started the child itself
                 self.info["zygote_refused"] = report.reason
+            else:  # a process may serve this sandbox that the runner cannot walk: end it all
+                self.kill()
+                raise ChildFailed("crash", "the zygote's fork said nothing of the process it made for this sandbox")
         return self.info
 
     def _start_event(self, timeout_s: float | None) -> ChildReady | ChildGate:
@@ -332,7 +335,10 @@ class Child:
 
     def _reap(self) -> None:
         """SIGKILL the tree until none is left (a fork racing the signal), wait for the process, disown it."""
-        sandbox.kill_tree(self.proc.pid)
+        if self.proc.poll() is None:  # not reaped yet: its number is its own until we wait
+            sandbox.kill_tree(self.proc.pid)
+        else:  # reaped already (a failed request asked how it ended): the number may be another process's now
+            proctree.kill_attached(self.proc.pid)
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -390,7 +396,10 @@ class Child:
         was_dead = self.dead
         if not was_dead:
             self.dead = True
-            sandbox.kill_once(self.proc.pid)
+            if self.proc.poll() is None:  # (as in _reap: a reaped process's number is not its own)
+                sandbox.kill_once(self.proc.pid)
+            else:
+                proctree.kill_attached(self.proc.pid)
         self._close()
 
         def finish() -> None:
@@ -403,27 +412,3 @@ class Child:
 
 CAPTURE_NAMES = ("stdout.txt", "stderr.txt", ".boot.log")
 
-
-def child_env(device: str, scratch, level: str, *, triton_key: str | None = None, queues: int | None = None,
-              extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a sandboxed child (the zygote is started with a CPU child's: zygote_link.py)."""
-    env = sandbox.base_env({"HOME": str(scratch), "TMPDIR": str(scratch / "tmp"),
-                            "TRITON_CACHE_DIR": str(scratch / ".triton")})
-    env["_EVOKERNEL_SPAWNED_AT"] = repr(time.time())  # the child reports how long its exec took (boot_s)
-    if triton_key and device != "cpu":  # an earlier spare's (child.py _triton_key)
-        env["_EVOKERNEL_TRITON_KEY"] = triton_key
-    for k in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "TRITON_INTERPRET"):
-        if k in os.environ:
-            env[k] = os.environ[k]
-    env.update(pycache.child_env(level))  # the runner's bytecode, read-only, where torch ships none
-    if queues:
-        env["CUDA_DEVICE_MAX_CONNECTIONS"] = str(queues)
-    if device == "cpu":  # host timing: one thread per arm, and an idle arm's threads never spin, so arms
-        env["OMP_WAIT_POLICY"] = "PASSIVE"  # timed in turn do not compete for the cores
-        env["OMP_NUM_THREADS"] = "1"
-        # glibc's mmap threshold moves with each process's allocation history: a process still at the
-        # default mmaps (and page-faults) every multi-MB output, measured 3x slower than its twin; fix it
-        env.setdefault("MALLOC_MMAP_THRESHOLD_", str(32 << 20))
-        env.setdefault("MALLOC_TRIM_THRESHOLD_", str(1 << 30))
-    env.update(extra or {})
-    return env

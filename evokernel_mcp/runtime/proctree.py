@@ -28,27 +28,56 @@ def children_map(zombies: bool = False) -> dict[int, list[int]]:
 
 
 def descendants(pid: int, zombies: bool = False) -> list[int]:
-    """pid's descendants, and those of the processes attached to it (attach())."""
+    """pid's descendants, and those of the live processes attached to it (attach())."""
     kids, out, todo = children_map(zombies), [], [pid]
     while todo:
         p = todo.pop()
-        for c in kids.get(p, []) + _ATTACHED.get(p, []):
+        for c in kids.get(p, []) + attached(p):
             out.append(c)
             todo.append(c)
     return out
 
 
-_ATTACHED: dict[int, list[int]] = {}
+_ATTACHED: dict[int, list[tuple[int, int]]] = {}  # root -> [(pid, pidfd)]
+_PIDFDS: dict[int, int] = {}  # an attached pid -> its pidfd
 
 
-def attach(root: int, pid: int) -> None:
+def attach(root: int, pid: int, pidfd: int) -> None:
     """Count pid (not a descendant of root: a process the zygote forked into root's sandbox, runtime/zygote.py)
-    as root's child in every walk of root's tree here: killed, reniced, pinned and clocked with it."""
-    _ATTACHED.setdefault(root, []).append(pid)
+    as root's child in every walk of root's tree here: killed, reniced, pinned and clocked with it, while its
+    pidfd says it is alive (its number is another process's once it has ended and been reaped). Takes pidfd."""
+    _ATTACHED.setdefault(root, []).append((pid, pidfd))
+    _PIDFDS[pid] = pidfd
+
+
+def attached(root: int) -> list[int]:
+    """The attached processes of root that have not been reaped (a zombie keeps its number)."""
+    out = []
+    for pid, fd in _ATTACHED.get(root, []):
+        try:
+            signal.pidfd_send_signal(fd, 0)
+            out.append(pid)
+        except OSError:  # ended (ESRCH), or a closed descriptor
+            pass
+    return out
+
+
+def kill_attached(root: int) -> None:
+    """SIGKILL root's attached processes through their pidfds (root itself is gone: its tree is not walked)."""
+    for pid in attached(root):
+        try:
+            signal.pidfd_send_signal(_PIDFDS[pid], signal.SIGKILL)
+        except (OSError, KeyError):
+            pass
 
 
 def detach(root: int) -> None:
-    _ATTACHED.pop(root, None)
+    for pid, fd in _ATTACHED.pop(root, []):
+        _PIDFDS.pop(pid, None)
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 def running(pids: list[int]) -> list[int]:
@@ -85,8 +114,11 @@ def kill_once(pid: int, include_self: bool = True) -> int:
     victims = descendants(pid) + ([pid] if include_self else [])
     for v in victims:
         try:
-            os.kill(v, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
+            if v in _PIDFDS:  # through its pidfd: never a process that took the number later
+                signal.pidfd_send_signal(_PIDFDS[v], signal.SIGKILL)
+            else:
+                os.kill(v, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, OSError):
             pass
     return len(victims)
 
@@ -197,7 +229,7 @@ def _tree(pid: int) -> list[int] | None:
             for t in os.listdir(f"/proc/{p}/task"):
                 with open(f"/proc/{p}/task/{t}/children", "rb") as f:
                     todo.extend(int(x) for x in f.read().split())
-            todo.extend(a for a in _ATTACHED.get(p, []) if os.path.exists(f"/proc/{a}"))
+            todo.extend(attached(p))
         return members
     except FileNotFoundError:
         if not os.path.exists(f"/proc/{pid}"):

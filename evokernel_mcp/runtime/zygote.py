@@ -20,13 +20,17 @@ For each such request the zygote forks a trusted helper (here "the fork") that, 
   rlimits, affinity, nice value, groups, gid and uid (all capabilities gone: bounding set, ambient,
   permitted), sets no_new_privs, then checks from /proc that it now matches the stub in every field above;
   only then does it run runtime/child.py's main with the stub's arguments.
-- tells the stub "forked" (the stub closes its copies and waits), or "exec" with the reason (the stub then
-  execs the child itself: the start without a zygote), reports the serving process's host pid to the runner
-  (kill, renice, CPU pinning and clocks walk it with the sandbox's tree: proctree.attach), waits for it and
-  sends the stub its wait status, which the stub ends with (bwrap's exit status is the child's, as before).
+- tells the stub "forked" once that process has passed its checks, and waits for the stub's "ok" (from then
+  on the stub will not start a child of its own); or "exec" with the reason (the stub then execs the child
+  itself: the start without a zygote). After the "ok" it reports the serving process's host pid and a pidfd
+  of it to the runner (kill, renice, CPU pinning and clocks walk it with the sandbox's tree through that
+  pidfd: proctree.attach), tells the process "go" (one that gets no "go" ends: one process serves a sandbox),
+  waits for it and sends the stub its wait status, which the stub ends with (bwrap's exit status is the
+  child's, as before).
 
-Killing the sandbox (bwrap) ends its pid namespace and so the forked process, as before. Pages the zygote
-imported are charged to the runner's memory cgroup, not the job's (the job's RLIMIT_DATA counts them).
+Killing the sandbox (bwrap) ends its pid namespace and so the forked process, as before; stopping the zygote
+does not (each fork serves its sandbox to the end). Pages the zygote imported are charged to the runner's
+memory cgroup, not the job's (the job's RLIMIT_DATA counts them).
 """
 
 from __future__ import annotations
@@ -39,11 +43,12 @@ import socket
 import sys
 import time
 
+from evokernel_mcp.runtime import zygote_facts
 from evokernel_mcp.runtime.zygote_models import (
     EXEC,
     EXIT,
     FORKED,
-    PER_CHILD_ENV,
+    OK,
     ForkReport,
     ForkRequest,
     StubHello,
@@ -53,12 +58,10 @@ from evokernel_mcp.runtime.zygote_models import (
 CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWNET, CLONE_NEWPID = (
     0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x40000000, 0x20000000)
 JOIN = CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET
-NAMESPACES = ("mnt", "uts", "ipc", "net", "cgroup", "pid", "user")
-STATUS_FIELDS = ("Uid", "Gid", "Groups", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp")
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 24, 38, 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 HELLO_TIMEOUT_S = 60.0
-MAX_FDS = 16
+MAX_FDS = zygote_facts.MAX_FDS
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -74,62 +77,6 @@ def _prctl(option: int, arg: int = 0) -> None:
 def _setns(fd: int, flags: int) -> None:
     if _libc.setns(fd, flags) != 0:
         raise OSError(ctypes.get_errno(), "setns")
-
-
-def _status(pid: str) -> dict[str, str]:
-    out = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            k, _, v = line.partition(":")
-            if k in STATUS_FIELDS:
-                out[k] = " ".join(v.split())
-    return out
-
-
-def _namespaces(pid: str) -> dict[str, str]:
-    return {n: os.readlink(f"/proc/{pid}/ns/{n}") for n in NAMESPACES}
-
-
-def _rlimits(pid: str) -> dict[int, tuple[int, int]]:
-    """Every rlimit of pid, from /proc/<pid>/limits (prlimit() on another process needs CAP_SYS_RESOURCE, which
-    a container's root may lack): its lines are in the order of the resources' numbers."""
-    import resource
-
-    out = {}
-    with open(f"/proc/{pid}/limits") as f:
-        rows = f.read().splitlines()[1:]
-    for number, row in enumerate(rows):
-        soft, hard = row[26:].split()[:2]
-        out[number] = tuple(resource.RLIM_INFINITY if v == "unlimited" else int(v) for v in (soft, hard))
-    return out
-
-
-def _facts(pid: int) -> dict:
-    """What the kernel says of the stub (read before anything is changed here)."""
-    return {"status": _status(str(pid)), "ns": _namespaces(str(pid)), "rlimits": _rlimits(str(pid)),
-            "cpus": sorted(os.sched_getaffinity(pid)), "nice": os.getpriority(os.PRIO_PROCESS, pid)}
-
-
-def _servable(facts: dict, hello: StubHello) -> str:
-    """'' where this stub may be served, else why not."""
-    st = facts["status"]
-    uids, gids = st["Uid"].split(), st["Gid"].split()
-    if len(set(uids)) != 1 or len(set(gids)) != 1 or uids[0] == "0":
-        return f"uids {uids}, gids {gids}: not one unprivileged uid"
-    if st["Groups"] or st["NoNewPrivs"] != "1" or st["Seccomp"] != "0":
-        return f"groups {st['Groups']!r}, no_new_privs {st['NoNewPrivs']}, seccomp {st['Seccomp']}"
-    if any(int(st[c], 16) for c in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")):
-        return "the stub holds capabilities"
-    if facts["ns"]["user"] != os.readlink("/proc/self/ns/user"):
-        return "the sandbox has a user namespace of its own"
-    mine = {k: v for k, v in os.environ.items() if k not in PER_CHILD_ENV}
-    theirs = {k: v for k, v in hello.env.items() if k not in PER_CHILD_ENV}
-    if mine != theirs:
-        names = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
-        return "its environment differs from the zygote's in " + ", ".join(names[:5])
-    if not 0 < len(hello.fds) <= MAX_FDS or {0, 1, 2} - set(hello.fds):
-        return f"descriptors {hello.fds}"
-    return ""
 
 
 def _recv_hello(sock: socket.socket) -> tuple[StubHello, list[int], int]:
@@ -172,9 +119,12 @@ def _say(sock: socket.socket, line: str) -> bool:
         return False
 
 
-def _report(sock: socket.socket, report: ForkReport) -> None:
+def _report(sock: socket.socket, report: ForkReport, pidfd: int | None = None) -> None:
+    """The report to the runner, with a pidfd of the served process (the runner signals it through that: the
+    number may be another process's once it has ended)."""
     try:
-        sock.sendall(report.model_dump_json().encode() + b"\n")
+        anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [pidfd]))] if pidfd is not None else []
+        sock.sendmsg([report.model_dump_json().encode() + b"\n"], anc)
         sock.close()
     except OSError:
         pass
@@ -187,9 +137,9 @@ def _fork_for(stub: socket.socket, runner: socket.socket, req: ForkRequest) -> i
     with open(f"/proc/{pid}/stat", "rb") as f:
         if int(f.read().rsplit(b")", 1)[1].split()[19]) != hello.start:
             raise Refused(f"pid {pid} is no longer the stub")
-    facts = _facts(pid)
+    facts = zygote_facts.facts(pid)
     signal.pidfd_send_signal(pidfd, 0)  # still alive, so still the pid's owner: the facts above are the stub's
-    why = _servable(facts, hello)
+    why = zygote_facts.servable(facts, hello)
     if why:
         _close(fds)
         raise Refused(why)
@@ -201,50 +151,75 @@ def _fork_for(stub: socket.socket, runner: socket.socket, req: ForkRequest) -> i
     os.setpriority(os.PRIO_PROCESS, 0, facts["nice"])
     procs = [os.open(p, os.O_WRONLY) for p in req.cgroup_procs]
     _setns(pidfd, CLONE_NEWPID)  # for the process forked next
-    armed_r, armed_w = os.pipe()
+    link, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # "armed" from it, "go" to it
     child = os.fork()
     if child == 0:
-        code = 70
+        link.close()
+        box = [theirs.detach()]
         try:
-            os.close(armed_r)
-            _become(hello, fds, facts, pidfd, procs, armed_w)  # runs the child; never returns
+            _become(hello, fds, facts, pidfd, procs, box)  # runs the child; never returns
         except BaseException as e:  # noqa: BLE001 - before agent code: say why, end
             try:
-                os.write(armed_w, f"not served: {type(e).__name__}: {e}"[:500].encode())
+                os.write(box[0], f"not served: {type(e).__name__}: {e}"[:500].encode())
             except OSError:
                 pass
-        os._exit(code)
-    os.close(armed_w)
+        os._exit(70)
+    theirs.close()
     _close(fds + procs + [pidfd])
-    with os.fdopen(armed_r, "rb") as f:
-        said = f.read(512).decode(errors="replace")
+    link.settimeout(HELLO_TIMEOUT_S)
+    try:
+        said = link.recv(512).decode(errors="replace")
+    except OSError as e:
+        said = f"no word from the forked process: {e}"
     if said != "armed":
+        os.kill(child, signal.SIGKILL)
         os.waitpid(child, 0)
         raise Refused(said or "the forked process ended before it was ready")
-    if not _say(stub, FORKED):  # the stub is gone (its sandbox killed): the process must not serve on its own
+    served = os.pidfd_open(child)  # (ours to reap: the number stays its own until we wait)
+    # the stub says "ok" to "forked" before the process may serve: a stub that did not will exec its own child
+    # (its fork gone, or no answer), and then this one never gets "go" and ends
+    if not _say(stub, FORKED) or _read_line(stub) != OK:
         os.kill(child, signal.SIGKILL)
         os.waitpid(child, 0)
         return 1
-    _report(runner, ForkReport(pid=child))
+    _report(runner, ForkReport(pid=child), served)  # before it serves: the runner walks it from its first op
+    try:
+        link.send(b"go")
+    finally:
+        link.close()
     _, status = os.waitpid(child, 0)
     _say(stub, f"{EXIT} {status}")
     return 0
 
 
-def _become(hello: StubHello, fds: list[int], facts: dict, pidfd: int, procs: list[int], armed_w: int) -> None:
-    """The serving process: into the stub's sandbox, as the stub is, then runtime/child.py's main."""
+def _read_line(sock: socket.socket, timeout_s: float = HELLO_TIMEOUT_S) -> str:
+    sock.settimeout(timeout_s)
+    buf = b""
+    try:
+        while not buf.endswith(b"\n") and len(buf) < 512:
+            chunk = sock.recv(512)
+            if not chunk:
+                break
+            buf += chunk
+    except OSError:
+        return ""
+    return buf.decode(errors="replace").strip()
+
+
+def _become(hello: StubHello, fds: list[int], facts: dict, pidfd: int, procs: list[int], box: list[int]) -> None:
+    """The serving process: into the stub's sandbox, as the stub is, then runtime/child.py's main. box[0]: its
+    link to the fork (moved here; an error is written there)."""
     for fd in procs:  # the job's cgroups, from the runner's own cgroup (outside the sandbox's cgroup namespace)
         os.write(fd, b"0")
     _setns(pidfd, JOIN)
     os.setsid()
-    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     import fcntl
 
     low = max(hello.fds) + 1  # copies above every number a descriptor must take: no dup2 below lands on one
-    keep = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, low) for fd in [*fds, armed_w]]
-    armed_w = keep.pop()
+    keep = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, low) for fd in [*fds, box[0]]]
+    box[0] = link = keep.pop()
     for fd in os.listdir("/proc/self/fd"):
-        if int(fd) not in keep and int(fd) != armed_w:
+        if int(fd) not in keep and int(fd) != link:
             _close([int(fd)])
     for src, dst in zip(keep, hello.fds):
         os.dup2(src, dst)
@@ -264,11 +239,14 @@ def _become(hello: StubHello, fds: list[int], facts: dict, pidfd: int, procs: li
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)  # permitted and effective capabilities go with root
     _prctl(PR_SET_NO_NEW_PRIVS, 1)
-    odd = _unlike(facts, hello, armed_w)
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # (after the uid switch, which clears it): ends with its fork
+    odd = zygote_facts.unlike(facts, hello, link)
     if odd:
         raise RuntimeError(f"after the switch this process differs from the stub in {odd}")
-    os.write(armed_w, b"armed")
-    os.close(armed_w)
+    os.write(link, b"armed")
+    if os.read(link, 16) != b"go":  # the stub answered "ok": it will not start a child of its own
+        os._exit(70)
+    os.close(link)
     sys.argv = [sys.modules["evokernel_mcp.runtime.child"].__file__, *hello.argv]
     sys.path[:] = [hello.cwd if p == _HOME else p for p in sys.path]  # `python -m` puts its directory first
     from evokernel_mcp.runtime import child
@@ -298,19 +276,6 @@ def _exit_as_interpreter(code: int) -> None:
         os._exit(code)
 
 
-def _unlike(facts: dict, hello: StubHello, armed_w: int) -> list[str]:
-    """Where this process (after the switch) differs from the stub: the fields the kernel reports."""
-    me = {"status": _status("self"), "ns": _namespaces("self"), "rlimits": _rlimits("self"),
-          "cpus": sorted(os.sched_getaffinity(0)), "nice": os.getpriority(os.PRIO_PROCESS, 0)}
-    odd = [k for k in ("status", "ns", "rlimits", "cpus", "nice") if me[k] != facts[k]]
-    if os.getcwd() != hello.cwd:
-        odd.append("cwd")
-    have = {int(fd) for fd in os.listdir("/proc/self/fd")}  # the listing's own descriptor among them
-    if not set(hello.fds) <= have or len(have - set(hello.fds) - {armed_w}) > 1:
-        odd.append(f"descriptors {sorted(have)}")
-    return odd
-
-
 def _serve(ctl: socket.socket) -> None:
     while True:
         try:
@@ -336,9 +301,9 @@ def _serve(ctl: socket.socket) -> None:
 
 
 def _fork_main(ctl: socket.socket, fds: list[int], data: bytes) -> None:
+    """A fork's life; it outlives the zygote (a stopped zygote ends no running child)."""
     ctl.close()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     stub, runner = socket.socket(fileno=fds[0]), socket.socket(fileno=fds[1])
     code = 0
     try:

@@ -84,9 +84,13 @@ class Zygote:
         return stub_theirs, rep_ours
 
     def stop(self) -> None:
+        """The zygote alone: its forks serve their sandboxes to the end (killing the sandbox ends them)."""
         self.dead = True
         self.ctl.close()
-        proctree.kill_tree(self.proc.pid)
+        try:
+            os.kill(self.proc.pid, 9)
+        except ProcessLookupError:
+            pass
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -140,21 +144,35 @@ def fork_for(device: str, level: str, wrapped: bool, env: dict[str, str], cgroup
         return None
 
 
-def read_report(sock: socket.socket, timeout_s: float = REPORT_TIMEOUT_S) -> ForkReport:
-    """The fork's report: the serving process's host pid, or why the stub started the child itself."""
+def read_report(sock: socket.socket, timeout_s: float = REPORT_TIMEOUT_S) -> tuple[ForkReport, int | None]:
+    """The fork's report and, where a process serves the sandbox, a pidfd of it; or why the stub started the
+    child itself (reason); a report with neither (`ForkReport()`) means the fork said nothing."""
     sock.settimeout(timeout_s)
-    buf = b""
+    buf, pidfd = b"", None
     try:
-        while not buf.endswith(b"\n"):
-            chunk = sock.recv(4096)
+        while not buf.endswith(b"\n") and len(buf) < 1 << 16:
+            chunk, anc, _flags, _addr = sock.recvmsg(1 << 16, socket.CMSG_SPACE(array.array("i").itemsize))
+            for level, kind, data in anc:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds = array.array("i")
+                    fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+                    for fd in fds:
+                        if pidfd is None:
+                            pidfd = fd
+                        else:
+                            os.close(fd)
             if not chunk:
                 break
             buf += chunk
-    except OSError as e:
-        return ForkReport(reason=f"no report: {e}")
+    except OSError:
+        pass
     finally:
         sock.close()
     try:
-        return ForkReport.model_validate_json(buf)
+        report = ForkReport.model_validate_json(buf)
     except ValueError:
-        return ForkReport(reason="no report (the zygote's fork ended first)")
+        report = ForkReport()
+    if report.pid is None and pidfd is not None:
+        os.close(pidfd)
+        pidfd = None
+    return report, pidfd

@@ -11,8 +11,9 @@ from pydantic import Field
 
 from evokernel_mcp.models import Model
 
-# The stub's replies from the zygote's fork (one line each): FORKED, then EXIT <wait status>; or EXEC <reason>.
-FORKED, EXIT, EXEC = "forked", "exit", "exec"
+# The lines between a stub and the zygote's fork: FORKED (the stub answers OK: it will not start a child of its
+# own), then EXIT <wait status>; or EXEC <reason> (the stub starts the child itself).
+FORKED, OK, EXIT, EXEC = "forked", "ok", "exit", "exec"
 # What differs between two CPU children's environments (child_proc.child_env; bwrap sets PWD): all else must be the
 # zygote's own, or the child starts as before (imports read the environment: OMP_*, MALLOC_*, PYTHON*)
 PER_CHILD_ENV = ("HOME", "TMPDIR", "TRITON_CACHE_DIR", "_EVOKERNEL_SPAWNED_AT", "PWD")

@@ -4,10 +4,12 @@
 It runs before any agent code in this sandbox and imports only the standard library's small modules (it
 starts in every sandbox). It sends its descriptors, arguments, environment and directory to the zygote's fork
 (the kernel adds its pid), then:
-- "forked": a process forked from the zygote now serves this sandbox with those descriptors; the stub closes
+- "forked": a process forked from the zygote is ready to serve this sandbox with those descriptors; the stub
+  answers "ok" (from then on it will not start a child of its own; the process serves only after that), closes
   its own copies (so the runner's pipes see the end when that process ends) and waits for its wait status,
   then ends the same way (exit code, or the same signal), so bwrap reports what the child did;
-- "exec ..." (or no answer): it becomes the child itself, as a sandbox without a zygote starts.
+- "exec ..." (or no answer: the fork is gone, so no process was told to serve): it becomes the child itself, as
+  a sandbox without a zygote starts.
 """
 
 from __future__ import annotations
@@ -55,6 +57,12 @@ def _lines(sock: socket.socket):
             yield line.decode(errors="replace")
 
 
+def _not_dumpable() -> None:
+    import ctypes
+
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no ptrace, no pidfd_getfd by the same uid
+
+
 def _end_like(status: int) -> None:
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
@@ -84,9 +92,14 @@ def main() -> None:
         _exec_child(argv)
     lines = _lines(sock)
     first = next(lines, "")
-    if first != "forked":
+    if first != "forked":  # "exec ...", or the fork is gone: no process serves this sandbox but the one we become
         sock.close()
         _exec_child(argv)
+    try:
+        sock.sendall(b"ok\n")  # we will not start a child of our own: the served process may go on
+    except OSError:  # the fork is gone before it could tell it so: the process it made ends unserved
+        _end_like(signal.SIGKILL)
+    _not_dumpable()  # what agent code in this sandbox (the same uid) could do with our socket: nothing we allow
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in fds:
         if fd > 2:

@@ -34,7 +34,7 @@ def test_the_zygote_imports_what_a_child_does_and_no_mcp_sdk(tmp_path):
     """The zygote's modules become every CPU child's it forks (runtime/zygote.py): the same rule holds there."""
     import socket
 
-    from evokernel_mcp.runtime.child_proc import child_env
+    from evokernel_mcp.runtime.child_env import child_env
     from evokernel_mcp.runtime.zygote_models import ZygoteReady
 
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)

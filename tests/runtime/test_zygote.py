@@ -12,7 +12,7 @@ import time
 import pytest
 
 from evokernel_mcp.runtime import child_proc, proctree, sandbox, zygote_link
-from evokernel_mcp.runtime.zygote import STATUS_FIELDS, _servable
+from evokernel_mcp.runtime.zygote_facts import STATUS_FIELDS, servable
 from evokernel_mcp.runtime.zygote_models import StubHello
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or "bwrap+uid" not in sandbox.level_candidates(),
@@ -116,13 +116,13 @@ FACTS = {"status": {"Uid": "65534 65534 65534 65534", "Gid": "65534 65534 65534 
 def test_the_zygote_serves_only_an_unprivileged_stub_with_the_zygote_s_environment(field, value, why):
     env = dict(os.environ)
     hello = StubHello(argv=[], env=env, cwd="/", fds=[0, 1, 2], start=1)
-    assert _servable(FACTS, hello) == ""
+    assert servable(FACTS, hello) == ""
     odd = {**FACTS, "status": {**FACTS["status"], field: value}}
-    assert why in _servable(odd, hello)
-    assert "user namespace" in _servable({**FACTS, "ns": {"user": "user:[1]"}}, hello)
-    assert "OMP_NUM_THREADS" in _servable(FACTS, hello.model_copy(update={"env": {**env, "OMP_NUM_THREADS": "7"}}))
-    assert _servable(FACTS, hello.model_copy(update={"env": {**env, "HOME": "/elsewhere"}})) == ""
-    assert "descriptors" in _servable(FACTS, hello.model_copy(update={"fds": [1, 2]}))
+    assert why in servable(odd, hello)
+    assert "user namespace" in servable({**FACTS, "ns": {"user": "user:[1]"}}, hello)
+    assert "OMP_NUM_THREADS" in servable(FACTS, hello.model_copy(update={"env": {**env, "OMP_NUM_THREADS": "7"}}))
+    assert servable(FACTS, hello.model_copy(update={"env": {**env, "HOME": "/elsewhere"}})) == ""
+    assert "descriptors" in servable(FACTS, hello.model_copy(update={"fds": [1, 2]}))
 
 
 def test_doctor_says_how_cpu_children_start(use_settings, capsys):
@@ -135,3 +135,50 @@ def test_doctor_says_how_cpu_children_start(use_settings, capsys):
     use_settings(zygote="off")
     assert cli._doctor(as_json=True) == 0
     assert json.loads(capsys.readouterr().out)["isolation"]["cpu_children"] == "each starts its own interpreter"
+
+
+def test_a_served_process_that_ended_is_not_walked_and_its_number_is_never_signalled(level):
+    """The runner walks the served process through a pidfd: once it has ended, a process that takes its number
+    (here made to, through ns_last_pid) is neither in the sandbox's tree nor killed with it."""
+    import subprocess
+
+    c = child_proc.Child("cpu", level)
+    c.wait_ready(120)
+    served = c.info["zygote_pid"]
+    os.kill(served, signal.SIGKILL)
+    c.proc.wait(timeout=30)  # the stub ends as the served process did, and bwrap with it
+    deadline = time.monotonic() + 30  # a hang guard: the zygote's fork reaps it at once
+    while os.path.exists(f"/proc/{served}") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    victim = None
+    for _ in range(50):  # another process may take the number between the write and the fork: try again
+        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+            f.write(str(served - 1))
+        p = subprocess.Popen(["sleep", "60"])
+        if p.pid == served:
+            victim = p
+            break
+        p.kill()
+        p.wait()
+    assert victim is not None, "no process took the number"
+    try:
+        assert served not in proctree.descendants(c.proc.pid)
+        c.kill()
+        time.sleep(0.3)
+        assert victim.poll() is None, "the runner killed a process that took the served process's number"
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_a_stopped_zygote_ends_no_running_child_and_the_stub_is_not_dumpable(level):
+    c = child_proc.Child("cpu", level)
+    try:
+        c.wait_ready(120)
+        stub = [s for s in proctree.descendants(c.proc.pid) if s != c.info["zygote_pid"]][-1]
+        # a non-dumpable process's /proc files are root's: agent code of the sandbox's uid cannot ptrace the stub
+        assert os.stat(f"/proc/{stub}/environ").st_uid == os.stat(f"/proc/{stub}/mem").st_uid == 0
+        zygote_link.stop()
+        assert c.request({"op": "warm_profiler"}, timeout_s=60, max_bytes=1 << 20) == {}  # it still serves
+    finally:
+        c.discard()
