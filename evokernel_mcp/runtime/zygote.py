@@ -38,6 +38,7 @@ from __future__ import annotations
 import array
 import ctypes
 import os
+import resource
 import signal
 import socket
 import sys
@@ -123,8 +124,7 @@ def _report(sock: socket.socket, report: ForkReport, pidfd: int | None = None) -
     """The report to the runner, with a pidfd of the served process (the runner signals it through that: the
     number may be another process's once it has ended)."""
     try:
-        anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [pidfd]))] if pidfd is not None else []
-        sock.sendmsg([report.model_dump_json().encode() + b"\n"], anc)
+        socket.send_fds(sock, [report.model_dump_json().encode() + b"\n"], [pidfd] if pidfd is not None else [])
         sock.close()
     except OSError:
         pass
@@ -144,8 +144,6 @@ def _fork_for(stub: socket.socket, runner: socket.socket, req: ForkRequest) -> i
         _close(fds)
         raise Refused(why)
     for r, lim in facts["rlimits"].items():  # ours now: the serving process inherits them
-        import resource
-
         resource.setrlimit(r, lim)
     os.sched_setaffinity(0, facts["cpus"])
     os.setpriority(os.PRIO_PROCESS, 0, facts["nice"])
@@ -279,19 +277,13 @@ def _exit_as_interpreter(code: int) -> None:
 def _serve(ctl: socket.socket) -> None:
     while True:
         try:
-            data, anc, _f, _a = ctl.recvmsg(1 << 16, socket.CMSG_SPACE(2 * 4))
+            data, fds, _f, _a = socket.recv_fds(ctl, 1 << 16, 2)
         except InterruptedError:
             continue
         except OSError:  # the runner is gone
             return
         if not data:
             return
-        fds = []
-        for level, kind, payload in anc:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                a = array.array("i")
-                a.frombytes(payload[:len(payload) - len(payload) % a.itemsize])
-                fds += list(a)
         if len(fds) != 2:
             _close(fds)
             continue

@@ -9,9 +9,10 @@ then execs the child itself, so a request never waits on a zygote that is gone.
 
 from __future__ import annotations
 
-import array
 import logging
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -20,7 +21,7 @@ import threading
 from evokernel_mcp import settings
 from evokernel_mcp.paths import sub_state_dir
 from evokernel_mcp.runtime import proctree
-from evokernel_mcp.runtime.zygote_models import ForkReport, ForkRequest, ZygoteReady
+from evokernel_mcp.runtime.zygote_models import ForkReport, ForkRequest
 
 log = logging.getLogger(__name__)
 STUB_MODULE = "evokernel_mcp.runtime.zygote_stub"
@@ -52,7 +53,6 @@ class Zygote:
             theirs.close()
         sandbox.own(self.proc.pid)
         self.ctl = ours
-        self.ready: ZygoteReady | None = None
         self.lock = threading.Lock()
         self.dead = False
 
@@ -68,9 +68,8 @@ class Zygote:
             with self.lock:
                 if self.dead:
                     raise OSError("the zygote is gone")
-                self.ctl.sendmsg([ForkRequest(cgroup_procs=cgroup_procs).model_dump_json().encode()],
-                                 [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
-                                   array.array("i", [stub_ours.fileno(), rep_theirs.fileno()]))])
+                socket.send_fds(self.ctl, [ForkRequest(cgroup_procs=cgroup_procs).model_dump_json().encode()],
+                                [stub_ours.fileno(), rep_theirs.fileno()])
         except OSError as e:
             self.dead = True
             log.warning("the zygote does not take requests (%s); children start as before", e)
@@ -88,7 +87,7 @@ class Zygote:
         self.dead = True
         self.ctl.close()
         try:
-            os.kill(self.proc.pid, 9)
+            os.kill(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         try:
@@ -96,8 +95,6 @@ class Zygote:
         except subprocess.TimeoutExpired:
             pass
         proctree.disown(self.proc.pid)
-        import shutil
-
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -151,16 +148,12 @@ def read_report(sock: socket.socket, timeout_s: float = REPORT_TIMEOUT_S) -> tup
     buf, pidfd = b"", None
     try:
         while not buf.endswith(b"\n") and len(buf) < 1 << 16:
-            chunk, anc, _flags, _addr = sock.recvmsg(1 << 16, socket.CMSG_SPACE(array.array("i").itemsize))
-            for level, kind, data in anc:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                    fds = array.array("i")
-                    fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
-                    for fd in fds:
-                        if pidfd is None:
-                            pidfd = fd
-                        else:
-                            os.close(fd)
+            chunk, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, 1)
+            for fd in fds:
+                if pidfd is None:
+                    pidfd = fd
+                else:
+                    os.close(fd)
             if not chunk:
                 break
             buf += chunk

@@ -14,7 +14,6 @@ starts in every sandbox). It sends its descriptors, arguments, environment and d
 
 from __future__ import annotations
 
-import array
 import json
 import os
 import signal
@@ -86,7 +85,7 @@ def main() -> None:
     hello = json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "fds": fds,
                         "start": start}).encode()
     try:
-        sock.sendmsg([hello], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+        socket.send_fds(sock, [hello], fds)
     except OSError:
         sock.close()
         _exec_child(argv)
