@@ -39,13 +39,17 @@ class ErrorBody(BaseModel):
     detail: str | None = Field(default=None, description="Longer text for a person (install steps, stderr tail).")
 
 
+# Processes whose errors become {kind, message} on the wire and never reach the SDK: the sandboxed child
+# (`python -m evokernel_mcp.runtime.child`, or a fork of the zygote, runtime/zygote.py) and the runner.
+# Importing the SDK cost every child's start about 0.5 s (0.6 of its 0.7 s before torch, on a quiet 2-core VM),
+# and every runner's 1.4 s of CPU.
+WIRE_ONLY = ("evokernel_mcp.runtime.child", "evokernel_mcp.runtime.zygote", "evokernel_mcp.runtime.runner")
+
+
 def _tool_error() -> type[Exception]:
-    """The MCP SDK's ToolError; in the sandboxed child (`python -m evokernel_mcp.runtime.child`, or a fork of the
-    zygote, runtime/zygote.py) plain Exception: there an error becomes {kind, message} on the wire and never
-    reaches the SDK, and importing the SDK cost every child's start about 0.5 s (0.6 of its 0.7 s before torch,
-    on a quiet 2-core VM)."""
+    """The MCP SDK's ToolError; plain Exception in the processes of WIRE_ONLY."""
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    if getattr(spec, "name", None) in ("evokernel_mcp.runtime.child", "evokernel_mcp.runtime.zygote"):
+    if getattr(spec, "name", None) in WIRE_ONLY:
         return Exception
     from mcp.server.mcpserver.exceptions import ToolError
 

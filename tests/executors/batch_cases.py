@@ -16,7 +16,9 @@ SOURCES = {
     "slow": "import time\n\ndef run(x, y):\n    time.sleep(0.02)\n    return x + y\n",
     "minus": "def run(x, y):\n    return x - y\n",
     "short": "def run(x, y):\n    out = x + y\n    out[1000:] = 0\n    return out\n",  # right only up to 1000
-    "hang": "def run(x, y):\n    while True:\n        pass\n",
+    # sleeps: the stage limit (wall time) ends it as it ends a busy loop, which held a CPU of a 2-core host for
+    # the whole limit
+    "hang": "import time\n\ndef run(x, y):\n    while True:\n        time.sleep(0.05)\n",
 }
 # the stage limit ends the hanging candidate; it must hold a normal stage on a loaded 2-core host (12 s did not)
 ARGS = {"shapes": None, "timeout_s": 30.0, "max_time_s": 0.2}

@@ -104,3 +104,23 @@ def test_a_spare_given_tritons_key_skips_hashing_and_every_holder_of_the_functio
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-3000:]
     assert int(p.stdout.split()[-1]) > 64  # the real key: a version and many hashes
+
+
+def test_the_runner_and_its_ops_import_no_mcp_sdk():
+    """The runner's errors go over the wire as {kind, message} (errors.WIRE_ONLY): its start and the modules of
+    its ops do without the SDK (1.4 s of CPU at every runner start)."""
+    code = ("import importlib, importlib.machinery, sys\n"
+            "sys.modules['__main__'].__spec__ = importlib.machinery.ModuleSpec('evokernel_mcp.runtime.runner', None)\n"
+            "import evokernel_mcp.runtime.runner\n"
+            "from evokernel_mcp.runtime.ops import OPS\n"
+            "for spec in OPS.values():\n"
+            "    importlib.import_module(spec.target.partition(':')[0])\n"
+            "from evokernel_mcp.errors import EvoError\n"
+            "sdk = sorted(m for m in sys.modules if m == 'mcp' or m.startswith(('mcp.', 'mcp_types', 'starlette')))\n"
+            "assert not sdk, sdk[:8]\n"
+            "assert EvoError.__mro__[1] is Exception\n"
+            "print(len(OPS))\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={**sandbox.base_env({}), "CUDA_VISIBLE_DEVICES": ""})
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert int(p.stdout.strip()) >= 5
