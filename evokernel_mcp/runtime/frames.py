@@ -102,6 +102,8 @@ def write(stream: IO[bytes], msg: dict[str, Any] | list, courier: Courier | None
     tensors: list = []
     consume = isinstance(msg, list)
     body = _pack(msg.pop() if consume else msg, tensors)
+    if len(tensors) > MAX_TENSORS:  # what read() refuses, refused before the specs are built (seconds for 200k)
+        raise FrameError(f"{len(tensors)} tensors in one message, more than {MAX_TENSORS}")
     specs, raws = [], []
     if courier is not None:
         courier.plan(tensors)

@@ -54,6 +54,17 @@ def test_without_a_courier_everything_stays_in_the_pipe():
     assert torch.equal(frames.read(buf, max_bytes=1 << 40)["x"], big)
 
 
+def test_a_message_of_more_tensors_than_a_reader_takes_is_refused_by_its_sender_before_a_byte_is_written():
+    t = torch.zeros(1)
+    buf = io.BytesIO()
+    with pytest.raises(frames.FrameError, match=f"{frames.MAX_TENSORS + 1} tensors in one message"):
+        frames.write(buf, {"out": tuple(t for _ in range(frames.MAX_TENSORS + 1))})
+    assert buf.getvalue() == b""
+    frames.write(buf, {"out": tuple(t for _ in range(3))})  # under the limit: as before
+    buf.seek(0)
+    assert len(frames.read(buf, max_bytes=1 << 20)["out"]) == 3
+
+
 def test_a_header_announcing_an_fd_on_a_channel_without_socket_is_refused():
     tx, _ = _pair()
     buf = io.BytesIO()
